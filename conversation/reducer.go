@@ -1,0 +1,292 @@
+package conversation
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+)
+
+// Subagent is a subagent's conversation: its own blocks plus what the
+// spawning and completing events said about it. ID is the conversationId of
+// its events (the parent tool_use id).
+type Subagent struct {
+	ID           string      `json:"id"`
+	ToolUseID    string      `json:"toolUseId"`
+	AgentID      string      `json:"agentId,omitempty"`
+	SubagentType string      `json:"subagentType,omitempty"`
+	Description  string      `json:"description,omitempty"`
+	Prompt       string      `json:"prompt,omitempty"`
+	Status       BlockStatus `json:"status"`
+	Output       string      `json:"output,omitempty"`
+	DurationMs   int64       `json:"durationMs,omitempty"`
+	Blocks       []Block     `json:"blocks"`
+}
+
+// WorkspaceFile is a file the log says exists in the workspace.
+type WorkspaceFile struct {
+	Path   string `json:"path"`
+	Size   *int64 `json:"size,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// State is a conversation reduced from its events.
+type State struct {
+	Status             SessionStatus         `json:"status"`
+	Runtime            Runtime               `json:"runtime"`
+	Blocks             []Block               `json:"blocks"`
+	Subagents          []Subagent            `json:"subagents"`
+	Usage              Usage                 `json:"usage"`
+	CostUSD            float64               `json:"costUSD"`
+	Model              string                `json:"model,omitempty"`
+	PendingPermissions []PermissionRequested `json:"pendingPermissions"`
+	WorkspaceFiles     []WorkspaceFile       `json:"workspaceFiles"`
+	ActiveQueryID      string                `json:"activeQueryId,omitempty"`
+	LastSeq            int64                 `json:"lastSeq"`
+}
+
+// ErrDuplicate is returned by Apply for an event whose seq was already
+// applied; the event is ignored, so replaying an overlap is harmless.
+var ErrDuplicate = errors.New("conversation: event already applied")
+
+// thread is one conversation's ordered blocks with an index by id.
+type thread struct {
+	blocks []Block
+	index  map[string]int
+}
+
+func (t *thread) upsert(raw json.RawMessage) error {
+	var head struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return err
+	}
+	if head.ID == "" {
+		return errors.New("block without id")
+	}
+	if i, ok := t.index[head.ID]; ok {
+		b := t.blocks[i]
+		// Unmarshalling onto the existing block sets exactly the fields present
+		// in raw: the contract's shallow merge. Clone the metadata map first so
+		// earlier State copies never see the change.
+		b.Metadata = maps.Clone(b.Metadata)
+		if err := json.Unmarshal(raw, &b); err != nil {
+			return err
+		}
+		t.blocks[i] = b
+		return nil
+	}
+	var b Block
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return err
+	}
+	if t.index == nil {
+		t.index = make(map[string]int)
+	}
+	t.index[b.ID] = len(t.blocks)
+	t.blocks = append(t.blocks, b)
+	return nil
+}
+
+func (t *thread) delta(id, text string) bool {
+	i, ok := t.index[id]
+	if !ok {
+		return false
+	}
+	t.blocks[i].appendText(text)
+	return true
+}
+
+// Reducer folds events into a State. The zero value is not usable; call
+// NewReducer. A Reducer is not safe for concurrent use.
+type Reducer struct {
+	st        State
+	main      thread
+	subs      map[string]*thread
+	subOrder  []string
+	subMeta   map[string]*Subagent
+	pending   map[string]PermissionRequested
+	pendOrder []string
+	files     map[string]WorkspaceFile
+}
+
+// NewReducer returns an empty reducer.
+func NewReducer() *Reducer {
+	return &Reducer{
+		subs:    make(map[string]*thread),
+		subMeta: make(map[string]*Subagent),
+		pending: make(map[string]PermissionRequested),
+		files:   make(map[string]WorkspaceFile),
+	}
+}
+
+// Reduce folds events into a fresh State.
+func Reduce(events []Event) (State, error) {
+	r := NewReducer()
+	var firstErr error
+	for _, e := range events {
+		if err := r.Apply(e); err != nil && firstErr == nil && !errors.Is(err, ErrDuplicate) {
+			firstErr = err
+		}
+	}
+	return r.State(), firstErr
+}
+
+// LastSeq is the seq of the last applied event.
+func (r *Reducer) LastSeq() int64 { return r.st.LastSeq }
+
+// Apply folds one event. Events with a seq at or below the last applied seq
+// return ErrDuplicate and change nothing; unsequenced events (seq 0, e.g. from
+// a converter) always apply. A malformed payload returns an error and changes
+// nothing else; the reducer stays usable.
+func (r *Reducer) Apply(e Event) error {
+	if e.Seq != 0 {
+		if e.Seq <= r.st.LastSeq {
+			return ErrDuplicate
+		}
+		r.st.LastSeq = e.Seq
+	}
+	conv := e.Context.ConversationID
+	switch e.Type {
+	case TypeBlockUpsert:
+		var p struct {
+			Block json.RawMessage `json:"block"`
+		}
+		if err := json.Unmarshal(e.Payload, &p); err != nil {
+			return fmt.Errorf("seq %d: %s: %w", e.Seq, e.Type, err)
+		}
+		if err := r.thread(conv).upsert(p.Block); err != nil {
+			return fmt.Errorf("seq %d: %s: %w", e.Seq, e.Type, err)
+		}
+		return nil
+	case TypeBlockDelta:
+		var p BlockDelta
+		if err := json.Unmarshal(e.Payload, &p); err != nil {
+			return fmt.Errorf("seq %d: %s: %w", e.Seq, e.Type, err)
+		}
+		if !r.thread(conv).delta(p.BlockID, p.Delta) {
+			return fmt.Errorf("seq %d: delta for unknown block %q", e.Seq, p.BlockID)
+		}
+		return nil
+	}
+
+	p, err := e.Decode()
+	if err != nil {
+		return fmt.Errorf("seq %d: %w", e.Seq, err)
+	}
+	switch p := p.(type) {
+	case *MetadataUpdate:
+		if p.Usage != nil {
+			r.st.Usage = r.st.Usage.Add(*p.Usage)
+		}
+		if p.CostUSD != nil {
+			r.st.CostUSD += *p.CostUSD
+		}
+		if p.Model != "" {
+			r.st.Model = p.Model
+		}
+	case *StatusChange:
+		r.st.Status = p.Status
+		r.st.Runtime = p.Runtime
+	case *QueryStarted:
+		r.st.ActiveQueryID = p.QueryID
+	case *QueryCompleted:
+		r.endQuery(p.QueryID)
+	case *QueryFailed:
+		r.endQuery(p.QueryID)
+	case *PermissionRequested:
+		if _, ok := r.pending[p.RequestID]; !ok {
+			r.pendOrder = append(r.pendOrder, p.RequestID)
+		}
+		r.pending[p.RequestID] = *p
+	case *PermissionResolved:
+		delete(r.pending, p.RequestID)
+		r.pendOrder = slices.DeleteFunc(r.pendOrder, func(id string) bool { return id == p.RequestID })
+	case *FileChange:
+		if p.Kind == TypeFileDeleted {
+			delete(r.files, p.Path)
+		} else {
+			r.files[p.Path] = WorkspaceFile{Path: p.Path, Size: p.Size, SHA256: p.SHA256}
+		}
+	case *SubagentSpawned:
+		s := r.subagent(p.ToolUseID)
+		s.ToolUseID = p.ToolUseID
+		s.AgentID = firstNonEmpty(p.AgentID, s.AgentID)
+		s.Prompt = p.Prompt
+		s.SubagentType = p.SubagentType
+		s.Description = p.Description
+		s.Status = StatusPending
+	case *SubagentCompleted:
+		s := r.subagent(p.ToolUseID)
+		s.AgentID = firstNonEmpty(p.AgentID, s.AgentID)
+		s.Status = p.Status
+		s.Output = p.Output
+		s.DurationMs = p.DurationMs
+	}
+	return nil
+}
+
+func (r *Reducer) endQuery(id string) {
+	if r.st.ActiveQueryID == id || id == "" {
+		r.st.ActiveQueryID = ""
+	}
+}
+
+func (r *Reducer) thread(conv string) *thread {
+	if conv == "" || conv == MainConversation {
+		return &r.main
+	}
+	r.subagent(conv)
+	return r.subs[conv]
+}
+
+func (r *Reducer) subagent(id string) *Subagent {
+	if s, ok := r.subMeta[id]; ok {
+		return s
+	}
+	s := &Subagent{ID: id, ToolUseID: id, Status: StatusPending}
+	r.subMeta[id] = s
+	r.subs[id] = &thread{}
+	r.subOrder = append(r.subOrder, id)
+	return s
+}
+
+// State returns a copy of the reduced state; later Apply calls do not change it.
+func (r *Reducer) State() State {
+	st := r.st
+	st.Blocks = slices.Clone(r.main.blocks)
+	if st.Blocks == nil {
+		st.Blocks = []Block{}
+	}
+	st.Subagents = make([]Subagent, 0, len(r.subOrder))
+	for _, id := range r.subOrder {
+		s := *r.subMeta[id]
+		s.Blocks = slices.Clone(r.subs[id].blocks)
+		if s.Blocks == nil {
+			s.Blocks = []Block{}
+		}
+		st.Subagents = append(st.Subagents, s)
+	}
+	st.PendingPermissions = make([]PermissionRequested, 0, len(r.pending))
+	for _, id := range r.pendOrder {
+		if p, ok := r.pending[id]; ok {
+			st.PendingPermissions = append(st.PendingPermissions, p)
+		}
+	}
+	st.WorkspaceFiles = make([]WorkspaceFile, 0, len(r.files))
+	for _, f := range r.files {
+		st.WorkspaceFiles = append(st.WorkspaceFiles, f)
+	}
+	sort.Slice(st.WorkspaceFiles, func(i, j int) bool { return st.WorkspaceFiles[i].Path < st.WorkspaceFiles[j].Path })
+	return st
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

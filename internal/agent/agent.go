@@ -1,0 +1,113 @@
+// Package agent defines how agentd drives an agent: an Architecture starts a
+// Runner for a session inside its sandbox, and the Runner turns user messages
+// into conversation events through the Host the session gives it. Each
+// architecture lives in its own sub-package (shell/, claudecode/, codex/,
+// gemini/, opencode/) with its command line and its converter.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/profile"
+)
+
+// ErrInterrupted is returned by Runner.Turn when the turn ended because of
+// Interrupt.
+var ErrInterrupted = errors.New("agent: turn interrupted")
+
+// Architecture is one kind of agent.
+type Architecture interface {
+	// Name is the canonical architecture name (e.g. "claude-code").
+	Name() string
+	// Start prepares a runner for a session whose environment is up:
+	// materialises the profile into the workspace and checks the agent is
+	// there. It may start a long-lived agent process or defer that to the
+	// first turn.
+	Start(ctx context.Context, host Host) (Runner, error)
+}
+
+// Runner runs turns of one session. The session calls Turn, Interrupt and
+// Close from its owner goroutine, except Interrupt, which may come while a
+// Turn is running.
+type Runner interface {
+	// Turn sends one user message and emits the agent's events through the
+	// host until the turn ends. It returns ErrInterrupted (possibly wrapped)
+	// when Interrupt ended it, another error when it failed.
+	Turn(ctx context.Context, t Turn) (TurnResult, error)
+	// Interrupt asks the running turn to stop (escalating as the
+	// architecture needs); Turn then returns.
+	Interrupt(ctx context.Context) error
+	// Close stops the agent's processes. The runner is not used again.
+	Close(ctx context.Context) error
+}
+
+// Turn is one user message.
+type Turn struct {
+	// QueryID identifies the turn ("q<n>"); block ids the session creates for
+	// it derive from it.
+	QueryID string
+	Content string
+}
+
+// TurnResult is what a finished turn reports.
+type TurnResult struct {
+	// Result is the agent's final answer when its protocol has one.
+	Result string
+}
+
+// Host is what a session offers its runner. Methods are safe for
+// concurrent use.
+type Host interface {
+	SessionID() string
+	Env() sandbox.Environment
+	Profile() profile.Profile
+	// Options are the session's creation options (model, …).
+	Options() Options
+	// Emit appends events to the session's log (durably, with seqs assigned)
+	// and returns when they are stored. Unset context fields are filled in.
+	Emit(ctx context.Context, events ...conversation.Event) error
+	// RequestPermission asks for permission to run a tool: the profile's
+	// allowed and disallowed tools answer at once; otherwise a
+	// permission:requested event is emitted and RequestPermission waits for
+	// a client's answer, the timeout (deny) or ctx.
+	RequestPermission(ctx context.Context, req PermissionRequest) (PermissionDecision, error)
+	// AgentState returns the state the runner saved last (nil if none);
+	// SaveAgentState stores new state in the session record (e.g. the CLI's
+	// session id, so a later runner can resume).
+	AgentState() json.RawMessage
+	SaveAgentState(ctx context.Context, state json.RawMessage) error
+	// SetAgentInfo records the agent's version and its own session id on the
+	// session's runtime.
+	SetAgentInfo(ctx context.Context, version, agentSessionID string) error
+	Logger() *slog.Logger
+}
+
+// Options are the sessionOptions of POST /api/sessions that agentd reads;
+// Extra keeps the rest for architectures that want them.
+type Options struct {
+	Model string          `json:"model,omitempty"`
+	Extra json.RawMessage `json:"-"`
+}
+
+// PermissionRequest asks to run a tool.
+type PermissionRequest struct {
+	ToolName  string
+	Input     json.RawMessage
+	ToolUseID string
+	// Timeout overrides the server's default when > 0.
+	Timeout time.Duration
+}
+
+// PermissionDecision answers a PermissionRequest.
+type PermissionDecision struct {
+	Behavior     conversation.PermissionBehavior
+	Message      string
+	UpdatedInput json.RawMessage
+	By           conversation.ResolvedBy
+}

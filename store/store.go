@@ -1,0 +1,140 @@
+// Package store defines agentd's persistence interface. Any implementation
+// that passes the conformance suite in store/storetest can back a server:
+// store/sqlite is the embedded default; applications embedding agentd may
+// supply their own.
+//
+// All methods are safe for concurrent use.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/profile"
+)
+
+var (
+	// ErrNotFound: no such session, profile, transcript or file.
+	ErrNotFound = errors.New("store: not found")
+	// ErrExists: CreateSession with an id already taken.
+	ErrExists = errors.New("store: already exists")
+	// ErrSeqConflict: AppendEvents with a (session, seq) already stored. The
+	// whole batch is rejected.
+	ErrSeqConflict = errors.New("store: event seq already stored")
+	// ErrLeaseHeld: another holder owns an unexpired lease on the session.
+	ErrLeaseHeld = errors.New("store: lease held by another owner")
+)
+
+// Session is a session's record. Events are stored separately.
+type Session struct {
+	ID              string                     `json:"sessionId"`
+	Architecture    string                     `json:"architecture"`
+	AgentProfileRef string                     `json:"agentProfileReference"`
+	Name            string                     `json:"name,omitempty"`
+	Status          conversation.SessionStatus `json:"status"`
+	SessionOptions  json.RawMessage            `json:"sessionOptions,omitempty"`
+	Runtime         conversation.Runtime       `json:"runtime"`
+	CreatedAt       time.Time                  `json:"createdAt"`
+	LastActivity    time.Time                  `json:"lastActivity"`
+	// Turns counts the turns started so far; turn n has query id "q<n>".
+	Turns int64 `json:"turns"`
+	// SandboxState is the sandbox backend's opaque handle for re-attaching to
+	// the session's environment after a restart (socket path, pid, …).
+	SandboxState json.RawMessage `json:"sandboxState,omitempty"`
+	// AgentState is the architecture's opaque resume state (e.g. the agent
+	// CLI's own session id).
+	AgentState json.RawMessage `json:"agentState,omitempty"`
+}
+
+// WorkspaceFile is a workspace file saved so a session's workspace can be
+// restored into a new environment.
+type WorkspaceFile struct {
+	Path      string    `json:"path"`
+	Content   []byte    `json:"content"`
+	Mode      uint32    `json:"mode,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// SessionStore holds session records.
+type SessionStore interface {
+	// ListSessions returns every session, newest first.
+	ListSessions(ctx context.Context) ([]Session, error)
+	// LoadSession returns the record or ErrNotFound.
+	LoadSession(ctx context.Context, id string) (Session, error)
+	// CreateSession stores a new record or returns ErrExists.
+	CreateSession(ctx context.Context, s Session) error
+	// UpdateSession replaces an existing record or returns ErrNotFound.
+	UpdateSession(ctx context.Context, s Session) error
+	// DeleteSession removes the record and everything stored for the
+	// session: events, transcripts, files, lease. ErrNotFound if absent.
+	DeleteSession(ctx context.Context, id string) error
+}
+
+// EventStore is the durable per-session event log.
+type EventStore interface {
+	// AppendEvents stores events atomically: all or none. Every event must
+	// carry its session id and a seq > 0; a (session, seq) pair that is
+	// already stored fails the whole batch with ErrSeqConflict. Events of
+	// several sessions may share one call (group commit).
+	AppendEvents(ctx context.Context, events []conversation.Event) error
+	// ReadEvents returns the session's events with seq > after, in seq order,
+	// at most limit of them (limit <= 0: all).
+	ReadEvents(ctx context.Context, sessionID string, after int64, limit int) ([]conversation.Event, error)
+	// LastSeq returns the highest stored seq of the session, 0 if none.
+	LastSeq(ctx context.Context, sessionID string) (int64, error)
+}
+
+// FileStore holds agent transcripts and workspace files.
+type FileStore interface {
+	// SaveTranscript stores (replaces) the agent-native transcript called
+	// name (e.g. a Claude Code session .jsonl) for the session.
+	SaveTranscript(ctx context.Context, sessionID, name string, data []byte) error
+	// LoadTranscript returns a saved transcript or ErrNotFound.
+	LoadTranscript(ctx context.Context, sessionID, name string) ([]byte, error)
+	// ListTranscripts names the session's saved transcripts, sorted.
+	ListTranscripts(ctx context.Context, sessionID string) ([]string, error)
+	// SaveWorkspaceFile upserts a workspace file by path.
+	SaveWorkspaceFile(ctx context.Context, sessionID string, f WorkspaceFile) error
+	// DeleteSessionFile deletes a workspace file; deleting a missing file is
+	// not an error.
+	DeleteSessionFile(ctx context.Context, sessionID, path string) error
+	// ListWorkspaceFiles returns the session's saved files, sorted by path.
+	ListWorkspaceFiles(ctx context.Context, sessionID string) ([]WorkspaceFile, error)
+}
+
+// ProfileStore holds agent profiles kept in the store (in addition to the
+// profiles folder and the built-in default).
+type ProfileStore interface {
+	// ListAgentProfiles returns every stored profile, sorted by id.
+	ListAgentProfiles(ctx context.Context) ([]profile.Profile, error)
+	// LoadAgentProfile returns a profile or ErrNotFound.
+	LoadAgentProfile(ctx context.Context, id string) (profile.Profile, error)
+	// SaveAgentProfile upserts a profile by id.
+	SaveAgentProfile(ctx context.Context, p profile.Profile) error
+}
+
+// LeaseStore grants the right to run a session's agent: at most one holder
+// per session at a time, so two servers sharing a store never run the same
+// session twice.
+type LeaseStore interface {
+	// AcquireLease takes or renews the lease on sessionID for holder until
+	// now+ttl. It fails with ErrLeaseHeld while another holder's lease is
+	// unexpired.
+	AcquireLease(ctx context.Context, sessionID, holder string, ttl time.Duration) error
+	// ReleaseLease gives the lease up if holder has it; otherwise no-op.
+	ReleaseLease(ctx context.Context, sessionID, holder string) error
+}
+
+// Store is everything a server needs from persistence.
+type Store interface {
+	SessionStore
+	EventStore
+	FileStore
+	ProfileStore
+	LeaseStore
+	// Close releases the store's resources.
+	Close() error
+}
