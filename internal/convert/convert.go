@@ -1,0 +1,163 @@
+// Package convert turns saved or streamed agent output files into agentd
+// events, for `agentd convert` and for tests. Each format registers itself
+// from its own file (claude.go, codex.go, …) with the converter of its
+// architecture package.
+package convert
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"sync"
+
+	"github.com/agentd/agentd/conversation"
+)
+
+// Input is one file to convert.
+type Input struct {
+	Name string
+	R    io.Reader
+}
+
+// Sink receives a conversion's output.
+type Sink interface {
+	// Emit receives events in order.
+	Emit(e conversation.Event) error
+	// Warn reports a line that was skipped (bad JSON, a truncated line, an
+	// error line); conversion goes on with the next line.
+	Warn(file string, line int, err error)
+}
+
+// Format is one input format.
+type Format struct {
+	Name        string
+	Description string
+	// Convert converts all inputs as one run (a format whose run spans
+	// several files, such as a Claude transcript with its subagent files,
+	// groups them itself; others convert each input in turn).
+	Convert func(inputs []Input, sink Sink) error
+}
+
+var (
+	mu      sync.RWMutex
+	formats = map[string]Format{}
+)
+
+// Register adds a format; registering a name twice panics.
+func Register(f Format) {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := formats[f.Name]; dup {
+		panic("convert: format registered twice: " + f.Name)
+	}
+	formats[f.Name] = f
+}
+
+// Lookup returns a registered format.
+func Lookup(name string) (Format, bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	f, ok := formats[name]
+	return f, ok
+}
+
+// Names lists the registered formats, sorted.
+func Names() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	names := make([]string, 0, len(formats))
+	for n := range formats {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Options controls Run.
+type Options struct {
+	Format string
+	Files  []string
+	// Blocks prints the reduced blocks instead of the events: one JSON line
+	// per block, main conversation first, then each subagent's blocks, each
+	// line {"conversationId":…, "block":{…}}.
+	Blocks bool
+}
+
+// Warning is a skipped line.
+type Warning struct {
+	File string
+	Line int
+	Err  error
+}
+
+func (w Warning) String() string { return fmt.Sprintf("%s:%d: %v", w.File, w.Line, w.Err) }
+
+// Run converts opts.Files and writes JSON lines to out. Skipped lines are
+// returned as warnings; an error means the conversion could not run at all
+// (unknown format, unreadable file, write failure).
+func Run(opts Options, out io.Writer) ([]Warning, error) {
+	f, ok := Lookup(opts.Format)
+	if !ok {
+		return nil, fmt.Errorf("unknown format %q (known: %v)", opts.Format, Names())
+	}
+	if len(opts.Files) == 0 {
+		return nil, fmt.Errorf("no input files")
+	}
+	var inputs []Input
+	for _, name := range opts.Files {
+		fh, err := os.Open(name)
+		if err != nil {
+			return nil, fmt.Errorf("open input: %w", err)
+		}
+		defer fh.Close()
+		inputs = append(inputs, Input{Name: name, R: fh})
+	}
+	w := bufio.NewWriterSize(out, 64<<10)
+	s := &runSink{enc: json.NewEncoder(w), blocks: opts.Blocks}
+	if err := f.Convert(inputs, s); err != nil {
+		return s.warnings, err
+	}
+	if opts.Blocks {
+		st, _ := conversation.Reduce(s.events)
+		for _, b := range st.Blocks {
+			if err := s.enc.Encode(blockLine{conversation.MainConversation, b}); err != nil {
+				return s.warnings, err
+			}
+		}
+		for _, sub := range st.Subagents {
+			for _, b := range sub.Blocks {
+				if err := s.enc.Encode(blockLine{sub.ID, b}); err != nil {
+					return s.warnings, err
+				}
+			}
+		}
+	}
+	return s.warnings, w.Flush()
+}
+
+type blockLine struct {
+	ConversationID string             `json:"conversationId"`
+	Block          conversation.Block `json:"block"`
+}
+
+type runSink struct {
+	enc      *json.Encoder
+	blocks   bool
+	events   []conversation.Event
+	warnings []Warning
+}
+
+func (s *runSink) Emit(e conversation.Event) error {
+	if s.blocks {
+		s.events = append(s.events, e)
+		return nil
+	}
+	return s.enc.Encode(e)
+}
+
+func (s *runSink) Warn(file string, line int, err error) {
+	s.warnings = append(s.warnings, Warning{File: file, Line: line, Err: err})
+}
