@@ -1,0 +1,503 @@
+// The conversation reducer: the same rules as the Go reducer in
+// conversation/reducer.go, so a TypeScript client and GET /api/sessions/{id}
+// always agree on the blocks of a log.
+//
+//   - block:upsert creates a block, or shallow-merges the fields present into
+//     the block with the same id (metadata keys merge one level, as Go's
+//     json.Unmarshal onto an existing map does; a null field changes nothing,
+//     except input, which becomes null, and metadata, which is removed).
+//   - block:delta appends to `output` for tool_result and subagent blocks and
+//     to `content` otherwise; a delta for an unknown block is an error.
+//   - an event whose seq is at or below the last applied seq is a duplicate
+//     and changes nothing; seq 0 (unsequenced) always applies; a sequenced
+//     event that fails to apply still consumes its seq, as in Go.
+//   - context.conversationId routes blocks to a subagent thread ("main" or
+//     empty: the main conversation).
+//   - metadata:update usage and costUSD are increments; model replaces.
+//   - permission:requested adds (in request order), permission:resolved
+//     removes; file:created|modified upsert, file:deleted removes; the file
+//     list is sorted by path.
+//
+// The state is immutable: applyEvent returns a new state sharing everything
+// that did not change, so UI frameworks can compare blocks by identity.
+
+import {
+  MAIN_CONVERSATION,
+  type AgentEvent,
+  type AnyBlock,
+  type Json,
+  type PermissionRequestedPayload,
+  type ReducedState,
+  type Runtime,
+  type Subagent,
+  type Usage,
+  type WorkspaceFile,
+} from "./types.js";
+
+/** Something the UI shows between blocks: a failed or interrupted turn, an error event. */
+export interface Notice {
+  seq: number;
+  kind: "turn_failed" | "turn_interrupted" | "error";
+  message: string;
+  code?: string;
+  queryId?: string;
+  /** The number of main-conversation blocks when it happened: it belongs after them. */
+  afterBlock: number;
+  timestamp?: string;
+}
+
+/** How the last turn ended (or that it still runs). */
+export interface TurnInfo {
+  queryId: string;
+  state: "running" | "completed" | "failed";
+  interrupted?: boolean;
+  error?: string;
+  durationMs?: number;
+}
+
+/**
+ * The Go reducer's State plus what a UI needs that Go keeps out of State:
+ * notices (turn failures, error events) and the last turn's outcome.
+ */
+export interface ConversationState extends ReducedState {
+  notices: readonly Notice[];
+  lastTurn?: TurnInfo;
+}
+
+export type ApplyOutcome = "applied" | "duplicate" | "error";
+
+export interface ApplyResult {
+  state: ConversationState;
+  outcome: ApplyOutcome;
+  /** Set when outcome is "error": why the event could not be applied. */
+  error?: string;
+}
+
+export function emptyUsage(): Usage {
+  return { inputTokens: 0, outputTokens: 0 };
+}
+
+/** The state of an empty log. */
+export function initialState(): ConversationState {
+  return {
+    status: "",
+    runtime: { status: "", architecture: "" },
+    blocks: [],
+    subagents: [],
+    usage: emptyUsage(),
+    costUSD: 0,
+    pendingPermissions: [],
+    workspaceFiles: [],
+    lastSeq: 0,
+    notices: [],
+  };
+}
+
+/**
+ * A ConversationState from a server snapshot (GET /api/sessions/{id}), so a
+ * client can paint at once and then resume the live stream after its lastSeq.
+ */
+export function stateFromSnapshot(s: Partial<ReducedState> & { lastSeq?: number }): ConversationState {
+  const st = initialState();
+  return {
+    ...st,
+    status: s.status ?? "",
+    runtime: s.runtime ?? st.runtime,
+    blocks: s.blocks ?? [],
+    subagents: (s.subagents ?? []).map((a) => ({ ...a, blocks: a.blocks ?? [] })),
+    usage: { ...emptyUsage(), ...(s.usage ?? {}) },
+    costUSD: s.costUSD ?? 0,
+    ...(s.model ? { model: s.model } : {}),
+    pendingPermissions: s.pendingPermissions ?? [],
+    workspaceFiles: s.workspaceFiles ?? [],
+    ...(s.activeQueryId ? { activeQueryId: s.activeQueryId } : {}),
+    lastSeq: s.lastSeq ?? 0,
+  };
+}
+
+/** Folds one event into state; pure. Errors and duplicates leave state as it was (but for lastSeq). */
+export function reduce(state: ConversationState, event: AgentEvent): ConversationState {
+  return applyEvent(state, event).state;
+}
+
+/** Like reduce, and says whether the event applied, was a duplicate, or failed. */
+export function applyEvent(state: ConversationState, event: AgentEvent): ApplyResult {
+  const d = new Draft(state);
+  const r = d.apply(event);
+  if (r.outcome === "duplicate") return { state, outcome: r.outcome };
+  return { state: d.finish(), outcome: r.outcome, ...(r.error !== undefined ? { error: r.error } : {}) };
+}
+
+/** Folds events, in order, into a state (from empty unless given). */
+export function reduceAll(events: Iterable<AgentEvent>, from: ConversationState = initialState()): ConversationState {
+  const d = new Draft(from);
+  for (const e of events) d.apply(e);
+  return d.finish();
+}
+
+/**
+ * Folds a batch of events with one copy of the changed arrays: what a UI does
+ * once per animation frame. Returns the new state and per-event outcomes.
+ */
+export function applyBatch(
+  state: ConversationState,
+  events: readonly AgentEvent[],
+): { state: ConversationState; applied: number; duplicates: number; errors: string[] } {
+  const d = new Draft(state);
+  let applied = 0;
+  let duplicates = 0;
+  const errors: string[] = [];
+  for (const e of events) {
+    const r = d.apply(e);
+    if (r.outcome === "applied") applied++;
+    else if (r.outcome === "duplicate") duplicates++;
+    else if (r.error) errors.push(r.error);
+  }
+  if (applied === 0 && errors.length === 0) return { state, applied, duplicates, errors };
+  return { state: d.finish(), applied, duplicates, errors };
+}
+
+// ---- implementation -----------------------------------------------------------
+
+// Index by block id for a blocks array. A draft that builds on an array
+// claims its index (removing it from the cache), extends it, and caches it
+// for the array it produces, so a linear chain of states never rebuilds an
+// index while a second branch from an old state simply rebuilds its own.
+const indexCache = new WeakMap<readonly AnyBlock[], Map<string, number>>();
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+class ThreadDraft {
+  private readonly orig: readonly AnyBlock[];
+  private blocks: AnyBlock[] | null = null; // copy, made on first write
+  private index: Map<string, number> | null = null;
+  private owned = new Set<AnyBlock>(); // blocks created in this draft: safe to mutate
+
+  constructor(orig: readonly AnyBlock[]) {
+    this.orig = orig;
+  }
+
+  get changed(): boolean {
+    return this.blocks !== null;
+  }
+
+  get length(): number {
+    return (this.blocks ?? this.orig).length;
+  }
+
+  private idx(): Map<string, number> {
+    if (this.index) return this.index;
+    const cached = indexCache.get(this.orig);
+    if (cached) {
+      indexCache.delete(this.orig);
+      this.index = cached;
+    } else {
+      const m = new Map<string, number>();
+      this.orig.forEach((b, i) => m.set(b.id, i));
+      this.index = m;
+    }
+    return this.index;
+  }
+
+  private find(id: string): number {
+    const list = this.blocks ?? this.orig;
+    const i = this.idx().get(id);
+    if (i !== undefined && i < list.length && list[i]!.id === id) return i;
+    return -1;
+  }
+
+  private writable(): AnyBlock[] {
+    if (!this.blocks) this.blocks = this.orig.slice();
+    return this.blocks;
+  }
+
+  private own(i: number): AnyBlock {
+    const list = this.writable();
+    let b = list[i]!;
+    if (!this.owned.has(b)) {
+      b = { ...b };
+      list[i] = b;
+      this.owned.add(b);
+    }
+    return b;
+  }
+
+  upsert(raw: Record<string, unknown>): string | undefined {
+    const id = raw.id;
+    if (typeof id !== "string" || id === "") return "block without id";
+    const i = this.find(id);
+    if (i >= 0) {
+      mergeInto(this.own(i), raw);
+      return undefined;
+    }
+    const b = {} as AnyBlock;
+    mergeInto(b, raw);
+    const list = this.writable();
+    this.idx().set(id, list.length);
+    list.push(b);
+    this.owned.add(b);
+    return undefined;
+  }
+
+  delta(id: string, text: string): boolean {
+    const i = this.find(id);
+    if (i < 0) return false;
+    const b = this.own(i);
+    if (b.type === "tool_result" || b.type === "subagent") b.output = (b.output ?? "") + text;
+    else b.content = (b.content ?? "") + text;
+    return true;
+  }
+
+  finish(): readonly AnyBlock[] {
+    if (!this.blocks) {
+      if (this.index) indexCache.set(this.orig, this.index); // give back what we claimed
+      return this.orig;
+    }
+    if (this.index) indexCache.set(this.blocks, this.index);
+    return this.blocks;
+  }
+}
+
+// mergeInto applies Go's json.Unmarshal-onto-existing-struct semantics.
+function mergeInto(b: AnyBlock, raw: Record<string, unknown>): void {
+  const t = b as unknown as Record<string, unknown>;
+  for (const [k, v] of Object.entries(raw)) {
+    if (v === undefined) continue;
+    if (k === "metadata") {
+      if (v === null) delete t.metadata;
+      else if (isObject(v)) t.metadata = { ...(isObject(t.metadata) ? t.metadata : {}), ...(v as Record<string, Json>) };
+      continue;
+    }
+    if (v === null) {
+      if (k === "input") t.input = null;
+      continue; // null into a Go string/bool/number/time is a no-op
+    }
+    t[k] = v;
+  }
+}
+
+interface SubDraft {
+  meta: Subagent; // a copy owned by the draft
+  thread: ThreadDraft;
+}
+
+class Draft {
+  private st: ConversationState;
+  private readonly main: ThreadDraft;
+  private subs: Map<string, SubDraft> | null = null;
+  private subList: Subagent[] | null = null; // copy of st.subagents, on first write
+  private pending: PermissionRequestedPayload[] | null = null;
+  private files: Map<string, WorkspaceFile> | null = null;
+  private notices: Notice[] | null = null;
+
+  constructor(state: ConversationState) {
+    this.st = { ...state };
+    this.main = new ThreadDraft(state.blocks);
+  }
+
+  apply(e: AgentEvent): { outcome: ApplyOutcome; error?: string } {
+    if (!isObject(e) || typeof e.type !== "string") return { outcome: "error", error: "malformed event" };
+    const seq = typeof e.seq === "number" ? e.seq : 0;
+    if (seq !== 0) {
+      if (seq <= this.st.lastSeq) return { outcome: "duplicate" };
+      this.st.lastSeq = seq;
+    }
+    const err = this.applyPayload(e, seq);
+    if (err !== undefined) return { outcome: "error", error: `seq ${seq}: ${e.type}: ${err}` };
+    return { outcome: "applied" };
+  }
+
+  private thread(conv: string | undefined): ThreadDraft {
+    if (!conv || conv === MAIN_CONVERSATION) return this.main;
+    return this.subagent(conv).thread;
+  }
+
+  private subagent(id: string): SubDraft {
+    if (!this.subs) this.subs = new Map();
+    let s = this.subs.get(id);
+    if (s) return s;
+    if (!this.subList) this.subList = this.st.subagents.slice();
+    const at = this.subList.findIndex((x) => x.id === id);
+    if (at >= 0) {
+      const old = this.subList[at]!;
+      s = { meta: { ...old }, thread: new ThreadDraft(old.blocks) };
+      this.subList[at] = s.meta;
+    } else {
+      s = { meta: { id, toolUseId: id, status: "pending", blocks: [] }, thread: new ThreadDraft([]) };
+      this.subList.push(s.meta);
+    }
+    this.subs.set(id, s);
+    return s;
+  }
+
+  private addNotice(n: Notice): void {
+    if (!this.notices) this.notices = this.st.notices.slice();
+    this.notices.push(n);
+  }
+
+  private applyPayload(e: AgentEvent, seq: number): string | undefined {
+    const p = e.payload as unknown;
+    const conv = isObject(e.context) ? (e.context.conversationId as string | undefined) : undefined;
+    const ts = isObject(e.context) && typeof e.context.timestamp === "string" ? e.context.timestamp : undefined;
+    if (e.type === "session:idle") return undefined;
+    if (!isObject(p)) return "payload is not an object";
+    switch (e.type) {
+      case "block:upsert": {
+        if (!isObject(p.block)) return "block is not an object";
+        return this.thread(conv).upsert(p.block);
+      }
+      case "block:delta": {
+        if (typeof p.blockId !== "string" || typeof p.delta !== "string") return "malformed delta";
+        if (!this.thread(conv).delta(p.blockId, p.delta)) return `delta for unknown block "${p.blockId}"`;
+        return undefined;
+      }
+      case "metadata:update": {
+        const u = p.usage as Partial<Usage> | undefined;
+        if (isObject(u)) {
+          const cur = this.st.usage;
+          const next: Usage = {
+            inputTokens: cur.inputTokens + (u.inputTokens ?? 0),
+            outputTokens: cur.outputTokens + (u.outputTokens ?? 0),
+          };
+          const cr = (cur.cacheReadInputTokens ?? 0) + (u.cacheReadInputTokens ?? 0);
+          const cc = (cur.cacheCreationInputTokens ?? 0) + (u.cacheCreationInputTokens ?? 0);
+          if (cr) next.cacheReadInputTokens = cr;
+          if (cc) next.cacheCreationInputTokens = cc;
+          this.st.usage = next;
+        }
+        if (typeof p.costUSD === "number") this.st.costUSD += p.costUSD;
+        if (typeof p.model === "string" && p.model !== "") this.st.model = p.model;
+        return undefined;
+      }
+      case "status": {
+        if (typeof p.status !== "string") return "status without status";
+        this.st.status = p.status as ConversationState["status"];
+        this.st.runtime = (isObject(p.runtime) ? p.runtime : { status: "", architecture: "" }) as unknown as Runtime;
+        return undefined;
+      }
+      case "query:started": {
+        const q = String(p.queryId ?? "");
+        if (q) this.st.activeQueryId = q;
+        else delete this.st.activeQueryId;
+        this.st.lastTurn = { queryId: q, state: "running" };
+        return undefined;
+      }
+      case "query:completed":
+      case "query:failed": {
+        const q = String(p.queryId ?? "");
+        if (this.st.activeQueryId === q || q === "") delete this.st.activeQueryId;
+        const failed = e.type === "query:failed";
+        const interrupted = p.interrupted === true;
+        const turn: TurnInfo = { queryId: q, state: failed ? "failed" : "completed" };
+        if (interrupted) turn.interrupted = true;
+        if (typeof p.durationMs === "number") turn.durationMs = p.durationMs;
+        if (failed && typeof p.error === "string") turn.error = p.error;
+        this.st.lastTurn = turn;
+        if (failed || interrupted) {
+          const n: Notice = {
+            seq,
+            kind: failed && !interrupted ? "turn_failed" : "turn_interrupted",
+            message: failed ? String(p.error ?? "turn failed") : "turn interrupted",
+            queryId: q,
+            afterBlock: this.main.length,
+          };
+          if (typeof p.code === "string") n.code = p.code;
+          if (ts) n.timestamp = ts;
+          this.addNotice(n);
+        }
+        return undefined;
+      }
+      case "permission:requested": {
+        if (typeof p.requestId !== "string") return "permission without requestId";
+        if (!this.pending) this.pending = this.st.pendingPermissions.slice();
+        const req = p as unknown as PermissionRequestedPayload;
+        const at = this.pending.findIndex((x) => x.requestId === req.requestId);
+        if (at >= 0) this.pending[at] = req;
+        else this.pending.push(req);
+        return undefined;
+      }
+      case "permission:resolved": {
+        if (!this.pending) this.pending = this.st.pendingPermissions.slice();
+        this.pending = this.pending.filter((x) => x.requestId !== p.requestId);
+        return undefined;
+      }
+      case "file:created":
+      case "file:modified":
+      case "file:deleted": {
+        if (typeof p.path !== "string") return "file event without path";
+        if (!this.files) this.files = new Map(this.st.workspaceFiles.map((f) => [f.path, f]));
+        if (e.type === "file:deleted") this.files.delete(p.path);
+        else {
+          const f: WorkspaceFile = { path: p.path };
+          if (typeof p.size === "number") f.size = p.size;
+          if (typeof p.sha256 === "string" && p.sha256 !== "") f.sha256 = p.sha256;
+          this.files.set(p.path, f);
+        }
+        return undefined;
+      }
+      case "subagent:spawned": {
+        if (typeof p.toolUseId !== "string") return "subagent without toolUseId";
+        const s = this.subagent(p.toolUseId).meta;
+        s.toolUseId = p.toolUseId;
+        setOpt(s, "agentId", firstNonEmpty(p.agentId, s.agentId));
+        setOpt(s, "prompt", p.prompt);
+        setOpt(s, "subagentType", p.subagentType);
+        setOpt(s, "description", p.description);
+        s.status = "pending";
+        return undefined;
+      }
+      case "subagent:completed": {
+        if (typeof p.toolUseId !== "string") return "subagent without toolUseId";
+        const s = this.subagent(p.toolUseId).meta;
+        setOpt(s, "agentId", firstNonEmpty(p.agentId, s.agentId));
+        s.status = (typeof p.status === "string" ? p.status : "") as Subagent["status"];
+        setOpt(s, "output", p.output);
+        if (typeof p.durationMs === "number" && p.durationMs !== 0) s.durationMs = p.durationMs;
+        else delete s.durationMs;
+        return undefined;
+      }
+      case "error": {
+        const n: Notice = { seq, kind: "error", message: String(p.message ?? ""), afterBlock: this.main.length };
+        if (typeof p.code === "string") n.code = p.code;
+        if (ts) n.timestamp = ts;
+        this.addNotice(n);
+        return undefined;
+      }
+      case "log":
+        return undefined;
+      default:
+        return `unknown event type "${(e as { type: string }).type}"`;
+    }
+  }
+
+  finish(): ConversationState {
+    const st = this.st;
+    st.blocks = this.main.finish();
+    if (this.subList) {
+      if (this.subs) for (const s of this.subs.values()) s.meta.blocks = s.thread.finish();
+      st.subagents = this.subList;
+    }
+    if (this.pending) st.pendingPermissions = this.pending;
+    if (this.files) {
+      st.workspaceFiles = [...this.files.values()].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+    }
+    if (this.notices) st.notices = this.notices;
+    return st;
+  }
+}
+
+// setOpt sets an optional string field like Go's assignment of a possibly
+// empty string with omitempty: empty removes it.
+function setOpt<T extends object>(o: T, k: keyof T & string, v: unknown): void {
+  const r = o as Record<string, unknown>;
+  if (typeof v === "string" && v !== "") r[k] = v;
+  else delete r[k];
+}
+
+function firstNonEmpty(a: unknown, b: unknown): string | undefined {
+  if (typeof a === "string" && a !== "") return a;
+  if (typeof b === "string" && b !== "") return b;
+  return undefined;
+}

@@ -1,0 +1,190 @@
+// REST client for every route in docs/api.md. Uses the platform fetch.
+
+import type {
+  AgentProfileSummary,
+  Architecture,
+  CreateSessionRequest,
+  CreateSessionResponse,
+  EventsPage,
+  FileEntry,
+  Json,
+  PermissionAnswer,
+  SendMessageResponse,
+  SessionState,
+  SessionSummary,
+} from "./types.js";
+
+/** An error answer of the API: `{"error": "…", "code": "UPPER_SNAKE"}` plus the HTTP status. */
+export class AgentdError extends Error {
+  readonly status: number;
+  readonly code: string;
+  constructor(status: number, code: string, message: string) {
+    super(message);
+    this.name = "AgentdError";
+    this.status = status;
+    this.code = code;
+  }
+}
+
+export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
+
+export interface ClientOptions {
+  /** Server origin, e.g. "http://127.0.0.1:8080"; "" for same-origin (browser). */
+  baseUrl?: string;
+  /** Sent as `Authorization: Bearer <key>` (REST) and `access_token` (WebSocket, SSE). */
+  apiKey?: string;
+  fetch?: FetchLike;
+}
+
+/** Encodes a workspace path for files/{path…}: each segment escaped, slashes kept. */
+export function encodePath(path: string): string {
+  return path
+    .split("/")
+    .filter((s) => s !== "")
+    .map(encodeURIComponent)
+    .join("/");
+}
+
+export class AgentdClient {
+  readonly baseUrl: string;
+  apiKey: string | undefined;
+  private readonly fetchImpl: FetchLike;
+
+  constructor(opts: ClientOptions = {}) {
+    this.baseUrl = (opts.baseUrl ?? "").replace(/\/+$/, "");
+    this.apiKey = opts.apiKey;
+    const f = opts.fetch ?? (globalThis.fetch as FetchLike | undefined);
+    if (!f) throw new Error("agentd client: no fetch implementation");
+    this.fetchImpl = (input, init) => f(input, init);
+  }
+
+  /** The absolute URL of a path, for fetch. */
+  url(path: string): string {
+    return this.baseUrl + path;
+  }
+
+  /**
+   * A ws:// or wss:// URL for path with access_token added when a key is set
+   * (browsers cannot set headers on a WebSocket).
+   */
+  wsUrl(path: string, query: Record<string, string | number> = {}): string {
+    let base = this.baseUrl;
+    if (!base) {
+      const loc = (globalThis as { location?: { protocol: string; host: string } }).location;
+      if (!loc) throw new Error("agentd client: baseUrl is required outside a browser");
+      base = `${loc.protocol}//${loc.host}`;
+    }
+    const u = new URL(base + path);
+    u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
+    for (const [k, v] of Object.entries(query)) u.searchParams.set(k, String(v));
+    if (this.apiKey) u.searchParams.set("access_token", this.apiKey);
+    return u.toString();
+  }
+
+  /** Low-level request: adds auth, throws AgentdError for non-2xx answers. */
+  async request(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Response> {
+    const h: Record<string, string> = { Accept: "application/json", ...headers };
+    if (this.apiKey) h.Authorization = `Bearer ${this.apiKey}`;
+    const init: RequestInit = { method, headers: h };
+    if (body !== undefined) {
+      h["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    const res = await this.fetchImpl(this.url(path), init);
+    if (!res.ok) throw await errorFrom(res);
+    return res;
+  }
+
+  private async json<T>(method: string, path: string, body?: unknown): Promise<T> {
+    const res = await this.request(method, path, body);
+    return (await res.json()) as T;
+  }
+
+  health(): Promise<{ status: string }> {
+    return this.json("GET", "/health");
+  }
+  /** Whether the server needs an API key. Needs no key itself. */
+  auth(): Promise<{ required: boolean }> {
+    return this.json("GET", "/api/auth");
+  }
+  async listProfiles(): Promise<AgentProfileSummary[]> {
+    return (await this.json<{ profiles: AgentProfileSummary[] }>("GET", "/api/agent-profiles")).profiles;
+  }
+  getProfile(id: string): Promise<{ [key: string]: Json }> {
+    return this.json("GET", `/api/agent-profiles/${encodeURIComponent(id)}`);
+  }
+  async listArchitectures(): Promise<Architecture[]> {
+    return (await this.json<{ architectures: Architecture[] }>("GET", "/api/architectures")).architectures;
+  }
+  createSession(req: CreateSessionRequest): Promise<CreateSessionResponse> {
+    return this.json("POST", "/api/sessions", req);
+  }
+  async listSessions(): Promise<SessionSummary[]> {
+    return (await this.json<{ sessions: SessionSummary[] }>("GET", "/api/sessions")).sessions;
+  }
+  getSession(id: string): Promise<SessionState> {
+    return this.json("GET", `/api/sessions/${encodeURIComponent(id)}`);
+  }
+  sendMessage(id: string, content: string): Promise<SendMessageResponse> {
+    return this.json("POST", `/api/sessions/${encodeURIComponent(id)}/messages`, { content });
+  }
+  interrupt(id: string): Promise<{ success: boolean }> {
+    return this.json("POST", `/api/sessions/${encodeURIComponent(id)}/interrupt`, {});
+  }
+  answerPermission(id: string, requestId: string, answer: PermissionAnswer): Promise<{ success: boolean }> {
+    return this.json(
+      "POST",
+      `/api/sessions/${encodeURIComponent(id)}/permissions/${encodeURIComponent(requestId)}`,
+      answer,
+    );
+  }
+  async listFiles(id: string): Promise<FileEntry[]> {
+    return (await this.json<{ files: FileEntry[] }>("GET", `/api/sessions/${encodeURIComponent(id)}/files`)).files;
+  }
+  /** The raw bytes of a workspace file, as a Response (use .text(), .arrayBuffer(), .blob()). */
+  readFile(id: string, path: string): Promise<Response> {
+    return this.request("GET", `/api/sessions/${encodeURIComponent(id)}/files/${encodePath(path)}`, undefined, {
+      Accept: "*/*",
+    });
+  }
+  getEvents(id: string, opts: { after?: number; limit?: number } = {}): Promise<EventsPage> {
+    const q = new URLSearchParams();
+    if (opts.after !== undefined) q.set("after", String(opts.after));
+    if (opts.limit !== undefined) q.set("limit", String(opts.limit));
+    const qs = q.toString();
+    return this.json("GET", `/api/sessions/${encodeURIComponent(id)}/events${qs ? "?" + qs : ""}`);
+  }
+  /** The SSE URL of a session's events (for EventSource, which cannot send headers). */
+  eventsStreamUrl(id: string, after = 0): string {
+    const q = new URLSearchParams({ after: String(after) });
+    if (this.apiKey) q.set("access_token", this.apiKey);
+    return this.url(`/api/sessions/${encodeURIComponent(id)}/events?${q.toString()}`);
+  }
+  deleteSession(id: string, opts: { purge?: boolean } = {}): Promise<{ success: boolean }> {
+    return this.json("DELETE", `/api/sessions/${encodeURIComponent(id)}${opts.purge ? "?purge=true" : ""}`);
+  }
+  openapi(): Promise<{ [key: string]: Json }> {
+    return this.json("GET", "/api/openapi.json");
+  }
+  async metrics(): Promise<string> {
+    return (await this.request("GET", "/metrics", undefined, { Accept: "text/plain" })).text();
+  }
+}
+
+async function errorFrom(res: Response): Promise<AgentdError> {
+  let code = "HTTP_" + res.status;
+  let message = `${res.status} ${res.statusText}`;
+  try {
+    const text = await res.text();
+    try {
+      const body = JSON.parse(text) as { error?: unknown; code?: unknown };
+      if (typeof body.code === "string") code = body.code;
+      if (typeof body.error === "string") message = body.error;
+    } catch {
+      if (text) message = text.slice(0, 500);
+    }
+  } catch {
+    // body unreadable: keep the status line
+  }
+  return new AgentdError(res.status, code, message);
+}

@@ -1,0 +1,430 @@
+// Wire types of agentd, mirroring the Go package conversation (block.go,
+// event.go, status.go, reducer.go) and docs/api.md. Field names are the JSON
+// names; optional fields are the ones Go omits when empty.
+
+/** JSON value as carried by `input`, `updatedInput`, `data` and `metadata`. */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+// ---- blocks -----------------------------------------------------------------
+
+export const BLOCK_TYPES = [
+  "user_message",
+  "assistant_text",
+  "thinking",
+  "tool_use",
+  "tool_result",
+  "system",
+  "subagent",
+  "error",
+  "skill_load",
+] as const;
+export type BlockType = (typeof BLOCK_TYPES)[number];
+
+export const BLOCK_STATUSES = ["pending", "complete", "error"] as const;
+export type BlockStatus = (typeof BLOCK_STATUSES)[number];
+
+/** Fields every block has. Only id and type are always present on the wire. */
+export interface BlockBase {
+  id: string;
+  type: BlockType;
+  /** RFC 3339 time. */
+  timestamp?: string;
+  status?: BlockStatus;
+  metadata?: { [key: string]: Json };
+}
+
+export interface UserMessageBlock extends BlockBase {
+  type: "user_message";
+  content?: string;
+}
+export interface AssistantTextBlock extends BlockBase {
+  type: "assistant_text";
+  content?: string;
+  model?: string;
+}
+export interface ThinkingBlock extends BlockBase {
+  type: "thinking";
+  content?: string;
+  summary?: string;
+}
+export interface ToolUseBlock extends BlockBase {
+  type: "tool_use";
+  toolName?: string;
+  toolUseId?: string;
+  input?: Json;
+  displayName?: string;
+  description?: string;
+}
+export interface ToolResultBlock extends BlockBase {
+  type: "tool_result";
+  toolUseId?: string;
+  output?: string;
+  isError?: boolean;
+  durationMs?: number;
+}
+export interface SystemBlock extends BlockBase {
+  type: "system";
+  subtype?: string;
+  message?: string;
+}
+export interface SubagentBlock extends BlockBase {
+  type: "subagent";
+  subagentId?: string;
+  toolUseId?: string;
+  name?: string;
+  input?: Json;
+  description?: string;
+  output?: string;
+  durationMs?: number;
+}
+export interface ErrorBlock extends BlockBase {
+  type: "error";
+  message?: string;
+  code?: string;
+}
+export interface SkillLoadBlock extends BlockBase {
+  type: "skill_load";
+  skillName?: string;
+  content?: string;
+}
+
+export type Block =
+  | UserMessageBlock
+  | AssistantTextBlock
+  | ThinkingBlock
+  | ToolUseBlock
+  | ToolResultBlock
+  | SystemBlock
+  | SubagentBlock
+  | ErrorBlock
+  | SkillLoadBlock;
+
+/** The flat union of every block field, as Go's Block struct holds it. */
+export interface AnyBlock extends BlockBase {
+  content?: string;
+  model?: string;
+  summary?: string;
+  toolName?: string;
+  toolUseId?: string;
+  input?: Json;
+  displayName?: string;
+  description?: string;
+  output?: string;
+  isError?: boolean;
+  durationMs?: number;
+  subtype?: string;
+  message?: string;
+  code?: string;
+  subagentId?: string;
+  name?: string;
+  skillName?: string;
+}
+
+/** The block id of the tool_result for a tool_use id. */
+export function toolResultId(toolUseId: string): string {
+  return toolUseId + "-result";
+}
+
+// ---- sessions ---------------------------------------------------------------
+
+export const SESSION_STATUSES = [
+  "created",
+  "starting",
+  "ready",
+  "running",
+  "idle",
+  "terminated",
+  "error",
+] as const;
+export type SessionStatus = (typeof SESSION_STATUSES)[number];
+
+export interface Runtime {
+  status: SessionStatus | "";
+  architecture: string;
+  sandbox?: string;
+  agentVersion?: string;
+  agentSessionId?: string;
+  activeQueryId?: string;
+  lastError?: string;
+}
+
+export interface Usage {
+  inputTokens: number;
+  outputTokens: number;
+  cacheReadInputTokens?: number;
+  cacheCreationInputTokens?: number;
+}
+
+// ---- events -----------------------------------------------------------------
+
+export const EVENT_TYPES = [
+  "block:upsert",
+  "block:delta",
+  "metadata:update",
+  "status",
+  "query:started",
+  "query:completed",
+  "query:failed",
+  "permission:requested",
+  "permission:resolved",
+  "file:created",
+  "file:modified",
+  "file:deleted",
+  "subagent:spawned",
+  "subagent:completed",
+  "error",
+  "log",
+  "session:idle",
+] as const;
+export type EventType = (typeof EVENT_TYPES)[number];
+
+export const MAIN_CONVERSATION = "main";
+
+export type Source = "runner" | "server" | "client";
+
+export interface EventContext {
+  sessionId: string;
+  /** "main" or a subagent id (the parent tool_use id). */
+  conversationId: string;
+  source: Source;
+  timestamp: string;
+  actor: string | null;
+}
+
+export interface BlockUpsertPayload {
+  block: AnyBlock;
+}
+export interface BlockDeltaPayload {
+  blockId: string;
+  delta: string;
+}
+export interface MetadataUpdatePayload {
+  usage?: Usage;
+  costUSD?: number;
+  model?: string;
+}
+export interface StatusPayload {
+  status: SessionStatus;
+  runtime: Runtime;
+  reason?: string;
+}
+export interface QueryStartedPayload {
+  queryId: string;
+  content?: string;
+}
+export interface QueryCompletedPayload {
+  queryId: string;
+  interrupted?: boolean;
+  durationMs?: number;
+  result?: string;
+}
+export interface QueryFailedPayload {
+  queryId: string;
+  error: string;
+  code?: string;
+  interrupted?: boolean;
+  durationMs?: number;
+}
+export interface PermissionRequestedPayload {
+  requestId: string;
+  toolName: string;
+  input: Json;
+  toolUseId?: string;
+  /** RFC 3339 time after which the request is denied by timeout. */
+  expiresAt: string;
+}
+export type PermissionBehavior = "allow" | "deny";
+export type ResolvedBy = "user" | "policy" | "timeout" | "interrupt";
+export interface PermissionResolvedPayload {
+  requestId: string;
+  behavior: PermissionBehavior;
+  by: ResolvedBy;
+  message?: string;
+  updatedInput?: Json;
+}
+export interface FileChangePayload {
+  path: string;
+  size?: number;
+  sha256?: string;
+}
+export interface SubagentSpawnedPayload {
+  toolUseId: string;
+  agentId?: string;
+  prompt: string;
+  subagentType?: string;
+  description?: string;
+}
+export interface SubagentCompletedPayload {
+  toolUseId: string;
+  agentId?: string;
+  status: BlockStatus;
+  output?: string;
+  durationMs?: number;
+}
+export interface ErrorPayload {
+  message: string;
+  code?: string;
+}
+export type LogLevel = "debug" | "info" | "warn" | "error";
+export interface LogPayload {
+  level: LogLevel;
+  message: string;
+  data?: Json;
+}
+export type SessionIdlePayload = Record<string, never>;
+
+/** Maps each event type to its payload type. */
+export interface PayloadMap {
+  "block:upsert": BlockUpsertPayload;
+  "block:delta": BlockDeltaPayload;
+  "metadata:update": MetadataUpdatePayload;
+  status: StatusPayload;
+  "query:started": QueryStartedPayload;
+  "query:completed": QueryCompletedPayload;
+  "query:failed": QueryFailedPayload;
+  "permission:requested": PermissionRequestedPayload;
+  "permission:resolved": PermissionResolvedPayload;
+  "file:created": FileChangePayload;
+  "file:modified": FileChangePayload;
+  "file:deleted": FileChangePayload;
+  "subagent:spawned": SubagentSpawnedPayload;
+  "subagent:completed": SubagentCompletedPayload;
+  error: ErrorPayload;
+  log: LogPayload;
+  "session:idle": SessionIdlePayload;
+}
+
+/** The envelope of one event type. */
+export interface EventOf<T extends EventType> {
+  /** 1, 2, 3, … per session; 0 only for unsequenced events. */
+  seq: number;
+  type: T;
+  payload: PayloadMap[T];
+  context: EventContext;
+}
+
+/** The envelope every transport carries: a union discriminated by `type`. */
+export type AgentEvent = { [T in EventType]: EventOf<T> }[EventType];
+
+// ---- reduced state ----------------------------------------------------------
+
+/** A subagent's conversation; id is the conversationId of its events. */
+export interface Subagent {
+  id: string;
+  toolUseId: string;
+  agentId?: string;
+  subagentType?: string;
+  description?: string;
+  prompt?: string;
+  status: BlockStatus;
+  output?: string;
+  durationMs?: number;
+  blocks: readonly AnyBlock[];
+}
+
+export interface WorkspaceFile {
+  path: string;
+  size?: number;
+  sha256?: string;
+}
+
+/** What the Go reducer's State holds (GET /api/sessions/{id} adds session fields). */
+export interface ReducedState {
+  status: SessionStatus | "";
+  runtime: Runtime;
+  blocks: readonly AnyBlock[];
+  subagents: readonly Subagent[];
+  usage: Usage;
+  costUSD: number;
+  model?: string;
+  pendingPermissions: readonly PermissionRequestedPayload[];
+  workspaceFiles: readonly WorkspaceFile[];
+  activeQueryId?: string;
+  lastSeq: number;
+}
+
+// ---- REST shapes (docs/api.md) ------------------------------------------------
+
+export interface ApiErrorBody {
+  error: string;
+  code: string;
+}
+
+export interface AgentProfileSummary {
+  id: string;
+  name: string;
+  description?: string;
+}
+
+export interface Architecture {
+  name: string;
+  aliases: string[];
+  available: boolean;
+  version?: string;
+}
+
+export interface SessionOptions {
+  model?: string;
+  [key: string]: Json | undefined;
+}
+
+export interface CreateSessionRequest {
+  agentProfileRef?: string;
+  architecture?: string;
+  sessionOptions?: SessionOptions;
+  name?: string;
+}
+
+export interface CreateSessionResponse {
+  sessionId: string;
+  runtime: Runtime;
+  createdAt: string;
+  sessionOptions?: SessionOptions;
+}
+
+/** An item of GET /api/sessions and of the live `{"op":"sessions"}` frames. */
+export interface SessionSummary {
+  sessionId: string;
+  /** The architecture. */
+  type: string;
+  agentProfileReference: string;
+  name?: string;
+  status: SessionStatus;
+  lastActivity: string;
+  createdAt: string;
+  lastSeq?: number;
+}
+
+/** GET /api/sessions/{id}. */
+export interface SessionState extends ReducedState {
+  sessionId: string;
+  type: string;
+  agentProfileReference: string;
+  name?: string;
+  createdAt: string;
+  lastActivity: string;
+}
+
+export interface SendMessageResponse {
+  success: true;
+  sessionId: string;
+  queryId: string;
+}
+
+export interface PermissionAnswer {
+  behavior: PermissionBehavior;
+  message?: string;
+  updatedInput?: Json;
+}
+
+export interface FileEntry {
+  path: string;
+  size: number;
+  isDir: boolean;
+  modTime: string;
+}
+
+export interface EventsPage {
+  events: AgentEvent[];
+  lastSeq: number;
+}

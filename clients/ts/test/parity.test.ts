@@ -1,0 +1,142 @@
+// Parity with the Go reducer: random logs are reduced by this package and by
+// conversation.Reduce (through test/goref, run with `go run`), and the states
+// must agree. Skipped when no Go toolchain is on PATH.
+import { execFileSync, spawnSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import path from "node:path";
+import { describe, expect, it } from "vitest";
+import { reduceAll, type AgentEvent, type AnyBlock, type EventType } from "../src/index.js";
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
+const hasGo = spawnSync("go", ["version"]).status === 0;
+
+// mulberry32: a small seeded PRNG so failures reproduce.
+function rng(seed: number): () => number {
+  return () => {
+    seed |= 0;
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function randomLog(seed: number): AgentEvent[] {
+  const r = rng(seed);
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
+  const convs = ["main", "main", "main", "toolu_A", "toolu_B"];
+  const ids = ["m1-0", "m1-1", "toolu_A", "toolu_A-result", "m2-0", "x"];
+  const types = ["assistant_text", "thinking", "tool_use", "tool_result", "subagent", "user_message", "error", "system"] as const;
+  const events: AgentEvent[] = [];
+  let seq = 0;
+  const n = 5 + Math.floor(r() * 60);
+  for (let i = 0; i < n; i++) {
+    const k = r();
+    let type: EventType;
+    let payload: unknown;
+    if (k < 0.35) {
+      type = "block:upsert";
+      const b: Record<string, unknown> = { id: pick(ids), type: pick(types) };
+      if (r() < 0.5) b.content = pick(["", "hello ", "wörld", "a\nb"]);
+      if (r() < 0.3) b.output = pick(["out", ""]);
+      if (r() < 0.3) b.status = pick(["pending", "complete", "error"]);
+      if (r() < 0.2) b.toolName = pick(["Bash", "Edit"]);
+      if (r() < 0.2) b.input = pick([{ command: "ls" }, { a: [1, 2] }, null]);
+      if (r() < 0.2) b.isError = r() < 0.5;
+      if (r() < 0.2) b.durationMs = Math.floor(r() * 100);
+      if (r() < 0.2) b.metadata = pick([{ a: 1 }, { b: "x" }, null, {}]);
+      if (r() < 0.2) b.timestamp = "2026-11-21T23:47:49.108Z";
+      payload = { block: b };
+    } else if (k < 0.6) {
+      type = "block:delta";
+      payload = { blockId: pick(ids), delta: pick(["x", "yz", "\n", "é"]) };
+    } else if (k < 0.66) {
+      type = "metadata:update";
+      payload = { usage: { inputTokens: Math.floor(r() * 10), outputTokens: Math.floor(r() * 10) }, ...(r() < 0.5 ? { costUSD: 0.25 } : {}), ...(r() < 0.3 ? { model: pick(["m1", "m2"]) } : {}) };
+    } else if (k < 0.72) {
+      type = pick(["permission:requested", "permission:resolved"] as const);
+      payload = type === "permission:requested"
+        ? { requestId: pick(["r1", "r2"]), toolName: "Bash", input: { c: 1 }, expiresAt: "2026-11-21T23:50:00.5Z" }
+        : { requestId: pick(["r1", "r2"]), behavior: "allow", by: "user" };
+    } else if (k < 0.8) {
+      type = pick(["file:created", "file:modified", "file:deleted"] as const);
+      payload = { path: pick(["a.txt", "dir/b.go", "c"]), ...(r() < 0.5 ? { size: Math.floor(r() * 3) } : {}) };
+    } else if (k < 0.86) {
+      type = pick(["subagent:spawned", "subagent:completed"] as const);
+      payload = type === "subagent:spawned"
+        ? { toolUseId: pick(["toolu_A", "toolu_B"]), prompt: "p", ...(r() < 0.5 ? { agentId: "ag" } : {}), ...(r() < 0.5 ? { subagentType: "t" } : {}) }
+        : { toolUseId: pick(["toolu_A", "toolu_B"]), status: pick(["complete", "error"]), ...(r() < 0.5 ? { output: "o", durationMs: 5 } : {}) };
+    } else if (k < 0.93) {
+      type = pick(["query:started", "query:completed", "query:failed"] as const);
+      payload = { queryId: pick(["q1", "q2", ""]), ...(type === "query:failed" ? { error: "boom" } : {}) };
+    } else {
+      type = "status";
+      payload = { status: pick(["running", "idle"]), runtime: { status: "running", architecture: "shell" } };
+    }
+    // Mostly increasing seqs, with duplicates, reorderings and unsequenced events.
+    const s = r();
+    const thisSeq = s < 0.08 ? Math.max(1, seq - Math.floor(r() * 3)) : s < 0.12 ? 0 : ++seq;
+    events.push({
+      seq: thisSeq,
+      type,
+      payload,
+      context: { sessionId: "s", conversationId: pick(convs), source: "runner", timestamp: "2026-11-21T23:47:49.108Z", actor: null },
+    } as AgentEvent);
+  }
+  return events;
+}
+
+// normalize drops what Go omits when empty and canonicalises times.
+function normalize(v: unknown, key = ""): unknown {
+  if (Array.isArray(v)) return v.map((x) => normalize(x));
+  if (v && typeof v === "object") {
+    const out: Record<string, unknown> = {};
+    for (const [k, x] of Object.entries(v)) {
+      const n = normalize(x, k);
+      if (n === undefined || n === "" || n === false || n === 0) continue;
+      if (n && typeof n === "object" && !Array.isArray(n) && Object.keys(n).length === 0 && k !== "input") continue;
+      out[k] = n;
+    }
+    return out;
+  }
+  if (typeof v === "string" && (key === "timestamp" || key === "expiresAt")) return new Date(v).toISOString();
+  return v;
+}
+
+function tsState(events: AgentEvent[]): unknown {
+  const st = reduceAll(events) as unknown as Record<string, unknown>;
+  const { notices: _n, lastTurn: _t, ...goShape } = st;
+  return normalize(goShape);
+}
+
+describe.skipIf(!hasGo)("parity with the Go reducer", () => {
+  it("agrees on 300 random logs", { timeout: 180_000 }, () => {
+    const logs = Array.from({ length: 300 }, (_, i) => randomLog(i + 1));
+    const out = execFileSync("go", ["run", "./clients/ts/test/goref"], {
+      cwd: repoRoot,
+      input: JSON.stringify(logs),
+      maxBuffer: 64 << 20,
+    }).toString();
+    const goStates = JSON.parse(out) as unknown[];
+    expect(goStates).toHaveLength(logs.length);
+    for (let i = 0; i < logs.length; i++) {
+      expect(tsState(logs[i]!), `log seed ${i + 1}`).toEqual(normalize(goStates[i]));
+    }
+  });
+
+  it("agrees on a hand-written log with every event type", { timeout: 180_000 }, () => {
+    const b = (x: AnyBlock) => ({ block: x });
+    const log = [
+      ["block:upsert", b({ id: "u", type: "user_message", content: "go" })],
+      ["query:started", { queryId: "q1" }],
+      ["block:upsert", b({ id: "toolu_1", type: "tool_use", toolName: "Task", input: { prompt: "p" } })],
+      ["subagent:spawned", { toolUseId: "toolu_1", prompt: "p" }],
+      ["session:idle", {}],
+      ["log", { level: "info", message: "m" }],
+      ["error", { message: "e" }],
+      ["query:completed", { queryId: "q1" }],
+    ].map(([type, payload], i) => ({ seq: i + 1, type, payload, context: { sessionId: "s", conversationId: "main", source: "runner", timestamp: "2026-11-21T23:47:49Z", actor: null } })) as AgentEvent[];
+    const out = execFileSync("go", ["run", "./clients/ts/test/goref"], { cwd: repoRoot, input: JSON.stringify([log]) }).toString();
+    expect(tsState(log)).toEqual(normalize((JSON.parse(out) as unknown[])[0]));
+  });
+});

@@ -1,0 +1,298 @@
+import { describe, expect, it } from "vitest";
+import {
+  applyBatch,
+  applyEvent,
+  Conversation,
+  initialState,
+  reduce,
+  reduceAll,
+  stateFromSnapshot,
+  type AgentEvent,
+} from "../src/index.js";
+import { ev } from "./helpers.js";
+
+describe("block:upsert", () => {
+  it("creates a block, then shallow-merges only the fields present", () => {
+    const st = reduceAll([
+      ev(1, "block:upsert", { block: { id: "t1", type: "tool_use", toolName: "Bash", input: { command: "ls" }, status: "pending" } }),
+      ev(2, "block:upsert", { block: { id: "t1", type: "tool_use", status: "complete" } }),
+    ]);
+    expect(st.blocks).toEqual([{ id: "t1", type: "tool_use", toolName: "Bash", input: { command: "ls" }, status: "complete" }]);
+    expect(st.lastSeq).toBe(2);
+  });
+
+  it("merges metadata keys one level, like Go's unmarshal onto a map", () => {
+    const st = reduceAll([
+      ev(1, "block:upsert", { block: { id: "b", type: "assistant_text", metadata: { a: 1, b: { x: 1 } } } }),
+      ev(2, "block:upsert", { block: { id: "b", type: "assistant_text", metadata: { b: { y: 2 }, c: 3 } } }),
+    ]);
+    expect(st.blocks[0]!.metadata).toEqual({ a: 1, b: { y: 2 }, c: 3 });
+  });
+
+  it("treats null as no change for scalars, null input as null, null metadata as removal", () => {
+    const st = reduceAll([
+      ev(1, "block:upsert", { block: { id: "b", type: "tool_use", toolName: "Read", input: { p: 1 }, metadata: { k: 1 } } }),
+      ev(2, "block:upsert", { block: { id: "b", type: "tool_use", toolName: null, input: null, metadata: null } as never }),
+    ]);
+    expect(st.blocks[0]).toEqual({ id: "b", type: "tool_use", toolName: "Read", input: null });
+  });
+
+  it("rejects a block without id but still consumes the seq", () => {
+    const r = applyEvent(initialState(), ev(1, "block:upsert", { block: { type: "assistant_text" } as never }));
+    expect(r.outcome).toBe("error");
+    expect(r.state.blocks).toHaveLength(0);
+    expect(r.state.lastSeq).toBe(1);
+  });
+
+  it("keeps block order by first appearance", () => {
+    const st = reduceAll([
+      ev(1, "block:upsert", { block: { id: "a", type: "user_message", content: "hi" } }),
+      ev(2, "block:upsert", { block: { id: "b", type: "assistant_text", content: "x" } }),
+      ev(3, "block:upsert", { block: { id: "a", type: "user_message", status: "complete" } }),
+    ]);
+    expect(st.blocks.map((b) => b.id)).toEqual(["a", "b"]);
+  });
+});
+
+describe("block:delta", () => {
+  it("appends to content for text blocks", () => {
+    const st = reduceAll([
+      ev(1, "block:upsert", { block: { id: "m-0", type: "assistant_text" } }),
+      ev(2, "block:delta", { blockId: "m-0", delta: "Hel" }),
+      ev(3, "block:delta", { blockId: "m-0", delta: "lo" }),
+    ]);
+    expect(st.blocks[0]!.content).toBe("Hello");
+    expect(st.blocks[0]!.output).toBeUndefined();
+  });
+
+  it("appends to output for tool_result and subagent blocks", () => {
+    const st = reduceAll([
+      ev(1, "block:upsert", { block: { id: "tu-result", type: "tool_result", toolUseId: "tu", output: "line 1\n" } }),
+      ev(2, "block:delta", { blockId: "tu-result", delta: "line 2\n" }),
+      ev(3, "block:upsert", { block: { id: "sa", type: "subagent", toolUseId: "sa" } }),
+      ev(4, "block:delta", { blockId: "sa", delta: "done" }),
+    ]);
+    expect(st.blocks[0]!.output).toBe("line 1\nline 2\n");
+    expect(st.blocks[0]!.content).toBeUndefined();
+    expect(st.blocks[1]!.output).toBe("done");
+  });
+
+  it("reports a delta for an unknown block as an error, consuming the seq", () => {
+    const r = applyEvent(initialState(), ev(1, "block:delta", { blockId: "nope", delta: "x" }));
+    expect(r.outcome).toBe("error");
+    expect(r.error).toContain("unknown block");
+    expect(r.state.lastSeq).toBe(1);
+  });
+
+  it("rejects a malformed delta payload", () => {
+    const r = applyEvent(initialState(), ev(1, "block:delta", { blockId: 3, delta: null } as never));
+    expect(r.outcome).toBe("error");
+  });
+});
+
+describe("seq handling", () => {
+  const log = [
+    ev(1, "block:upsert", { block: { id: "a", type: "assistant_text", content: "A" } }),
+    ev(2, "block:delta", { blockId: "a", delta: "B" }),
+    ev(3, "block:delta", { blockId: "a", delta: "C" }),
+  ];
+
+  it("ignores duplicates: replaying an overlap changes nothing", () => {
+    const once = reduceAll(log);
+    const twice = reduceAll([...log, log[1]!, log[2]!, ...log]);
+    expect(twice.blocks).toEqual(once.blocks);
+    expect(twice.blocks[0]!.content).toBe("ABC");
+  });
+
+  it("returns the same state object for a duplicate", () => {
+    const st = reduceAll(log);
+    const r = applyEvent(st, log[1]!);
+    expect(r.outcome).toBe("duplicate");
+    expect(r.state).toBe(st);
+  });
+
+  it("ignores an event that arrives after a higher seq (out of order)", () => {
+    const st = reduceAll([log[0]!, log[2]!, log[1]!]);
+    expect(st.blocks[0]!.content).toBe("AC");
+    expect(st.lastSeq).toBe(3);
+  });
+
+  it("always applies unsequenced (seq 0) events", () => {
+    const st = reduceAll([log[0]!, ev(0, "block:delta", { blockId: "a", delta: "x" }), ev(0, "block:delta", { blockId: "a", delta: "x" })]);
+    expect(st.blocks[0]!.content).toBe("Axx");
+    expect(st.lastSeq).toBe(1);
+  });
+
+  it("rejects an unknown event type but consumes its seq", () => {
+    const r = applyEvent(initialState(), { ...ev(1, "log", { level: "info", message: "" }), type: "bogus" } as unknown as AgentEvent);
+    expect(r.outcome).toBe("error");
+    expect(r.state.lastSeq).toBe(1);
+  });
+
+  it("survives garbage without throwing", () => {
+    let st = initialState();
+    for (const junk of [null, 42, "x", {}, { type: 1 }, { seq: 1, type: "status", payload: null }] as unknown[]) {
+      st = reduce(st, junk as AgentEvent);
+    }
+    expect(st.blocks).toHaveLength(0);
+  });
+});
+
+describe("subagents", () => {
+  it("routes blocks by conversationId to subagent threads", () => {
+    const st = reduceAll([
+      ev(1, "block:upsert", { block: { id: "toolu_1", type: "tool_use", toolName: "Task" } }),
+      ev(2, "subagent:spawned", { toolUseId: "toolu_1", prompt: "look around", subagentType: "explorer" }),
+      ev(3, "block:upsert", { block: { id: "m2-0", type: "assistant_text", content: "sub " } }, "toolu_1"),
+      ev(4, "block:delta", { blockId: "m2-0", delta: "text" }, "toolu_1"),
+      ev(5, "subagent:completed", { toolUseId: "toolu_1", status: "complete", output: "found it", durationMs: 12 }),
+    ]);
+    expect(st.blocks.map((b) => b.id)).toEqual(["toolu_1"]);
+    expect(st.subagents).toHaveLength(1);
+    const s = st.subagents[0]!;
+    expect(s).toMatchObject({ id: "toolu_1", toolUseId: "toolu_1", prompt: "look around", subagentType: "explorer", status: "complete", output: "found it", durationMs: 12 });
+    expect(s.blocks).toEqual([{ id: "m2-0", type: "assistant_text", content: "sub text" }]);
+  });
+
+  it("creates a pending subagent thread for blocks that arrive before subagent:spawned", () => {
+    const st = reduceAll([ev(1, "block:upsert", { block: { id: "x", type: "assistant_text" } }, "toolu_9")]);
+    expect(st.subagents[0]).toMatchObject({ id: "toolu_9", status: "pending" });
+    expect(st.blocks).toHaveLength(0);
+  });
+
+  it("does not find a main block from a subagent delta", () => {
+    const r = applyEvent(reduceAll([ev(1, "block:upsert", { block: { id: "a", type: "assistant_text" } })]), ev(2, "block:delta", { blockId: "a", delta: "x" }, "toolu_1"));
+    expect(r.outcome).toBe("error");
+  });
+});
+
+describe("session-level events", () => {
+  it("sums metadata:update increments", () => {
+    const st = reduceAll([
+      ev(1, "metadata:update", { usage: { inputTokens: 10, outputTokens: 5 }, costUSD: 0.01, model: "m1" }),
+      ev(2, "metadata:update", { usage: { inputTokens: 1, outputTokens: 2, cacheReadInputTokens: 7 }, costUSD: 0.02 }),
+      ev(3, "metadata:update", { model: "" }),
+    ]);
+    expect(st.usage).toEqual({ inputTokens: 11, outputTokens: 7, cacheReadInputTokens: 7 });
+    expect(st.costUSD).toBeCloseTo(0.03);
+    expect(st.model).toBe("m1");
+  });
+
+  it("tracks pending permissions in request order", () => {
+    const exp = "2026-11-21T23:50:00Z";
+    const st = reduceAll([
+      ev(1, "permission:requested", { requestId: "r1", toolName: "Bash", input: {}, expiresAt: exp }),
+      ev(2, "permission:requested", { requestId: "r2", toolName: "Write", input: {}, expiresAt: exp }),
+      ev(3, "permission:resolved", { requestId: "r1", behavior: "allow", by: "user" }),
+    ]);
+    expect(st.pendingPermissions.map((p) => p.requestId)).toEqual(["r2"]);
+  });
+
+  it("keeps the workspace file list sorted and applies deletes", () => {
+    const st = reduceAll([
+      ev(1, "file:created", { path: "b.txt", size: 0 }),
+      ev(2, "file:created", { path: "a/x.go", size: 3, sha256: "abc" }),
+      ev(3, "file:modified", { path: "b.txt", size: 5 }),
+      ev(4, "file:created", { path: "c" }),
+      ev(5, "file:deleted", { path: "c" }),
+    ]);
+    expect(st.workspaceFiles).toEqual([
+      { path: "a/x.go", size: 3, sha256: "abc" },
+      { path: "b.txt", size: 5 },
+    ]);
+  });
+
+  it("tracks the active query and records failures and interrupts as notices", () => {
+    let st = reduceAll([
+      ev(1, "block:upsert", { block: { id: "u", type: "user_message", content: "x" } }),
+      ev(2, "query:started", { queryId: "q1" }),
+    ]);
+    expect(st.activeQueryId).toBe("q1");
+    expect(st.lastTurn).toEqual({ queryId: "q1", state: "running" });
+    st = reduce(st, ev(3, "query:failed", { queryId: "q1", error: "server restarted", code: "INTERRUPTED" }));
+    expect(st.activeQueryId).toBeUndefined();
+    expect(st.notices).toMatchObject([{ kind: "turn_failed", message: "server restarted", afterBlock: 1, seq: 3 }]);
+    st = reduceAll([ev(4, "query:started", { queryId: "q2" }), ev(5, "query:completed", { queryId: "q2", interrupted: true })], st);
+    expect(st.notices.map((n) => n.kind)).toEqual(["turn_failed", "turn_interrupted"]);
+    // A completion for another query leaves the active one alone (Go: endQuery).
+    st = reduceAll([ev(6, "query:started", { queryId: "q3" }), ev(7, "query:completed", { queryId: "q2" })], st);
+    expect(st.activeQueryId).toBe("q3");
+  });
+
+  it("sets status and runtime", () => {
+    const st = reduce(initialState(), ev(1, "status", { status: "running", runtime: { status: "running", architecture: "shell" } }));
+    expect(st.status).toBe("running");
+    expect(st.runtime.architecture).toBe("shell");
+  });
+});
+
+describe("immutability and sharing", () => {
+  it("never changes an old state and keeps untouched blocks by identity", () => {
+    const s1 = reduceAll([
+      ev(1, "block:upsert", { block: { id: "a", type: "assistant_text", content: "A" } }),
+      ev(2, "block:upsert", { block: { id: "b", type: "assistant_text", content: "B" } }),
+    ]);
+    const snapshot = JSON.stringify(s1);
+    const s2 = reduce(s1, ev(3, "block:delta", { blockId: "b", delta: "!" }));
+    expect(JSON.stringify(s1)).toBe(snapshot);
+    expect(s2.blocks[0]).toBe(s1.blocks[0]);
+    expect(s2.blocks[1]).not.toBe(s1.blocks[1]);
+    expect(s2.blocks[1]!.content).toBe("B!");
+  });
+
+  it("gives correct results when two states branch from one", () => {
+    const base = reduceAll([ev(1, "block:upsert", { block: { id: "a", type: "assistant_text" } })]);
+    const left = reduce(base, ev(2, "block:upsert", { block: { id: "x", type: "assistant_text", content: "L" } }));
+    const right = reduce(base, ev(2, "block:upsert", { block: { id: "y", type: "assistant_text", content: "R" } }));
+    const left2 = reduce(left, ev(3, "block:delta", { blockId: "x", delta: "1" }));
+    const right2 = reduce(right, ev(3, "block:upsert", { block: { id: "x", type: "assistant_text", content: "late" } }));
+    const left3 = reduce(left2, ev(4, "block:delta", { blockId: "x", delta: "2" }));
+    expect(left3.blocks.map((b) => [b.id, b.content ?? ""])).toEqual([["a", ""], ["x", "L12"]]);
+    expect(right2.blocks.map((b) => [b.id, b.content ?? ""])).toEqual([["a", ""], ["y", "R"], ["x", "late"]]);
+    expect(reduce(base, ev(2, "block:delta", { blockId: "x", delta: "?" })).blocks).toHaveLength(1);
+  });
+
+  it("applies a batch like event-by-event application", () => {
+    const log: AgentEvent[] = [ev(1, "block:upsert", { block: { id: "a", type: "tool_result", output: "" } })];
+    for (let i = 2; i < 200; i++) log.push(ev(i, "block:delta", { blockId: "a", delta: `${i}\n` }));
+    const one = log.reduce(reduce, initialState());
+    const batch = applyBatch(initialState(), log);
+    expect(batch.applied).toBe(log.length);
+    expect(batch.state.blocks).toEqual(one.blocks);
+  });
+
+  it("resumes from a server snapshot", () => {
+    const st = stateFromSnapshot({ lastSeq: 7, blocks: [{ id: "a", type: "assistant_text", content: "x" }], status: "idle" });
+    expect(applyEvent(st, ev(7, "block:delta", { blockId: "a", delta: "dup" })).outcome).toBe("duplicate");
+    expect(reduce(st, ev(8, "block:delta", { blockId: "a", delta: "y" })).blocks[0]!.content).toBe("xy");
+  });
+});
+
+describe("Conversation", () => {
+  it("batches pushes: 10,000 deltas notify listeners once per scheduler tick", () => {
+    const ticks: (() => void)[] = [];
+    const c = new Conversation({ schedule: (cb) => ticks.push(cb) });
+    let notified = 0;
+    c.subscribe(() => notified++);
+    c.push(ev(1, "block:upsert", { block: { id: "r", type: "tool_result", output: "" } }));
+    for (let i = 0; i < 10_000; i++) c.push(ev(i + 2, "block:delta", { blockId: "r", delta: "x" }));
+    expect(ticks).toHaveLength(1);
+    expect(c.lastSeq).toBe(10_001); // queued events count for resuming
+    expect(notified).toBe(0);
+    ticks.shift()!();
+    expect(notified).toBe(1);
+    expect(c.state.blocks[0]!.output).toHaveLength(10_000);
+  });
+
+  it("counts duplicates and reports errors", () => {
+    const errors: string[] = [];
+    const c = new Conversation({ onError: (m) => errors.push(m) });
+    const e1 = ev(1, "block:upsert", { block: { id: "a", type: "assistant_text" } });
+    c.push(e1);
+    c.push(e1);
+    c.push(ev(2, "block:delta", { blockId: "zz", delta: "x" }));
+    expect(c.duplicates).toBe(1);
+    expect(errors).toHaveLength(1);
+    expect(c.lastSeq).toBe(2);
+  });
+});

@@ -1,0 +1,87 @@
+import { describe, expect, it } from "vitest";
+import { AgentdClient, AgentdError, encodePath } from "../src/index.js";
+
+type Call = { url: string; init: RequestInit | undefined };
+
+function client(answer: (c: Call) => Response, apiKey?: string) {
+  const calls: Call[] = [];
+  const c = new AgentdClient({
+    baseUrl: "http://127.0.0.1:1",
+    ...(apiKey ? { apiKey } : {}),
+    fetch: async (url, init) => {
+      const call = { url, init };
+      calls.push(call);
+      return answer(call);
+    },
+  });
+  return { c, calls };
+}
+const json = (body: unknown, status = 200) => new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } });
+
+describe("AgentdClient", () => {
+  it("sends the bearer key and JSON bodies", async () => {
+    const { c, calls } = client(() => json({ success: true, sessionId: "s", queryId: "q1" }, 202), "secret");
+    const r = await c.sendMessage("s/1", "echo hi");
+    expect(r.queryId).toBe("q1");
+    expect(calls[0]!.url).toBe("http://127.0.0.1:1/api/sessions/s%2F1/messages");
+    const h = calls[0]!.init!.headers as Record<string, string>;
+    expect(h.Authorization).toBe("Bearer secret");
+    expect(JSON.parse(calls[0]!.init!.body as string)).toEqual({ content: "echo hi" });
+  });
+
+  it("maps error bodies to AgentdError with code and status", async () => {
+    const { c } = client(() => json({ error: "a turn is running", code: "SESSION_BUSY" }, 409));
+    const err = await c.sendMessage("s", "x").catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(AgentdError);
+    expect(err).toMatchObject({ status: 409, code: "SESSION_BUSY", message: "a turn is running" });
+  });
+
+  it("copes with a non-JSON error body", async () => {
+    const { c } = client(() => new Response("gateway exploded", { status: 502, statusText: "Bad Gateway" }));
+    await expect(c.listSessions()).rejects.toMatchObject({ status: 502, code: "HTTP_502", message: "gateway exploded" });
+  });
+
+  it("builds every route", async () => {
+    const { c, calls } = client((call) => {
+      if (call.url.includes("/files/")) return new Response("bytes");
+      return json({ profiles: [], architectures: [], sessions: [], files: [], events: [], lastSeq: 0, success: true, required: false });
+    });
+    await c.auth();
+    await c.listProfiles();
+    await c.listArchitectures();
+    await c.createSession({ architecture: "shell" });
+    await c.listSessions();
+    await c.getSession("s");
+    await c.interrupt("s");
+    await c.answerPermission("s", "r 1", { behavior: "deny", message: "no" });
+    await c.listFiles("s");
+    expect(await (await c.readFile("s", "dir/a b#.txt")).text()).toBe("bytes");
+    await c.getEvents("s", { after: 3, limit: 10 });
+    await c.deleteSession("s", { purge: true });
+    expect(calls.map((x) => `${x.init!.method} ${x.url.replace("http://127.0.0.1:1", "")}`)).toEqual([
+      "GET /api/auth",
+      "GET /api/agent-profiles",
+      "GET /api/architectures",
+      "POST /api/sessions",
+      "GET /api/sessions",
+      "GET /api/sessions/s",
+      "POST /api/sessions/s/interrupt",
+      "POST /api/sessions/s/permissions/r%201",
+      "GET /api/sessions/s/files",
+      "GET /api/sessions/s/files/dir/a%20b%23.txt",
+      "GET /api/sessions/s/events?after=3&limit=10",
+      "DELETE /api/sessions/s?purge=true",
+    ]);
+  });
+
+  it("encodes paths segment by segment", () => {
+    expect(encodePath("/a//b c/ü?.md")).toBe("a/b%20c/%C3%BC%3F.md");
+    expect(encodePath("..")).toBe("..");
+  });
+
+  it("adds access_token to SSE and PTY URLs", () => {
+    const { c } = client(() => json({}), "k");
+    expect(c.eventsStreamUrl("s", 4)).toBe("http://127.0.0.1:1/api/sessions/s/events?after=4&access_token=k");
+    expect(c.wsUrl("/api/sessions/s/pty", { rows: 24, cols: 80 })).toBe("ws://127.0.0.1:1/api/sessions/s/pty?rows=24&cols=80&access_token=k");
+  });
+});
