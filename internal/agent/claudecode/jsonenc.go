@@ -1,0 +1,189 @@
+package claudecode
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/agentd/agentd/conversation"
+)
+
+// The converter's two hot payloads (block:upsert and block:delta) are encoded
+// by hand: json.Marshal through reflection costs as much as all the rest of
+// the conversion. The output is byte-for-byte what json.Marshal produces for
+// the same value (TestEncodeMatchesMarshal checks it, and
+// TestBlockFieldsKnown fails when conversation.Block gains a field this
+// encoder does not know).
+
+// appendUpsertPayload appends the JSON of conversation.BlockUpsert{Block: *b}.
+func appendUpsertPayload(dst []byte, b *conversation.Block) []byte {
+	dst = append(dst, `{"block":`...)
+	dst = appendBlock(dst, b)
+	return append(dst, '}')
+}
+
+// appendDeltaPayload appends the JSON of conversation.BlockDelta.
+func appendDeltaPayload(dst []byte, id, delta string) []byte {
+	dst = append(dst, `{"blockId":`...)
+	dst = appendString(dst, id)
+	dst = append(dst, `,"delta":`...)
+	dst = appendString(dst, delta)
+	return append(dst, '}')
+}
+
+// appendBlock appends the JSON of b, in conversation.Block's field order with
+// its omitempty rules. b.Input must already be compact JSON as json.Marshal
+// would write it (see compactJSON).
+func appendBlock(dst []byte, b *conversation.Block) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = appendString(dst, b.ID)
+	dst = append(dst, `,"type":`...)
+	dst = appendString(dst, string(b.Type))
+	if !b.Timestamp.IsZero() {
+		dst = append(dst, `,"timestamp":"`...)
+		dst = b.Timestamp.AppendFormat(dst, time.RFC3339Nano)
+		dst = append(dst, '"')
+	}
+	dst = appendField(dst, "status", string(b.Status))
+	if len(b.Metadata) > 0 {
+		if m, err := json.Marshal(b.Metadata); err == nil {
+			dst = append(dst, `,"metadata":`...)
+			dst = append(dst, m...)
+		}
+	}
+	dst = appendField(dst, "content", b.Content)
+	dst = appendField(dst, "model", b.Model)
+	dst = appendField(dst, "summary", b.Summary)
+	dst = appendField(dst, "toolName", b.ToolName)
+	dst = appendField(dst, "toolUseId", b.ToolUseID)
+	if len(b.Input) > 0 {
+		dst = append(dst, `,"input":`...)
+		dst = append(dst, b.Input...)
+	}
+	dst = appendField(dst, "displayName", b.DisplayName)
+	dst = appendField(dst, "description", b.Description)
+	dst = appendField(dst, "output", b.Output)
+	if b.IsError {
+		dst = append(dst, `,"isError":true`...)
+	}
+	if b.DurationMs != 0 {
+		dst = append(dst, `,"durationMs":`...)
+		dst = strconv.AppendInt(dst, b.DurationMs, 10)
+	}
+	dst = appendField(dst, "subtype", b.Subtype)
+	dst = appendField(dst, "message", b.Message)
+	dst = appendField(dst, "code", b.Code)
+	dst = appendField(dst, "subagentId", b.SubagentID)
+	dst = appendField(dst, "name", b.Name)
+	dst = appendField(dst, "skillName", b.SkillName)
+	return append(dst, '}')
+}
+
+// blockFields lists the JSON names appendBlock writes, in order.
+var blockFields = []string{
+	"id", "type", "timestamp", "status", "metadata", "content", "model", "summary",
+	"toolName", "toolUseId", "input", "displayName", "description", "output",
+	"isError", "durationMs", "subtype", "message", "code", "subagentId", "name", "skillName",
+}
+
+// appendField appends ,"name":"value" unless value is empty (omitempty).
+func appendField(dst []byte, name, value string) []byte {
+	if value == "" {
+		return dst
+	}
+	dst = append(dst, ',', '"')
+	dst = append(dst, name...)
+	dst = append(dst, '"', ':')
+	return appendString(dst, value)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// safeASCII marks the ASCII bytes encoding/json writes unescaped (with its
+// default HTML escaping: <, > and & are escaped).
+var safeASCII = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = true
+	}
+	for _, c := range `"\<>&` {
+		t[c] = false
+	}
+	return t
+}()
+
+// appendString appends s as a JSON string exactly as encoding/json does.
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if safeASCII[c] {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '\\', '"':
+				dst = append(dst, '\\', c)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// compactJSON returns raw as json.Marshal writes a json.RawMessage: compact,
+// with <, > and & escaped. It returns nil when raw is not valid JSON, so a
+// malformed value is dropped rather than corrupting the output.
+func compactJSON(raw []byte) json.RawMessage {
+	if len(raw) == 0 {
+		return nil
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(raw))
+	if err := json.Compact(&buf, raw); err != nil {
+		return nil
+	}
+	out := buf.Bytes()
+	if bytes.IndexAny(out, "<>&\u2028\u2029") < 0 {
+		return out
+	}
+	var esc bytes.Buffer
+	esc.Grow(len(out) + 16)
+	json.HTMLEscape(&esc, out)
+	return esc.Bytes()
+}
