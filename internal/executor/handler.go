@@ -1,0 +1,451 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentd/agentd/internal/sandbox"
+)
+
+// handler serves one connection's requests on behalf of the executor.
+type handler struct{ e *Executor }
+
+// pider is what a sandbox.Process may offer to report its pid.
+type pider interface{ PID() int }
+
+func (h *handler) HandleCall(ctx context.Context, c *Conn, req *Request) (any, error) {
+	e := h.e
+	if req.Method == MethodPing {
+		return e.ping(), nil
+	}
+	if e.isStopping() {
+		return nil, Errorf(CodeTerminated, "%s: executor is shutting down", req.Method)
+	}
+	switch req.Method {
+	case MethodExecStart:
+		return e.execStart(ctx, c, req)
+	case MethodExecInput:
+		return e.execInput(req)
+	case MethodExecSignal:
+		return e.execSignal(req)
+	case MethodExecResize:
+		return e.execResize(req)
+	case MethodExecAttach:
+		return e.execAttach(c, req)
+	case MethodExecDetach:
+		return e.execDetach(c, req)
+	case MethodExecList:
+		return e.execList(), nil
+	case MethodExecRelease:
+		return e.execRelease(c, req)
+	case MethodFSRead:
+		var p PathParams
+		if err := req.Decode(&p); err != nil {
+			return nil, err
+		}
+		data, err := e.cfg.Env.ReadFile(ctx, p.Path)
+		if err != nil {
+			return nil, errorFor(err)
+		}
+		return FSReadResult{Data: data}, nil
+	case MethodFSWrite:
+		var p FSFile
+		if err := req.Decode(&p); err != nil {
+			return nil, err
+		}
+		if err := e.cfg.Env.WriteFile(ctx, p.Path, p.Data, p.Mode); err != nil {
+			return nil, errorFor(err)
+		}
+		return OKResult{OK: true}, nil
+	case MethodFSWriteMany:
+		var p FSWriteManyParams
+		if err := req.Decode(&p); err != nil {
+			return nil, err
+		}
+		files := make([]sandbox.File, len(p.Files))
+		for i, f := range p.Files {
+			files[i] = sandbox.File{Path: f.Path, Content: f.Data, Mode: f.Mode}
+		}
+		if err := e.cfg.Env.WriteFiles(ctx, files); err != nil {
+			return nil, errorFor(err)
+		}
+		return OKResult{OK: true}, nil
+	case MethodFSList:
+		var p FSListParams
+		if err := req.Decode(&p); err != nil {
+			return nil, err
+		}
+		entries, err := e.cfg.Env.List(ctx, p.Dir, p.Recursive)
+		if err != nil {
+			return nil, errorFor(err)
+		}
+		if entries == nil {
+			entries = []sandbox.FileInfo{}
+		}
+		return FSListResult{Entries: entries}, nil
+	case MethodFSRemove:
+		var p PathParams
+		if err := req.Decode(&p); err != nil {
+			return nil, err
+		}
+		if err := e.cfg.Env.Remove(ctx, p.Path); err != nil {
+			return nil, errorFor(err)
+		}
+		return OKResult{OK: true}, nil
+	case MethodFSWatch:
+		return e.watch(c)
+	case MethodFSUnwatch:
+		var p WatchParams
+		if err := req.Decode(&p); err != nil {
+			return nil, err
+		}
+		return e.unwatch(c, p.WatchID)
+	case MethodShutdown:
+		e.log.Info("executor: shutdown requested")
+		e.mu.Lock()
+		e.stopping = true
+		e.mu.Unlock()
+		tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := e.terminate(tctx); err != nil {
+			e.log.Error("executor: terminate environment", "err", err)
+		}
+		req.AfterReply(e.requestStop)
+		return OKResult{OK: true}, nil
+	}
+	return nil, Errorf(CodeMethodNotFound, "method not found: %q", req.Method)
+}
+
+func (h *handler) HandleNotify(c *Conn, method string, params json.RawMessage) {
+	if method != MethodExecAck {
+		h.e.log.Debug("executor: notification ignored", "method", method)
+		return
+	}
+	var p ExecAckParams
+	if json.Unmarshal(params, &p) != nil {
+		return
+	}
+	h.e.mu.Lock()
+	x := h.e.execs[p.Tag]
+	h.e.mu.Unlock()
+	if x == nil {
+		return
+	}
+	x.mu.Lock()
+	sub := x.sub
+	x.mu.Unlock()
+	if sub != nil && sub.c == c {
+		sub.ack(p.Offsets)
+	}
+}
+
+// lookup returns the process with tag, or a CodeNotFound error.
+func (e *Executor) lookup(tag string) (*execState, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	x := e.execs[tag]
+	if x == nil || x.proc == nil {
+		return nil, Errorf(CodeNotFound, "no process with tag %q", tag)
+	}
+	return x, nil
+}
+
+func (e *Executor) execStart(ctx context.Context, c *Conn, req *Request) (any, error) {
+	var p ExecStartParams
+	if err := req.Decode(&p); err != nil {
+		return nil, err
+	}
+	if len(p.Argv) == 0 || p.Argv[0] == "" {
+		return nil, Errorf(CodeInvalidParams, "exec.start: argv is empty")
+	}
+	if p.PTY != nil && (p.PTY.Rows == 0 || p.PTY.Cols == 0) {
+		return nil, Errorf(CodeInvalidParams, "exec.start: pty size %dx%d", p.PTY.Rows, p.PTY.Cols)
+	}
+	if p.Window < 0 {
+		return nil, Errorf(CodeInvalidParams, "exec.start: negative window")
+	}
+	// Reserve the tag so concurrent starts cannot both take it.
+	x := &execState{argv: p.Argv, stdin: p.Stdin, pty: p.PTY != nil, done: make(chan struct{})}
+	e.mu.Lock()
+	if p.Tag == "" {
+		e.seq++
+		p.Tag = "x" + strconv.Itoa(e.seq)
+	}
+	x.tag = p.Tag
+	if _, ok := e.execs[p.Tag]; ok {
+		e.mu.Unlock()
+		return nil, Errorf(CodeExists, "exec.start: tag %q in use", p.Tag)
+	}
+	e.execs[p.Tag] = x
+	e.mu.Unlock()
+	started := false
+	defer func() {
+		if !started {
+			e.mu.Lock()
+			delete(e.execs, p.Tag)
+			e.mu.Unlock()
+			x.releaseSpools()
+		}
+	}()
+
+	env := maps.Clone(p.Env)
+	if len(p.SecretEnv) > 0 && env == nil {
+		env = map[string]string{}
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.SecretEnv)) {
+		var r SecretsGetResult
+		if err := e.callServer(ctx, c, MethodSecretsGet, SecretsGetParams{Name: p.SecretEnv[name]}, &r); err != nil {
+			return nil, Errorf(CodeSecretDenied, "exec.start: secret %q for %s: %v", p.SecretEnv[name], name, err)
+		}
+		env[name] = r.Value
+	}
+	for i := range x.streams {
+		s, err := newSpool(e.cfg.SpoolDir, e.cfg.SpoolBytes)
+		if err != nil {
+			return nil, Errorf(CodeIO, "exec.start: %v", err)
+		}
+		x.streams[i] = s
+	}
+	cmd := sandbox.Cmd{Argv: p.Argv, Dir: p.Cwd, Env: env, Stdin: p.Stdin, Tag: p.Tag}
+	if p.PTY != nil {
+		cmd.PTY = &sandbox.WindowSize{Rows: p.PTY.Rows, Cols: p.PTY.Cols}
+	}
+	proc, err := e.cfg.Env.Exec(ctx, cmd)
+	if err != nil {
+		pe := errorFor(err)
+		if pe.Code == CodeIO || pe.Code == CodeNotFound {
+			pe = &Error{Code: CodeExecFailed, Message: fmt.Sprintf("exec.start %q: %v", p.Argv[0], err)}
+		}
+		return nil, pe
+	}
+	started = true
+	x.proc, x.startedAt = proc, time.Now()
+	if pp, ok := proc.(pider); ok {
+		x.pid = pp.PID()
+	}
+	e.log.Info("executor: process started", "tag", p.Tag, "argv0", p.Argv[0], "pid", x.pid)
+	start := e.subscribe(x, c, sandbox.Offsets{}, p.Window)
+	e.bg.Add(1)
+	go e.pump(x)
+	req.AfterReply(start)
+	return ExecStartResult{Tag: p.Tag, PID: x.pid}, nil
+}
+
+func (e *Executor) execInput(req *Request) (any, error) {
+	var p ExecInputParams
+	if err := req.Decode(&p); err != nil {
+		return nil, err
+	}
+	x, err := e.lookup(p.Tag)
+	if err != nil {
+		return nil, err
+	}
+	if !x.stdin && !x.pty {
+		return nil, Errorf(CodeUnsupported, "exec.input: process %q has no stdin", p.Tag)
+	}
+	data := p.Data
+	if p.Text != nil {
+		if len(p.Data) > 0 {
+			return nil, Errorf(CodeInvalidParams, "exec.input: both data and text")
+		}
+		data = []byte(*p.Text)
+	}
+	if len(data) > 0 {
+		if _, err := x.proc.Write(data); err != nil {
+			return nil, errorFor(err)
+		}
+	}
+	if p.EOF {
+		if err := x.proc.CloseStdin(); err != nil {
+			return nil, errorFor(err)
+		}
+	}
+	return OKResult{OK: true}, nil
+}
+
+// parseSignal accepts "SIGTERM", "TERM", "sigterm" or a number.
+func parseSignal(s string) (syscall.Signal, bool) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n <= 0 || n > 64 {
+			return 0, false
+		}
+		return syscall.Signal(n), true
+	}
+	name := strings.ToUpper(s)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	sig := unix.SignalNum(name)
+	return sig, sig != 0
+}
+
+func (e *Executor) execSignal(req *Request) (any, error) {
+	var p ExecSignalParams
+	if err := req.Decode(&p); err != nil {
+		return nil, err
+	}
+	sig, ok := parseSignal(p.Signal)
+	if !ok {
+		return nil, Errorf(CodeInvalidParams, "exec.signal: unknown signal %q", p.Signal)
+	}
+	x, err := e.lookup(p.Tag)
+	if err != nil {
+		return nil, err
+	}
+	if x.exitStatus() != nil {
+		return OKResult{OK: true}, nil // already exited: nothing to signal
+	}
+	if sig == syscall.SIGKILL {
+		err = x.proc.Kill()
+	} else {
+		err = x.proc.Signal(sig)
+	}
+	if err != nil && x.exitStatus() == nil {
+		return nil, errorFor(err)
+	}
+	return OKResult{OK: true}, nil
+}
+
+func (e *Executor) execResize(req *Request) (any, error) {
+	var p ExecResizeParams
+	if err := req.Decode(&p); err != nil {
+		return nil, err
+	}
+	if p.Rows == 0 || p.Cols == 0 {
+		return nil, Errorf(CodeInvalidParams, "exec.resize: size %dx%d", p.Rows, p.Cols)
+	}
+	x, err := e.lookup(p.Tag)
+	if err != nil {
+		return nil, err
+	}
+	if !x.pty {
+		return nil, Errorf(CodeUnsupported, "exec.resize: process %q has no pty", p.Tag)
+	}
+	if err := x.proc.Resize(sandbox.WindowSize{Rows: p.Rows, Cols: p.Cols}); err != nil {
+		return nil, errorFor(err)
+	}
+	return OKResult{OK: true}, nil
+}
+
+func (e *Executor) execAttach(c *Conn, req *Request) (any, error) {
+	var p ExecAttachParams
+	if err := req.Decode(&p); err != nil {
+		return nil, err
+	}
+	if p.Window < 0 {
+		return nil, Errorf(CodeInvalidParams, "exec.attach: negative window")
+	}
+	x, err := e.lookup(p.Tag)
+	if err != nil {
+		return nil, err
+	}
+	first, end := x.offsets()
+	from := p.FromOffset
+	if from.Stdout < 0 || from.Stderr < 0 || from.Stdout > end.Stdout || from.Stderr > end.Stderr {
+		return nil, Errorf(CodeInvalidParams, "exec.attach: fromOffset %+v outside 0..%+v", from, end)
+	}
+	from.Stdout, from.Stderr = max(from.Stdout, first.Stdout), max(from.Stderr, first.Stderr)
+	st := x.exitStatus()
+	start := e.subscribe(x, c, from, p.Window)
+	req.AfterReply(start)
+	return ExecAttachResult{Tag: p.Tag, Running: st == nil, Exit: st, First: first, End: end}, nil
+}
+
+func (e *Executor) execDetach(c *Conn, req *Request) (any, error) {
+	var p TagParams
+	if err := req.Decode(&p); err != nil {
+		return nil, err
+	}
+	x, err := e.lookup(p.Tag)
+	if err != nil {
+		return nil, err
+	}
+	x.mu.Lock()
+	sub := x.sub
+	if sub != nil && sub.c == c {
+		x.sub = nil
+	} else {
+		sub = nil
+	}
+	x.mu.Unlock()
+	if sub != nil {
+		<-sub.stop() // nothing of it is sent after the reply
+	}
+	return OKResult{OK: true}, nil
+}
+
+func (e *Executor) execList() ExecListResult {
+	e.mu.Lock()
+	xs := make([]*execState, 0, len(e.execs))
+	for _, x := range e.execs {
+		if x.proc != nil {
+			xs = append(xs, x)
+		}
+	}
+	e.mu.Unlock()
+	slices.SortFunc(xs, func(a, b *execState) int { return strings.Compare(a.tag, b.tag) })
+	r := ExecListResult{Execs: make([]ExecInfo, 0, len(xs))}
+	for _, x := range xs {
+		first, end := x.offsets()
+		x.mu.Lock()
+		attached := x.sub != nil && !x.sub.stopped() && !isClosed(x.sub.c.closing)
+		exit := x.exit
+		x.mu.Unlock()
+		r.Execs = append(r.Execs, ExecInfo{
+			Tag: x.tag, Argv: x.argv, PID: x.pid, Running: exit == nil, Exit: exit,
+			StartedAt: x.startedAt, First: first, End: end, Attached: attached,
+		})
+	}
+	return r
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func (e *Executor) execRelease(c *Conn, req *Request) (any, error) {
+	var p TagParams
+	if err := req.Decode(&p); err != nil {
+		return nil, err
+	}
+	x, err := e.lookup(p.Tag)
+	if err != nil {
+		return nil, err
+	}
+	if x.exitStatus() == nil {
+		return nil, Errorf(CodeRunning, "exec.release: process %q is still running", p.Tag)
+	}
+	e.mu.Lock()
+	if e.execs[p.Tag] != x {
+		e.mu.Unlock()
+		return nil, Errorf(CodeNotFound, "no process with tag %q", p.Tag)
+	}
+	delete(e.execs, p.Tag)
+	e.mu.Unlock()
+	x.mu.Lock()
+	sub := x.sub
+	x.sub = nil
+	x.mu.Unlock()
+	if sub != nil {
+		exited := sub.stop()
+		if sub.c == c {
+			<-exited
+		}
+	}
+	x.releaseSpools()
+	return OKResult{OK: true}, nil
+}

@@ -1,0 +1,346 @@
+// Package executor holds the agentd executor: a process that runs one
+// session's commands and file operations on behalf of the API server and
+// outlives it. The server starts one executor per session, detached, and
+// talks to it over a Unix socket with JSON-RPC 2.0, one JSON object per line,
+// requests flowing both ways on the same connection (see docs/executor.md).
+//
+// The package holds the protocol types (this file), the codec (Conn), a
+// typed client (Client), the output spool and the executor server (Serve,
+// Main).
+package executor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/agentd/agentd/internal/sandbox"
+)
+
+// ProtocolVersion is the executor protocol's version; ping reports it and
+// the server refuses an executor with another one.
+const ProtocolVersion = 1
+
+// Methods the server calls on the executor.
+const (
+	MethodPing         = "ping"
+	MethodExecStart    = "exec.start"
+	MethodExecInput    = "exec.input"
+	MethodExecSignal   = "exec.signal"
+	MethodExecResize   = "exec.resize"
+	MethodExecAttach   = "exec.attach"
+	MethodExecDetach   = "exec.detach"
+	MethodExecAck      = "exec.ack" // notification
+	MethodExecList     = "exec.list"
+	MethodExecRelease  = "exec.release"
+	MethodFSRead       = "fs.read"
+	MethodFSWrite      = "fs.write"
+	MethodFSWriteMany  = "fs.writeMany"
+	MethodFSList       = "fs.list"
+	MethodFSRemove     = "fs.remove"
+	MethodFSWatch      = "fs.watch"
+	MethodFSUnwatch    = "fs.unwatch"
+	MethodShutdown     = "shutdown"
+	MethodExecOutput   = "exec.output" // notification, executor → server
+	MethodExecExit     = "exec.exit"   // notification, executor → server
+	MethodFSEvent      = "fs.event"    // notification, executor → server
+	MethodSecretsGet   = "secrets.get" // request, executor → server
+	MethodPermissionRq = "permission.request"
+)
+
+// JSON-RPC 2.0 error codes, and the executor's domain codes from -32000 down.
+const (
+	CodeParseError     = -32700 // the line is not JSON
+	CodeInvalidRequest = -32600 // JSON, but not a JSON-RPC 2.0 request
+	CodeMethodNotFound = -32601
+	CodeInvalidParams  = -32602
+	CodeInternal       = -32603
+
+	CodeNotFound     = -32000 // no such file, tag or watch
+	CodeTerminated   = -32001 // the executor is shutting down
+	CodeInvalidPath  = -32002 // path absolute, escaping the workspace, …
+	CodeExists       = -32003 // exec tag already in use
+	CodeRunning      = -32004 // exec.release of a process still running
+	CodeExecFailed   = -32005 // the process could not be started
+	CodeDenied       = -32006 // peer uid refused
+	CodeUnsupported  = -32007 // e.g. resize without a PTY, input without stdin
+	CodeIO           = -32008 // another file system or process error
+	CodeTooLarge     = -32009 // a line or a file over the limit
+	CodeUnavailable  = -32010 // no server connected to answer a callback
+	CodeSecretDenied = -32011 // secrets.get refused by the server
+)
+
+// Error is a JSON-RPC error object. It is what Conn.Call returns when the
+// peer answered with an error, and what handlers return to answer with a
+// specific code. errors.Is maps the domain codes to the sandbox sentinels
+// (and CodeNotFound also to fs.ErrNotExist).
+type Error struct {
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("executor: %s (code %d)", e.Message, e.Code) }
+
+// Is maps domain codes to the sandbox sentinel errors.
+func (e *Error) Is(target error) bool {
+	switch e.Code {
+	case CodeNotFound:
+		return target == sandbox.ErrNotFound || target == fs.ErrNotExist
+	case CodeTerminated:
+		return target == sandbox.ErrTerminated
+	case CodeInvalidPath:
+		return target == sandbox.ErrInvalidPath
+	case CodeExists:
+		return target == fs.ErrExist
+	}
+	return false
+}
+
+// Errorf builds an *Error.
+func Errorf(code int, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// errorFor maps an error from the sandbox or the OS to a protocol error.
+func errorFor(err error) *Error {
+	var pe *Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pe):
+		return pe
+	case errors.Is(err, sandbox.ErrInvalidPath):
+		return &Error{Code: CodeInvalidPath, Message: err.Error()}
+	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, fs.ErrNotExist):
+		return &Error{Code: CodeNotFound, Message: err.Error()}
+	case errors.Is(err, sandbox.ErrTerminated), errors.Is(err, errShutdown):
+		return &Error{Code: CodeTerminated, Message: err.Error()}
+	case errors.Is(err, fs.ErrExist):
+		return &Error{Code: CodeExists, Message: err.Error()}
+	default:
+		return &Error{Code: CodeIO, Message: err.Error()}
+	}
+}
+
+// PingResult answers ping.
+type PingResult struct {
+	ProtocolVersion int       `json:"protocolVersion"`
+	PID             int       `json:"pid"`
+	StartedAt       time.Time `json:"startedAt"`
+	UID             int       `json:"uid"`
+	GID             int       `json:"gid"`
+	Workspace       string    `json:"workspace"`
+}
+
+// ExecStartParams starts a process (exec.start). Output comes back as
+// exec.output notifications and one exec.exit, on the connection that
+// started it until another connection attaches the tag.
+type ExecStartParams struct {
+	Tag  string   `json:"tag"`
+	Argv []string `json:"argv"`
+	// Cwd is relative to the workspace root.
+	Cwd string            `json:"cwd,omitempty"`
+	Env map[string]string `json:"env,omitempty"`
+	// SecretEnv maps environment variable names to secret names the
+	// executor fetches with secrets.get just before starting the process.
+	SecretEnv map[string]string `json:"secretEnv,omitempty"`
+	Stdin     bool              `json:"stdin,omitempty"`
+	PTY       *WindowSize       `json:"pty,omitempty"`
+	// Window is the flow-control window in bytes (see exec.ack); 0 = none.
+	Window int64 `json:"window,omitempty"`
+}
+
+// WindowSize is a terminal size.
+type WindowSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// ExecStartResult answers exec.start.
+type ExecStartResult struct {
+	Tag string `json:"tag"`
+	PID int    `json:"pid,omitempty"`
+}
+
+// ExecInputParams writes to a process's stdin (exec.input): Data (bytes,
+// base64 in JSON) or Text, then closes stdin if EOF.
+type ExecInputParams struct {
+	Tag  string  `json:"tag"`
+	Data []byte  `json:"data,omitempty"`
+	Text *string `json:"text,omitempty"`
+	EOF  bool    `json:"eof,omitempty"`
+}
+
+// ExecSignalParams signals a process group (exec.signal). Signal is a name
+// ("SIGTERM", "TERM", "KILL", …) or a number as a string.
+type ExecSignalParams struct {
+	Tag    string `json:"tag"`
+	Signal string `json:"signal"`
+}
+
+// ExecResizeParams resizes a PTY (exec.resize).
+type ExecResizeParams struct {
+	Tag  string `json:"tag"`
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// TagParams names a process (exec.release, exec.detach).
+type TagParams struct {
+	Tag string `json:"tag"`
+}
+
+// ExecAttachParams re-attaches a process (exec.attach): output is sent
+// again from FromOffset per stream (or from the first spooled byte if the
+// spool dropped it), then exec.exit once it has exited.
+type ExecAttachParams struct {
+	Tag        string          `json:"tag"`
+	FromOffset sandbox.Offsets `json:"fromOffset"`
+	Window     int64           `json:"window,omitempty"`
+}
+
+// ExecAttachResult answers exec.attach: First is the first offset still
+// spooled per stream (> FromOffset means output was dropped), End the
+// offset after the last byte produced so far.
+type ExecAttachResult struct {
+	Tag     string              `json:"tag"`
+	Running bool                `json:"running"`
+	Exit    *sandbox.ExitStatus `json:"exit,omitempty"`
+	First   sandbox.Offsets     `json:"first"`
+	End     sandbox.Offsets     `json:"end"`
+}
+
+// ExecAckParams tells the executor how far the server consumed a process's
+// output (exec.ack, a notification): with a window, the executor sends at
+// most Window bytes beyond these offsets.
+type ExecAckParams struct {
+	Tag     string          `json:"tag"`
+	Offsets sandbox.Offsets `json:"offsets"`
+}
+
+// ExecInfo describes one process in exec.list.
+type ExecInfo struct {
+	Tag       string              `json:"tag"`
+	Argv      []string            `json:"argv"`
+	PID       int                 `json:"pid,omitempty"`
+	Running   bool                `json:"running"`
+	Exit      *sandbox.ExitStatus `json:"exit,omitempty"`
+	StartedAt time.Time           `json:"startedAt"`
+	First     sandbox.Offsets     `json:"first"`
+	End       sandbox.Offsets     `json:"end"`
+	// Attached reports whether a connection currently receives its output.
+	Attached bool `json:"attached"`
+}
+
+// ExecListResult answers exec.list, sorted by tag.
+type ExecListResult struct {
+	Execs []ExecInfo `json:"execs"`
+}
+
+// ExecOutputParams is the exec.output notification. Offset is the byte
+// offset of Data[0] within Stream.
+type ExecOutputParams struct {
+	Tag    string         `json:"tag"`
+	Stream sandbox.Stream `json:"stream"`
+	Offset int64          `json:"offset"`
+	Data   []byte         `json:"data"`
+}
+
+// ExecExitParams is the exec.exit notification, sent after all output.
+// End holds the final stream lengths.
+type ExecExitParams struct {
+	Tag    string          `json:"tag"`
+	Code   int             `json:"code"`
+	Signal string          `json:"signal,omitempty"`
+	End    sandbox.Offsets `json:"end"`
+}
+
+// PathParams names a workspace path (fs.read, fs.remove).
+type PathParams struct {
+	Path string `json:"path"`
+}
+
+// FSReadResult answers fs.read.
+type FSReadResult struct {
+	Data []byte `json:"data"`
+}
+
+// FSFile is a file to write (fs.write, fs.writeMany). Mode 0 means 0644.
+type FSFile struct {
+	Path string      `json:"path"`
+	Data []byte      `json:"data"`
+	Mode fs.FileMode `json:"mode,omitempty"`
+}
+
+// FSWriteManyParams writes several files (fs.writeMany).
+type FSWriteManyParams struct {
+	Files []FSFile `json:"files"`
+}
+
+// FSListParams lists a folder (fs.list).
+type FSListParams struct {
+	Dir       string `json:"dir"`
+	Recursive bool   `json:"recursive,omitempty"`
+}
+
+// FSListResult answers fs.list.
+type FSListResult struct {
+	Entries []sandbox.FileInfo `json:"entries"`
+}
+
+// FSWatchResult answers fs.watch: events come as fs.event notifications
+// carrying WatchID until fs.unwatch or the connection closes.
+type FSWatchResult struct {
+	WatchID string `json:"watchId"`
+}
+
+// WatchParams names a watch (fs.unwatch).
+type WatchParams struct {
+	WatchID string `json:"watchId"`
+}
+
+// FSEventParams is the fs.event notification.
+type FSEventParams struct {
+	WatchID string     `json:"watchId"`
+	Op      sandbox.Op `json:"op"`
+	Path    string     `json:"path"`
+	Size    int64      `json:"size,omitempty"`
+	SHA256  string     `json:"sha256,omitempty"`
+}
+
+// SecretsGetParams asks the server for a secret (secrets.get, executor →
+// server).
+type SecretsGetParams struct {
+	Name string `json:"name"`
+}
+
+// SecretsGetResult answers secrets.get.
+type SecretsGetResult struct {
+	Value string `json:"value"`
+}
+
+// PermissionParams asks the server whether a tool may run
+// (permission.request, executor → server).
+type PermissionParams struct {
+	ToolName  string          `json:"toolName"`
+	Input     json.RawMessage `json:"input,omitempty"`
+	ToolUseID string          `json:"toolUseId,omitempty"`
+	// TimeoutMs overrides the server's default when > 0.
+	TimeoutMs int64 `json:"timeoutMs,omitempty"`
+}
+
+// PermissionResult answers permission.request. Behavior is "allow" or
+// "deny".
+type PermissionResult struct {
+	Behavior     string          `json:"behavior"`
+	Message      string          `json:"message,omitempty"`
+	UpdatedInput json.RawMessage `json:"updatedInput,omitempty"`
+}
+
+// OKResult is the result of methods that return nothing else.
+type OKResult struct {
+	OK bool `json:"ok"`
+}

@@ -1,0 +1,77 @@
+package executor
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/agentd/agentd/internal/sandbox"
+)
+
+// watch forwards the environment's file events to one connection as
+// fs.event notifications, until fs.unwatch or the connection closes.
+type watch struct {
+	id     string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// stop ends the watch and waits until no more events will be sent.
+func (w *watch) stop() {
+	w.cancel()
+	<-w.done
+}
+
+func (e *Executor) watch(c *Conn) (any, error) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	ch, err := e.cfg.Env.Watch(ctx)
+	if err != nil {
+		cancel()
+		return nil, errorFor(err)
+	}
+	e.mu.Lock()
+	cs := e.conns[c]
+	if cs == nil || e.stopping {
+		e.mu.Unlock()
+		cancel()
+		for range ch {
+		}
+		return nil, Errorf(CodeTerminated, "fs.watch: connection closing")
+	}
+	e.seq++
+	w := &watch{id: "w" + strconv.Itoa(e.seq), cancel: cancel, done: make(chan struct{})}
+	cs.watches[w.id] = w
+	e.mu.Unlock()
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		defer close(w.done)
+		for ev := range ch {
+			if ctx.Err() != nil {
+				continue // drain until the environment closes ch
+			}
+			if err := c.Notify(MethodFSEvent, fsEvent(w.id, ev)); err != nil {
+				cancel()
+			}
+		}
+	}()
+	return FSWatchResult{WatchID: w.id}, nil
+}
+
+func fsEvent(id string, ev sandbox.FileEvent) FSEventParams {
+	return FSEventParams{WatchID: id, Op: ev.Op, Path: ev.Path, Size: ev.Size, SHA256: ev.SHA256}
+}
+
+func (e *Executor) unwatch(c *Conn, id string) (any, error) {
+	e.mu.Lock()
+	var w *watch
+	if cs := e.conns[c]; cs != nil {
+		w = cs.watches[id]
+		delete(cs.watches, id)
+	}
+	e.mu.Unlock()
+	if w == nil {
+		return nil, Errorf(CodeNotFound, "fs.unwatch: no watch %q", id)
+	}
+	w.stop()
+	return OKResult{OK: true}, nil
+}
