@@ -1,0 +1,169 @@
+package local
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/sandbox/watch"
+)
+
+// events reads n events (generously bounded: the machine may be loaded),
+// then more until none arrived for quiet; sorted as "op path", and the last
+// event per path.
+func events(t *testing.T, ch <-chan sandbox.FileEvent, n int, quiet time.Duration) ([]string, map[string]sandbox.FileEvent) {
+	t.Helper()
+	var out []string
+	last := map[string]sandbox.FileEvent{}
+	limit := time.After(10 * time.Second)
+	for {
+		wait := time.After(quiet)
+		if len(out) < n {
+			wait = limit
+		}
+		select {
+		case e, ok := <-ch:
+			if !ok {
+				sort.Strings(out)
+				return out, last
+			}
+			out = append(out, string(e.Op)+" "+e.Path)
+			last[e.Path] = e
+		case <-wait:
+			sort.Strings(out)
+			return out, last
+		}
+	}
+}
+
+func hexSum(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+func TestWatch(t *testing.T) {
+	for _, poll := range []bool{false, true} {
+		t.Run(fmt.Sprintf("poll=%v", poll), func(t *testing.T) {
+			env := testEnv(t, Options{Watch: watch.Options{
+				Debounce: 20 * time.Millisecond, Poll: poll, PollInterval: 30 * time.Millisecond,
+			}})
+			ctx := t.Context()
+			if err := env.WriteFile(ctx, "before.txt", []byte("baseline"), 0); err != nil {
+				t.Fatal(err)
+			}
+			ch, err := env.Watch(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch2, err := env.Watch(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Writes through the API are atomic renames: one event per
+			// file, never the temporary name.
+			if err := env.WriteFile(ctx, "a.txt", []byte("one"), 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := env.WriteFile(ctx, "empty", nil, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := env.WriteFiles(ctx, []sandbox.File{{Path: "new/deep/x", Content: []byte("x")}, {Path: "new/y"}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := env.WriteFile(ctx, "node_modules/p/i.js", []byte("x"), 0); err != nil {
+				t.Fatal(err)
+			}
+			got, last := events(t, ch, 4, 200*time.Millisecond)
+			want := "created a.txt,created empty,created new/deep/x,created new/y"
+			if strings.Join(got, ",") != want {
+				t.Fatalf("events %v, want %s", got, want)
+			}
+			if e := last["a.txt"]; e.Size != 3 || e.SHA256 != hexSum("one") {
+				t.Fatalf("a.txt event %+v", e)
+			}
+			if e := last["empty"]; e.Size != 0 || e.SHA256 != hexSum("") {
+				t.Fatalf("empty file event %+v", e)
+			}
+			if got2, _ := events(t, ch2, 4, 100*time.Millisecond); strings.Join(got2, ",") != want {
+				t.Fatalf("second watcher got %v", got2)
+			}
+
+			// Changes made by a process in the environment.
+			run(t, env, sh(`echo two >> a.txt; rm before.txt; mkdir -p made/here && : > made/here/f`))
+			got, last = events(t, ch, 3, 200*time.Millisecond)
+			if strings.Join(got, ",") != "created made/here/f,deleted before.txt,modified a.txt" {
+				t.Fatalf("events %v", got)
+			}
+			if e := last["a.txt"]; e.SHA256 != hexSum("one"+"two\n") {
+				t.Fatalf("modified event %+v", e)
+			}
+			events(t, ch2, 3, 50*time.Millisecond)
+
+			// Terminate closes every watch channel.
+			if err := env.Terminate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			for range ch {
+			}
+			for range ch2 {
+			}
+		})
+	}
+}
+
+func TestWatchContext(t *testing.T) {
+	env := testEnv(t, Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	ch, err := env.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	for range ch { // closes
+	}
+	if _, err := env.Watch(ctx); err == nil {
+		t.Fatal("Watch with a cancelled ctx succeeded")
+	}
+	// The environment's watcher still serves new calls.
+	ch, err = env.Watch(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(env.WorkDir(), "f"), []byte("1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := events(t, ch, 1, 200*time.Millisecond); strings.Join(got, ",") != "created f" {
+		t.Fatalf("events %v", got)
+	}
+}
+
+// Spec.Ignore adds to the provider's list; an empty provider list ignores
+// only what the spec says.
+func TestIgnoreLists(t *testing.T) {
+	p := New(Options{Ignore: []string{}})
+	e, err := p.Create(t.Context(), sandbox.Spec{Workspace: t.TempDir(), Ignore: []string{"dist"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Terminate(context.Background())
+	for _, f := range []string{".git/HEAD", "dist/x.js", "src/x.go"} {
+		if err := e.WriteFile(t.Context(), f, nil, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := e.List(t.Context(), "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := paths(list); got != ".git/ .git/HEAD src/ src/x.go" {
+		t.Fatalf("listing %s", got)
+	}
+}
