@@ -9,6 +9,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if s := os.Getenv("EXECUTOR_TEST_DIAL"); s != "" {
+		dialForTest(s)
+	}
 	if os.Getenv("AGENTD_TEST_LOG") == "" {
 		slog.SetDefault(slog.New(slog.DiscardHandler))
 	}

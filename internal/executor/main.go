@@ -1,0 +1,124 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/sandbox/local"
+)
+
+// Main runs `agentd executor` with its flags (args excludes the
+// subcommand name). It returns when the executor stops: after a shutdown
+// request, the orphan timeout, SIGTERM/SIGINT or ctx.
+func Main(ctx context.Context, args []string) error {
+	fl := flag.NewFlagSet("executor", flag.ContinueOnError)
+	var (
+		socket     = fl.String("socket", "", "listen on this Unix socket path (mode 0600, 0660 with --group)")
+		listenFD   = fl.Int("listen-fd", -1, "serve an inherited listening Unix socket at this fd instead of --socket")
+		group      = fl.String("group", "", "group (name or gid) owning the socket, which is then mode 0660")
+		workspace  = fl.String("workspace", "", "the session's workspace folder (required)")
+		session    = fl.String("session", "", "session id, for logs")
+		spoolDir   = fl.String("spool-dir", "", "folder for output spools (default: the temp folder)")
+		spoolBytes = fl.Int64("spool-bytes", DefaultSpoolBytes, "spool size per process and stream; the oldest output is dropped beyond it")
+		peerUID    = fl.Int("peer-uid", os.Getuid(), "the only uid allowed to connect")
+		maxLine    = fl.Int("max-line", DefaultMaxLine, "largest accepted message in bytes")
+		orphan     = fl.Duration("orphan-timeout", 0, "shut down after no server was connected for this long (0: never)")
+		path       = fl.String("path", "", "PATH of the processes (default: this process's PATH)")
+		logLevel   = fl.String("log-level", "info", "debug, info, warn or error")
+		ignore     stringList
+		memory     = fl.Int64("memory", 0, "memory limit in bytes (0: backend default)")
+		pids       = fl.Int64("pids", 0, "process count limit (0: backend default)")
+		cpu        = fl.Int("cpu", 0, "CPU limit in percent of one core (0: backend default)")
+	)
+	fl.Var(&ignore, "ignore", "path pattern the watcher does not report (repeatable)")
+	if err := fl.Parse(args); err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	if fl.NArg() > 0 {
+		return fmt.Errorf("executor: unexpected arguments %q", fl.Args())
+	}
+	if *workspace == "" {
+		return errors.New("executor: --workspace is required")
+	}
+	if (*socket == "") == (*listenFD < 0) {
+		return errors.New("executor: give exactly one of --socket and --listen-fd")
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("executor: --log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).
+		With("component", "executor", "session", *session, "pid", os.Getpid())
+
+	cfg := Config{
+		SocketPath: *socket, Group: *group, Workspace: *workspace, PeerUID: *peerUID,
+		SpoolDir: *spoolDir, SpoolBytes: *spoolBytes, MaxLine: *maxLine,
+		OrphanTimeout: *orphan, Logger: log,
+	}
+	if *listenFD >= 0 {
+		f := os.NewFile(uintptr(*listenFD), "listener")
+		if f == nil {
+			return fmt.Errorf("executor: --listen-fd %d: not an open file", *listenFD)
+		}
+		ln, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("executor: --listen-fd %d: %w", *listenFD, err)
+		}
+		if _, ok := ln.(*net.UnixListener); !ok {
+			ln.Close()
+			return fmt.Errorf("executor: --listen-fd %d is not a Unix socket listener", *listenFD)
+		}
+		cfg.Listener = ln
+	}
+
+	// The executor outlives its terminal and its server: a hang-up is no
+	// reason to kill the agents.
+	signal.Ignore(syscall.SIGHUP)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	env, err := local.New(local.Options{Path: *path, Logger: log}).Create(ctx, sandbox.Spec{
+		SessionID: *session,
+		Workspace: *workspace,
+		Ignore:    ignore,
+		Limits:    sandbox.Limits{MemoryBytes: *memory, Pids: *pids, CPUPercent: *cpu},
+	})
+	if err != nil {
+		if cfg.Listener != nil {
+			cfg.Listener.Close()
+		}
+		return fmt.Errorf("executor: %w", err)
+	}
+	cfg.Env = env
+	e, err := New(cfg)
+	if err != nil {
+		tctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = env.Terminate(tctx)
+		if cfg.Listener != nil {
+			cfg.Listener.Close()
+		}
+		return err
+	}
+	log.Info("executor serving", "addr", e.Addr().String(), "workspace", env.WorkDir(), "peerUID", *peerUID, "uid", os.Getuid())
+	err = e.Serve(ctx)
+	log.Info("executor stopped", "err", err)
+	return err
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
