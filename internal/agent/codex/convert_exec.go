@@ -43,8 +43,8 @@ func NewExecJSONConverter(opts ...Option) *ExecJSONConverter {
 func (c *ExecJSONConverter) ThreadID() string { return c.threadID }
 
 type execLine struct {
-	Type     string          `json:"type"`
-	ThreadID string          `json:"thread_id"`
+	Type     string    `json:"type"`
+	ThreadID string    `json:"thread_id"`
 	Item     *execItem `json:"item"`
 	Usage    *struct {
 		InputTokens       int64 `json:"input_tokens"`
