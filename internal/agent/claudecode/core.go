@@ -85,7 +85,11 @@ const maxStreamIndex = 4096
 type core struct {
 	sc, sc2 scanner // sc for lines, sc2 for values inside a line
 	out     []conversation.Event
-	arena   []byte
+	// scratch collects the hand-encoded payloads of one line; at the end of
+	// the line they move to one allocation of their own (see finish), and
+	// spans says which events' payloads they are.
+	scratch []byte
+	spans   []payloadSpan
 
 	lineNo   int
 	msgCount map[string]int      // message id → content blocks numbered so far
@@ -137,7 +141,8 @@ func parseTimestamp(s string) time.Time {
 // line as read, for handlers that decode more of it and for logs.
 func (c *core) convert(l *wireLine, raw []byte, conv string) ([]conversation.Event, error) {
 	c.out = nil
-	c.arena = make([]byte, 0, min(len(raw)+256, 1<<20))
+	c.scratch = c.scratch[:0]
+	c.spans = c.spans[:0]
 	c.lineNo++
 	lc := lineCtx{conv: conv, ts: parseTimestamp(l.Timestamp)}
 	if lc.conv == "" {
@@ -167,9 +172,29 @@ func (c *core) convert(l *wireLine, raw []byte, conv string) ([]conversation.Eve
 	default:
 		c.log(lc, conversation.LevelInfo, "unknown Claude Code line type "+strconv.Quote(l.Type), raw)
 	}
+	out := c.finish()
+	return out, err
+}
+
+// payloadSpan locates an event's payload in scratch.
+type payloadSpan struct{ event, start, end int }
+
+// finish gives the line's hand-encoded payloads one allocation of their own
+// (scratch is reused for the next line) and returns the line's events.
+func (c *core) finish() []conversation.Event {
 	out := c.out
 	c.out = nil
-	return out, err
+	if len(c.spans) > 0 {
+		// append onto nil does not clear the copied bytes, unlike make.
+		arena := append([]byte(nil), c.scratch...)
+		for _, sp := range c.spans {
+			out[sp.event].Payload = arena[sp.start:sp.end:sp.end]
+		}
+	}
+	if cap(c.scratch) > 1<<20 {
+		c.scratch = nil // do not pin one huge line's buffer
+	}
+	return out
 }
 
 // --- emitting ---
@@ -183,15 +208,17 @@ func (c *core) push(typ conversation.EventType, payload []byte, lc lineCtx) {
 }
 
 func (c *core) upsert(b *conversation.Block, lc lineCtx) {
-	start := len(c.arena)
-	c.arena = appendUpsertPayload(c.arena, b)
-	c.push(conversation.TypeBlockUpsert, c.arena[start:len(c.arena):len(c.arena)], lc)
+	start := len(c.scratch)
+	c.scratch = appendUpsertPayload(c.scratch, b)
+	c.spans = append(c.spans, payloadSpan{len(c.out), start, len(c.scratch)})
+	c.push(conversation.TypeBlockUpsert, nil, lc)
 }
 
 func (c *core) delta(id, text string, lc lineCtx) {
-	start := len(c.arena)
-	c.arena = appendDeltaPayload(c.arena, id, text)
-	c.push(conversation.TypeBlockDelta, c.arena[start:len(c.arena):len(c.arena)], lc)
+	start := len(c.scratch)
+	c.scratch = appendDeltaPayload(c.scratch, id, text)
+	c.spans = append(c.spans, payloadSpan{len(c.out), start, len(c.scratch)})
+	c.push(conversation.TypeBlockDelta, nil, lc)
 }
 
 func (c *core) emit(p conversation.Payload, lc lineCtx) {
@@ -376,7 +403,7 @@ func (c *core) toolUse(lc lineCtx, msgID string, n int, p *wirePart) {
 	if id == "" {
 		id = blockID(msgID, n)
 	}
-	input := compactJSON(p.Input)
+	input := passthroughJSON(p.Input, p.InputSpaced)
 	ti := c.readToolInput(input)
 	if isSubagentTool(p.Name) && p.Type == "tool_use" {
 		c.tools[id] = &toolInfo{name: p.Name, conv: lc.conv, subagent: true}

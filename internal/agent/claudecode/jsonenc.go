@@ -166,6 +166,33 @@ func appendString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
+// passthroughJSON returns a raw value the scanner validated, as json.Marshal
+// writes a json.RawMessage. Claude Code writes compact JSON, so the common
+// case is the input itself; spaced says whitespace was seen between tokens.
+func passthroughJSON(raw []byte, spaced bool) json.RawMessage {
+	if len(raw) == 0 {
+		return nil
+	}
+	if spaced {
+		return compactJSON(raw)
+	}
+	if !needsHTMLEscape(raw) {
+		return raw
+	}
+	esc := bytes.NewBuffer(make([]byte, 0, len(raw)+64))
+	json.HTMLEscape(esc, raw)
+	return esc.Bytes()
+}
+
+// needsHTMLEscape reports whether raw has a byte json.Marshal escapes in a
+// RawMessage: <, >, &, or U+2028/U+2029 (which start with 0xE2).
+func needsHTMLEscape(raw []byte) bool {
+	return bytes.IndexByte(raw, '<') >= 0 || bytes.IndexByte(raw, '>') >= 0 ||
+		bytes.IndexByte(raw, '&') >= 0 ||
+		(bytes.IndexByte(raw, 0xE2) >= 0 && (bytes.Contains(raw, []byte("\u2028")) ||
+			bytes.Contains(raw, []byte("\u2029"))))
+}
+
 // compactJSON returns raw as json.Marshal writes a json.RawMessage: compact,
 // with <, > and & escaped. It returns nil when raw is not valid JSON, so a
 // malformed value is dropped rather than corrupting the output.

@@ -1,7 +1,7 @@
 package claudecode
 
 import (
-	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -11,17 +11,17 @@ import (
 )
 
 // scanner is a small pull parser for the converter's hot path. encoding/json
-// with typed structs tops out near the converter's whole throughput budget on
-// large transcripts (it validates every byte, then decodes, then skips again),
-// so the lines that dominate (assistant, user, stream_event) are walked here
-// instead: keys the converter needs are decoded, everything else is skipped
-// with bytes.IndexByte.
+// with typed structs costs about as much as the converter's whole throughput
+// budget on large transcripts (it checks every byte, decodes, then skips
+// again through reflection), so the lines that dominate (assistant, user,
+// stream_event) are walked here instead: keys the converter needs are
+// decoded, everything else is validated and skipped.
 //
-// It is deliberately lenient inside skipped values (it checks bracket
-// nesting and string ends, not commas or number syntax), strict about what it
-// decodes, and never panics. Raw values the converter passes through to its
-// output (tool inputs) are validated separately with json.Compact, so the
-// converter never emits invalid JSON.
+// It is strict: it accepts exactly the JSON that json.Valid accepts (tested
+// by FuzzScannerValid), so a raw value the converter passes through to its
+// output (a tool's input) is always valid JSON. Like encoding/json it does
+// not check UTF-8 in values it skips; strings it decodes get invalid bytes
+// replaced with U+FFFD, as encoding/json does. It never panics.
 //
 // Errors are sticky: after the first one every method returns zero values and
 // the caller checks err once.
@@ -29,6 +29,9 @@ type scanner struct {
 	b   []byte
 	i   int
 	err error
+	// spaces counts whitespace runs skipped between tokens, so a caller can
+	// tell whether a value it took raw was already compact.
+	spaces int
 }
 
 var errTruncated = errors.New("unexpected end of JSON input")
@@ -45,13 +48,20 @@ func (s *scanner) fail(format string, args ...any) {
 }
 
 func (s *scanner) ws() {
+	start := s.i
 	for s.i < len(s.b) {
 		switch s.b[s.i] {
 		case ' ', '\t', '\n', '\r':
 			s.i++
 		default:
+			if s.i != start {
+				s.spaces++
+			}
 			return
 		}
+	}
+	if s.i != start {
+		s.spaces++
 	}
 }
 
@@ -138,32 +148,72 @@ func (s *scanner) key() []byte {
 }
 
 // stringEnd returns the index of the closing quote of the string whose
-// opening quote is at b[i], and whether it contains escapes.
+// opening quote is at b[i], and whether it contains escapes. It checks the
+// escapes and refuses control characters, as JSON requires.
 func (s *scanner) stringEnd(i int) (int, bool) {
 	b := s.b
 	i++
-	q := -1
 	escaped := false
 	for {
-		if q < i {
-			q = bytes.IndexByte(b[i:], '"')
-			if q < 0 {
-				s.fail("%v", errTruncated)
-				return len(b), false
-			}
-			q += i
+		// Eight bytes at a time while none is special.
+		for i+8 <= len(b) && !hasSpecial(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
 		}
-		bs := bytes.IndexByte(b[i:q], '\\')
-		if bs < 0 {
-			return q, escaped
+		for i < len(b) && !isSpecial(b[i]) {
+			i++
 		}
-		escaped = true
-		i += bs + 2
-		if i > len(b) {
+		if i >= len(b) {
 			s.fail("%v", errTruncated)
 			return len(b), false
 		}
+		switch b[i] {
+		case '"':
+			return i, escaped
+		case '\\':
+			escaped = true
+			if i+1 >= len(b) {
+				s.fail("%v", errTruncated)
+				return len(b), false
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if getu4(b[i:]) < 0 {
+					s.i = i
+					s.fail("invalid \\u escape")
+					return len(b), false
+				}
+				i += 6
+			default:
+				s.i = i
+				s.fail("invalid escape %q", b[i+1])
+				return len(b), false
+			}
+		default:
+			s.i = i
+			s.fail("control character %#x in string", b[i])
+			return len(b), false
+		}
 	}
+}
+
+func isSpecial(c byte) bool { return c < 0x20 || c == '"' || c == '\\' }
+
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// hasSpecial reports whether any byte of w is a quote, a backslash or a
+// control character (classic SWAR tests; false positives only cost time).
+func hasSpecial(w uint64) bool {
+	ctl := (w - 0x20*lsb) &^ w
+	quote := w ^ ('"' * lsb)
+	quote = (quote - lsb) &^ quote
+	bslash := w ^ ('\\' * lsb)
+	bslash = (bslash - lsb) &^ bslash
+	return (ctl|quote|bslash)&msb != 0
 }
 
 // strBytes decodes a string value. The result aliases the input when the
@@ -233,7 +283,7 @@ func (s *scanner) boolean() bool {
 }
 
 // number returns the raw bytes of a number value, or nil (value skipped) for
-// anything else.
+// anything else. The number must follow JSON's grammar.
 func (s *scanner) number() []byte {
 	c := s.peek()
 	if c != '-' && (c < '0' || c > '9') {
@@ -241,14 +291,52 @@ func (s *scanner) number() []byte {
 		return nil
 	}
 	start := s.i
-	for s.i < len(s.b) && isNumberByte(s.b[s.i]) {
-		s.i++
+	b := s.b
+	i := s.i
+	if b[i] == '-' {
+		i++
 	}
-	return s.b[start:s.i]
-}
-
-func isNumberByte(c byte) bool {
-	return c >= '0' && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	default:
+		s.i = i
+		s.fail("invalid number")
+		return nil
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			s.i = i
+			s.fail("invalid number")
+			return nil
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			s.i = i
+			s.fail("invalid number")
+			return nil
+		}
+	}
+	s.i = i
+	return b[start:i]
 }
 
 // float decodes a number; other values give 0. ok is false when the value
@@ -298,8 +386,7 @@ func (s *scanner) raw() []byte {
 	return s.b[start:s.i]
 }
 
-// skip skips one value. Containers are skipped by counting brackets outside
-// strings, without checking what is between them.
+// skip validates and skips one value.
 func (s *scanner) skip() {
 	c := s.peek()
 	if s.err != nil {
@@ -328,49 +415,92 @@ func (s *scanner) skip() {
 	}
 }
 
+// maxDepth bounds nesting (encoding/json refuses beyond 10000).
+const maxDepth = 1000
+
+// skipContainer validates and skips an object or array without recursion.
 func (s *scanner) skipContainer() {
-	// A fixed-size stack of expected closers; deeper nesting than this is
-	// refused (encoding/json refuses beyond 10000 too).
-	var stack [512]byte
+	var stack [maxDepth]byte // open brackets
 	depth := 0
-	b := s.b
-	for i := s.i; i < len(b); {
-		c := b[i]
-		switch c {
-		case '"':
-			end, _ := s.stringEnd(i)
-			if s.err != nil {
-				return
-			}
-			i = end + 1
-			continue
+	for s.err == nil {
+		// A value starts here.
+		switch c := s.peek(); c {
 		case '{', '[':
-			if depth == len(stack) {
-				s.i = i
+			if depth == maxDepth {
 				s.fail("nesting too deep")
 				return
 			}
-			if c == '{' {
-				stack[depth] = '}'
-			} else {
-				stack[depth] = ']'
-			}
+			stack[depth] = c
 			depth++
-		case '}', ']':
-			if depth == 0 || stack[depth-1] != c {
-				s.i = i
-				s.fail("mismatched %q", c)
+			s.i++
+			closer := byte('}')
+			if c == '[' {
+				closer = ']'
+			}
+			if s.peek() == closer {
+				s.i++
+				depth--
+				break // an empty container is a complete value
+			}
+			if c == '{' {
+				s.objectKey()
+			}
+			continue
+		default:
+			s.skip()
+		}
+		// A value ended: a comma, or closing brackets.
+		for s.err == nil {
+			if depth == 0 {
 				return
 			}
-			depth--
-			if depth == 0 {
-				s.i = i + 1
-				return
+			c := s.peek()
+			open := stack[depth-1]
+			if c == ',' {
+				s.i++
+				if open == '{' {
+					s.objectKey()
+				}
+				break
+			}
+			if (open == '{' && c == '}') || (open == '[' && c == ']') {
+				s.i++
+				depth--
+				continue
+			}
+			if c == 0 {
+				s.fail("%v", errTruncated)
+			} else {
+				s.fail("invalid character %q after a value", c)
 			}
 		}
-		i++
 	}
-	s.fail("%v", errTruncated)
+}
+
+// objectKey validates and skips a key and its colon.
+func (s *scanner) objectKey() {
+	if s.peek() != '"' {
+		if s.err == nil {
+			if s.i >= len(s.b) {
+				s.fail("%v", errTruncated)
+			} else {
+				s.fail("invalid character %q looking for an object key", s.b[s.i])
+			}
+		}
+		return
+	}
+	end, _ := s.stringEnd(s.i)
+	if s.err != nil {
+		return
+	}
+	s.i = end + 1
+	if s.peek() != ':' {
+		if s.err == nil {
+			s.fail("missing ':' after object key")
+		}
+		return
+	}
+	s.i++
 }
 
 // unescape decodes the body of a JSON string (without quotes) exactly as

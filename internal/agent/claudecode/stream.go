@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 
 	"github.com/agentd/agentd/conversation"
 )
@@ -195,7 +196,7 @@ type Sink interface {
 // ConvertStream converts a file of stream-json lines (or one JSON document,
 // or a JSON array of messages) as the output of one process.
 func ConvertStream(in Input, sink Sink) error {
-	data, err := io.ReadAll(in.R)
+	data, err := readAll(in.R)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", in.Name, err)
 	}
@@ -212,6 +213,39 @@ func ConvertStream(in Input, sink Sink) error {
 		}
 	}
 	return nil
+}
+
+// readAll reads r whole, in one allocation when its size is known (files,
+// in-memory readers); io.ReadAll's doubling costs more than the conversion
+// of a large transcript's first lines.
+func readAll(r io.Reader) ([]byte, error) {
+	size := -1
+	switch x := r.(type) {
+	case interface{ Len() int }:
+		size = x.Len()
+	case interface{ Stat() (fs.FileInfo, error) }:
+		if fi, err := x.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() < 1<<40 {
+			size = int(fi.Size())
+		}
+	}
+	if size < 0 {
+		return io.ReadAll(r)
+	}
+	// One byte more than expected, so reaching EOF needs no growth.
+	buf := make([]byte, 0, size+1)
+	for {
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // it grew while we read
+		}
+	}
 }
 
 // numberedLine is one input line and its 1-based number.

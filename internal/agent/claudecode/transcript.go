@@ -2,7 +2,6 @@ package claudecode
 
 import (
 	"fmt"
-	"io"
 	"path/filepath"
 	"strings"
 
@@ -94,7 +93,7 @@ type transcriptFile struct {
 }
 
 func readTranscript(in Input) (*transcriptFile, error) {
-	data, err := io.ReadAll(in.R)
+	data, err := readAll(in.R)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", in.Name, err)
 	}
@@ -102,7 +101,7 @@ func readTranscript(in Input) (*transcriptFile, error) {
 	// Look at the first message line for the file's role and ids.
 	var s scanner
 	var l wireLine
-	sawMessage := false
+	sawMessage, sidechain := false, false
 	for _, ln := range f.lines {
 		if decodeLine(&s, ln.b, &l) != nil {
 			continue
@@ -113,7 +112,7 @@ func readTranscript(in Input) (*transcriptFile, error) {
 		if l.Type != "user" && l.Type != "assistant" {
 			continue
 		}
-		sawMessage = true
+		sawMessage, sidechain = true, l.IsSidechain
 		f.isSubagent = l.IsSidechain && l.AgentID != ""
 		if f.isSubagent {
 			f.agentID = normalizeAgentID(l.AgentID)
@@ -123,7 +122,7 @@ func readTranscript(in Input) (*transcriptFile, error) {
 		}
 		break
 	}
-	if base := filepath.Base(in.Name); isAgentFileName(base) && (f.isSubagent || !sawMessage) {
+	if base := filepath.Base(in.Name); isAgentFileName(base) && (sidechain || !sawMessage) {
 		// The lines name the agent; the file name does when they do not.
 		f.isSubagent = true
 		if f.agentID == "" {

@@ -86,7 +86,9 @@ type wirePart struct {
 	// tool_use and friends
 	ID    string
 	Name  string
-	Input []byte // raw
+	Input []byte // raw, valid JSON
+	// InputSpaced says Input has whitespace between tokens.
+	InputSpaced bool
 	// tool_result
 	ToolUseID string
 	IsError   bool
@@ -235,7 +237,9 @@ func decodePart(s *scanner, p *wirePart) {
 		case "name":
 			p.Name = s.str()
 		case "input":
+			before := s.spaces
 			p.Input = s.raw()
+			p.InputSpaced = s.spaces != before
 		case "tool_use_id":
 			p.ToolUseID = s.str()
 		case "is_error":
