@@ -14,8 +14,8 @@ import (
 // discardSink counts what it is given.
 type discardSink struct{ events, warnings int }
 
-func (s *discardSink) Emit(conversation.Event) error  { s.events++; return nil }
-func (s *discardSink) Warn(string, int, error)        { s.warnings++ }
+func (s *discardSink) Emit(conversation.Event) error { s.events++; return nil }
+func (s *discardSink) Warn(string, int, error)       { s.warnings++ }
 
 // BenchmarkTranscript measures conversion throughput on the largest shared
 // transcript (774 KB, 438 lines, inline subagents). Target: ≥ 150 MB/s on

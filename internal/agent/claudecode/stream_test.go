@@ -86,7 +86,7 @@ func ids(blocks []conversation.Block) []string {
 }
 
 const (
-	lineMsgStart = `{"type":"stream_event","event":{"type":"message_start","message":{"model":"claude-x","id":"msg_1","type":"message","role":"assistant","content":[]}},"parent_tool_use_id":null,"uuid":"s1"}`
+	lineMsgStart  = `{"type":"stream_event","event":{"type":"message_start","message":{"model":"claude-x","id":"msg_1","type":"message","role":"assistant","content":[]}},"parent_tool_use_id":null,"uuid":"s1"}`
 	lineTextStart = `{"type":"stream_event","event":{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}},"parent_tool_use_id":null,"uuid":"s2"}`
 	lineDelta1    = `{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}},"parent_tool_use_id":null,"uuid":"s3"}`
 	lineDelta2    = `{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"lo <b>"}},"parent_tool_use_id":null,"uuid":"s4"}`
@@ -226,7 +226,7 @@ func TestStreamToolInputFromDeltasWhenLineMissing(t *testing.T) {
 }
 
 const (
-	lineTask = `{"type":"assistant","message":{"id":"msg_T","content":[{"type":"tool_use","id":"toolu_task","name":"Task","input":{"subagent_type":"general-purpose","description":"Write file","prompt":"Write hello.txt"}}]},"parent_tool_use_id":null,"uuid":"t1"}`
+	lineTask      = `{"type":"assistant","message":{"id":"msg_T","content":[{"type":"tool_use","id":"toolu_task","name":"Task","input":{"subagent_type":"general-purpose","description":"Write file","prompt":"Write hello.txt"}}]},"parent_tool_use_id":null,"uuid":"t1"}`
 	lineSubPrompt = `{"type":"user","message":{"role":"user","content":[{"type":"text","text":"Write hello.txt"}]},"parent_tool_use_id":"toolu_task","uuid":"t2"}`
 	lineSubTool   = `{"type":"assistant","message":{"id":"msg_S","content":[{"type":"tool_use","id":"toolu_w","name":"Write","input":{"file_path":"hello.txt","content":"hi"}}]},"parent_tool_use_id":"toolu_task","uuid":"t3"}`
 	lineSubResult = `{"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_w","type":"tool_result","content":"File created"}]},"parent_tool_use_id":"toolu_task","uuid":"t4","tool_use_result":{"type":"create","durationMs":7}}`
