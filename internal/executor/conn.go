@@ -59,7 +59,8 @@ func (r *Request) Decode(v any) error {
 }
 
 // AfterReply registers f to run once the reply has been queued for
-// writing, so that what f sends follows the reply on the wire.
+// writing (or could not be, the connection closing), so that what f sends
+// follows the reply on the wire.
 func (r *Request) AfterReply(f func()) { r.after = append(r.after, f) }
 
 // ConnOptions tune a Conn. Zero values pick the defaults.
@@ -398,9 +399,7 @@ func (c *Conn) serve(m message) {
 		}
 		line = appendError(nil, m.id, pe)
 	}
-	if c.send(outLine{b: line}) != nil {
-		return
-	}
+	_ = c.send(outLine{b: line}) // fails only when closing
 	for _, f := range req.after {
 		f()
 	}

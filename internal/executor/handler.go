@@ -3,8 +3,10 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -102,7 +104,13 @@ func (h *handler) HandleCall(ctx context.Context, c *Conn, req *Request) (any, e
 		}
 		return OKResult{OK: true}, nil
 	case MethodFSWatch:
-		return e.watch(c)
+		var p FSWatchParams
+		if len(req.Params) > 0 {
+			if err := req.Decode(&p); err != nil {
+				return nil, err
+			}
+		}
+		return e.watch(c, p.WatchID, req)
 	case MethodFSUnwatch:
 		var p WatchParams
 		if err := req.Decode(&p); err != nil {
@@ -222,7 +230,9 @@ func (e *Executor) execStart(ctx context.Context, c *Conn, req *Request) (any, e
 	proc, err := e.cfg.Env.Exec(ctx, cmd)
 	if err != nil {
 		pe := errorFor(err)
-		if pe.Code == CodeIO || pe.Code == CodeNotFound {
+		if errors.Is(err, exec.ErrNotFound) {
+			pe = &Error{Code: CodeNoProgram, Message: fmt.Sprintf("exec.start: %v", err)}
+		} else if pe.Code == CodeIO || pe.Code == CodeNotFound {
 			pe = &Error{Code: CodeExecFailed, Message: fmt.Sprintf("exec.start %q: %v", p.Argv[0], err)}
 		}
 		return nil, pe

@@ -101,6 +101,7 @@ func Main(ctx context.Context, args []string) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	cfg.Env = env
+	cfg.Workspace = env.WorkDir() // as processes see it
 	e, err := New(cfg)
 	if err != nil {
 		tctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

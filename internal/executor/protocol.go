@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os/exec"
 	"time"
 
 	"github.com/agentd/agentd/internal/sandbox"
@@ -70,6 +71,7 @@ const (
 	CodeTooLarge     = -32009 // a line or a file over the limit
 	CodeUnavailable  = -32010 // no server connected to answer a callback
 	CodeSecretDenied = -32011 // secrets.get refused by the server
+	CodeNoProgram    = -32012 // exec.start: the program is not in PATH or not executable
 )
 
 // Error is a JSON-RPC error object. It is what Conn.Call returns when the
@@ -95,6 +97,8 @@ func (e *Error) Is(target error) bool {
 		return target == sandbox.ErrInvalidPath
 	case CodeExists:
 		return target == fs.ErrExist
+	case CodeNoProgram:
+		return target == exec.ErrNotFound
 	}
 	return false
 }
@@ -289,6 +293,13 @@ type FSListParams struct {
 // FSListResult answers fs.list.
 type FSListResult struct {
 	Entries []sandbox.FileInfo `json:"entries"`
+}
+
+// FSWatchParams starts a watch (fs.watch). WatchID, when given, names the
+// watch (unique per connection) so the caller can expect its events before
+// the reply arrives; otherwise the executor picks one.
+type FSWatchParams struct {
+	WatchID string `json:"watchId,omitempty"`
 }
 
 // FSWatchResult answers fs.watch: events come as fs.event notifications

@@ -248,12 +248,20 @@ func TestExecErrors(t *testing.T) {
 	c := dialTest(t, te.socket, r)
 
 	_, err := c.ExecStart(bg, ExecStartParams{Tag: "m", Argv: []string{"no-such-program-xyz"}})
-	wantCode(t, err, CodeExecFailed)
-	if !strings.Contains(err.Error(), "no-such-program-xyz") {
-		t.Fatalf("error does not name the program: %v", err)
+	wantCode(t, err, CodeNoProgram)
+	if !strings.Contains(err.Error(), "no-such-program-xyz") || !errors.Is(err, exec.ErrNotFound) {
+		t.Fatalf("error does not name the program or map to exec.ErrNotFound: %v", err)
 	}
 	_, err = c.ExecStart(bg, ExecStartParams{Tag: "m", Argv: []string{"/nonexistent/bin"}})
-	wantCode(t, err, CodeExecFailed)
+	wantCode(t, err, CodeNoProgram)
+	// A working folder that is a file: the start fails for another reason.
+	if err := c.WriteFile(bg, FSFile{Path: "f", Data: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.ExecStart(bg, ExecStartParams{Tag: "m", Argv: []string{"true"}, Cwd: "f"})
+	if err == nil {
+		t.Fatal("start in a file as working folder succeeded")
+	}
 	_, err = c.ExecStart(bg, ExecStartParams{Tag: "m", Argv: nil})
 	wantCode(t, err, CodeInvalidParams)
 	_, err = c.ExecStart(bg, ExecStartParams{Tag: "m", Argv: []string{"true"}, Cwd: "../out"})
@@ -466,7 +474,9 @@ func TestFlowControlWindow(t *testing.T) {
 		l, _ := c.ExecList(bg)
 		return len(l) == 1 && !l[0].Running
 	})
-	// Round trip so that anything sent before is read.
+	waitFor(t, func() bool { return len(r.output("w", sandbox.Stdout)) >= minWindow })
+	// Give the sender a chance to overshoot, then check it did not.
+	time.Sleep(50 * time.Millisecond)
 	if _, err := c.Ping(bg); err != nil {
 		t.Fatal(err)
 	}
@@ -514,12 +524,21 @@ func TestGarbageAndHugeMessages(t *testing.T) {
 		_, _ = nc.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"fs.read","params":{"path":"../etc/passwd"}}` + "\n"))
 		_, _ = nc.Write([]byte(`{"jsonrpc":"2.0","id":2,"method":"ping"}` + "\n"))
 	}()
-	for _, want := range []int{CodeParseError, CodeTooLarge, CodeInvalidPath} {
-		if r := read(); r.Error == nil || r.Error.Code != want {
-			t.Fatalf("want %d, got %+v", want, r.Error)
+	for _, want := range []int{CodeParseError, CodeTooLarge} {
+		if r := read(); r.Error == nil || r.Error.Code != want || string(r.ID) != "null" {
+			t.Fatalf("want %d, got %+v", want, r)
 		}
 	}
-	if r := read(); r.Error != nil || string(r.ID) != "2" {
+	// Requests are answered concurrently: match by id.
+	byID := map[string]rawResponse{}
+	for range 2 {
+		r := read()
+		byID[string(r.ID)] = r
+	}
+	if r := byID["1"]; r.Error == nil || r.Error.Code != CodeInvalidPath {
+		t.Fatalf("fs.read outside: %+v", r)
+	}
+	if r := byID["2"]; r.Error != nil || r.Result == nil {
 		t.Fatalf("ping after garbage: %+v", r)
 	}
 	// Another client is unaffected.

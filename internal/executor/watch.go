@@ -21,7 +21,8 @@ func (w *watch) stop() {
 	<-w.done
 }
 
-func (e *Executor) watch(c *Conn) (any, error) {
+// watch starts a watch; events flow once the reply went out.
+func (e *Executor) watch(c *Conn, id string, req *Request) (any, error) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	ch, err := e.cfg.Env.Watch(ctx)
 	if err != nil {
@@ -37,24 +38,38 @@ func (e *Executor) watch(c *Conn) (any, error) {
 		}
 		return nil, Errorf(CodeTerminated, "fs.watch: connection closing")
 	}
-	e.seq++
-	w := &watch{id: "w" + strconv.Itoa(e.seq), cancel: cancel, done: make(chan struct{})}
-	cs.watches[w.id] = w
-	e.mu.Unlock()
-	e.bg.Add(1)
-	go func() {
-		defer e.bg.Done()
-		defer close(w.done)
-		for ev := range ch {
-			if ctx.Err() != nil {
-				continue // drain until the environment closes ch
-			}
-			if err := c.Notify(MethodFSEvent, fsEvent(w.id, ev)); err != nil {
-				cancel()
-			}
+	if id == "" {
+		e.seq++
+		id = "w" + strconv.Itoa(e.seq)
+	}
+	if cs.watches[id] != nil {
+		e.mu.Unlock()
+		cancel()
+		for range ch {
 		}
-	}()
+		return nil, Errorf(CodeExists, "fs.watch: watch %q exists", id)
+	}
+	w := &watch{id: id, cancel: cancel, done: make(chan struct{})}
+	cs.watches[w.id] = w
+	e.bg.Add(1)
+	e.mu.Unlock()
+	req.AfterReply(func() { go w.forward(e, c, ctx, ch) })
 	return FSWatchResult{WatchID: w.id}, nil
+}
+
+// forward sends the environment's events as fs.event notifications until
+// the environment closes ch (after ctx ended).
+func (w *watch) forward(e *Executor, c *Conn, ctx context.Context, ch <-chan sandbox.FileEvent) {
+	defer e.bg.Done()
+	defer close(w.done)
+	for ev := range ch {
+		if ctx.Err() != nil {
+			continue
+		}
+		if err := c.Notify(MethodFSEvent, fsEvent(w.id, ev)); err != nil {
+			w.cancel()
+		}
+	}
 }
 
 func fsEvent(id string, ev sandbox.FileEvent) FSEventParams {
