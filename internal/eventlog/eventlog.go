@@ -1,0 +1,407 @@
+// Package eventlog is agentd's durable per-session event log.
+//
+// Append assigns each event the next seq of its session when, and only when,
+// the event is stored: one writer goroutine takes every pending append, of
+// every session, and stores them in one store transaction (group commit), so
+// under load many events share one fsync. Only after the commit are the
+// events published to subscribers.
+//
+// Subscribe(session, after) replays the stored events after a seq and then
+// follows the live tail, with no gap and no duplicate at the seam. Each live
+// subscriber has a bounded queue; a subscriber that falls behind is cut off
+// with ErrSlowConsumer (never slowing the writer, the agent or other
+// subscribers) and resumes with a new Subscribe from its last seq.
+package eventlog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/store"
+)
+
+var (
+	// ErrClosed: the log is closed (server shutting down).
+	ErrClosed = errors.New("eventlog: closed")
+	// ErrSlowConsumer: the subscriber fell behind its queue bound and was
+	// disconnected; it should resubscribe after its last seq.
+	ErrSlowConsumer = errors.New("eventlog: subscriber fell behind")
+	// ErrSessionDeleted: the session was deleted while subscribed.
+	ErrSessionDeleted = errors.New("eventlog: session deleted")
+)
+
+// Record is a stored event and its JSON envelope, encoded once and shared by
+// every subscriber. Neither may be modified.
+type Record struct {
+	Event conversation.Event
+	JSON  []byte
+}
+
+// Options tune a Log. Zero values take the defaults.
+type Options struct {
+	// MaxBatch bounds the events per store transaction (default 2048).
+	MaxBatch int
+	// QueueSize bounds each live subscriber's queue (default 4096 events).
+	QueueSize int
+	// ReplayPage is the number of events read from the store at a time
+	// while a subscriber catches up (default 1024).
+	ReplayPage int
+	// Now stamps events that carry no timestamp (default time.Now).
+	Now func() time.Time
+	// Registerer receives the log's metrics when set.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+}
+
+// Log is the event log. All methods are safe for concurrent use.
+type Log struct {
+	store store.EventStore
+	opts  Options
+	log   *slog.Logger
+	m     *metrics
+
+	reqs chan *appendReq
+	quit chan struct{} // closed by Close: stop accepting
+	done chan struct{} // closed when the writer has drained and exited
+
+	mu       sync.Mutex
+	sessions map[string]*sessionLog
+	closed   bool
+}
+
+// sessionLog is one session's in-memory tail: the next seq to assign (only
+// touched by the writer goroutine) and the live subscribers.
+type sessionLog struct {
+	id      string
+	nextSeq int64 // 0 until loaded from the store; writer goroutine only
+
+	mu        sync.Mutex // guards published, subs
+	published int64
+	subs      map[*Subscription]struct{}
+}
+
+type appendReq struct {
+	ctx     context.Context
+	session string
+	events  []conversation.Event
+	start   time.Time
+	done    chan error // buffered(1)
+}
+
+// New starts a log over st. Close stops it.
+func New(st store.EventStore, opts Options) *Log {
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 2048
+	}
+	if opts.QueueSize <= 0 {
+		opts.QueueSize = 4096
+	}
+	if opts.ReplayPage <= 0 {
+		opts.ReplayPage = 1024
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	l := &Log{
+		store:    st,
+		opts:     opts,
+		log:      opts.Logger,
+		m:        newMetrics(opts.Registerer),
+		reqs:     make(chan *appendReq, 1024),
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
+		sessions: make(map[string]*sessionLog),
+	}
+	go l.writer()
+	return l
+}
+
+// Append stores events for session and returns them with their seqs and
+// context filled in, after they are durable and published. Unset context
+// fields get defaults: SessionID = session, ConversationID = main, Source =
+// server, Timestamp = now (ms precision). On error none of the events were
+// stored.
+func (l *Log) Append(ctx context.Context, session string, events ...conversation.Event) ([]conversation.Event, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	if session == "" {
+		return nil, errors.New("eventlog: append without session id")
+	}
+	for i := range events {
+		if !events[i].Type.Valid() {
+			return nil, fmt.Errorf("eventlog: append: unknown event type %q", events[i].Type)
+		}
+	}
+	r := &appendReq{ctx: ctx, session: session, events: events, start: time.Now(), done: make(chan error, 1)}
+	select {
+	case l.reqs <- r:
+	case <-l.quit:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	// Once queued, the request is always answered: the writer drains the
+	// queue before exiting. Waiting past ctx would be wrong too: the events
+	// may be committed, and the caller must learn their seqs.
+	if err := <-r.done; err != nil {
+		return nil, err
+	}
+	return r.events, nil
+}
+
+// LastSeq returns the highest published seq of a session.
+func (l *Log) LastSeq(ctx context.Context, session string) (int64, error) {
+	sl := l.session(session)
+	sl.mu.Lock()
+	p := sl.published
+	sl.mu.Unlock()
+	if p > 0 {
+		return p, nil
+	}
+	return l.store.LastSeq(ctx, session)
+}
+
+// Read returns up to limit stored events after a seq (limit <= 0: all).
+func (l *Log) Read(ctx context.Context, session string, after int64, limit int) ([]conversation.Event, error) {
+	return l.store.ReadEvents(ctx, session, after, limit)
+}
+
+// Forget drops a deleted session's tail and disconnects its subscribers
+// with ErrSessionDeleted.
+func (l *Log) Forget(session string) {
+	l.mu.Lock()
+	sl := l.sessions[session]
+	delete(l.sessions, session)
+	l.mu.Unlock()
+	if sl != nil {
+		sl.closeAll(ErrSessionDeleted)
+	}
+}
+
+// Close stops accepting appends, finishes storing and publishing those
+// already queued, and disconnects every subscriber with ErrClosed.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		<-l.done
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+	close(l.quit)
+	<-l.done
+	l.mu.Lock()
+	all := make([]*sessionLog, 0, len(l.sessions))
+	for _, sl := range l.sessions {
+		all = append(all, sl)
+	}
+	l.mu.Unlock()
+	for _, sl := range all {
+		sl.closeAll(ErrClosed)
+	}
+	return nil
+}
+
+func (l *Log) session(id string) *sessionLog {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sl, ok := l.sessions[id]
+	if !ok {
+		sl = &sessionLog{id: id, subs: make(map[*Subscription]struct{})}
+		l.sessions[id] = sl
+	}
+	return sl
+}
+
+// writer is the single goroutine that assigns seqs and stores events.
+func (l *Log) writer() {
+	defer close(l.done)
+	for {
+		var first *appendReq
+		select {
+		case first = <-l.reqs:
+		case <-l.quit:
+			// Drain what was queued before Close.
+			for {
+				select {
+				case r := <-l.reqs:
+					l.commit(l.gather(r))
+				default:
+					return
+				}
+			}
+		}
+		l.commit(l.gather(first))
+	}
+}
+
+// gather collects first and whatever else is queued, up to MaxBatch events.
+func (l *Log) gather(first *appendReq) []*appendReq {
+	batch := []*appendReq{first}
+	n := len(first.events)
+	for n < l.opts.MaxBatch {
+		select {
+		case r := <-l.reqs:
+			batch = append(batch, r)
+			n += len(r.events)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+func (l *Log) commit(batch []*appendReq) {
+	// Requests whose caller gave up before we started are dropped unstored.
+	live := batch[:0]
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.done <- err
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return
+	}
+	now := l.opts.Now().UTC().Truncate(time.Millisecond)
+	type mark struct {
+		sl   *sessionLog
+		prev int64
+	}
+	var marks []mark
+	seen := make(map[*sessionLog]bool)
+	var all []conversation.Event
+	ok := live[:0]
+	for _, r := range live {
+		sl := l.session(r.session)
+		if sl.nextSeq == 0 {
+			last, err := l.store.LastSeq(r.ctx, r.session)
+			if err != nil {
+				r.done <- fmt.Errorf("eventlog: load last seq: %w", err)
+				continue
+			}
+			sl.nextSeq = last + 1
+		}
+		if !seen[sl] {
+			seen[sl] = true
+			marks = append(marks, mark{sl, sl.nextSeq})
+		}
+		for i := range r.events {
+			e := &r.events[i]
+			e.Seq = sl.nextSeq
+			sl.nextSeq++
+			e.Context.SessionID = r.session
+			if e.Context.ConversationID == "" {
+				e.Context.ConversationID = conversation.MainConversation
+			}
+			if e.Context.Source == "" {
+				e.Context.Source = conversation.SourceServer
+			}
+			if e.Context.Timestamp.IsZero() {
+				e.Context.Timestamp = now
+			}
+			if len(e.Payload) == 0 {
+				e.Payload = json.RawMessage("{}")
+			}
+		}
+		all = append(all, r.events...)
+		ok = append(ok, r)
+	}
+	live = ok
+	if len(all) == 0 {
+		return
+	}
+	start := time.Now()
+	// The store write is not bound to any one caller's context: it carries
+	// every caller's events.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err := l.store.AppendEvents(ctx, all)
+	cancel()
+	l.m.observeCommit(len(all), time.Since(start), err)
+	if err != nil {
+		for _, mk := range marks {
+			// Nothing of the batch was stored: give the seqs back. On a seq
+			// conflict another writer owns the session; reload next time.
+			mk.sl.nextSeq = mk.prev
+			if errors.Is(err, store.ErrSeqConflict) {
+				mk.sl.nextSeq = 0
+			}
+		}
+		l.log.Error("event append failed", "events", len(all), "err", err)
+		for _, r := range live {
+			r.done <- fmt.Errorf("eventlog: store events: %w", err)
+		}
+		return
+	}
+	for _, r := range live {
+		l.session(r.session).publish(r.events, l.m)
+		l.m.latency.Observe(time.Since(r.start).Seconds())
+		r.done <- nil
+	}
+}
+
+// publish hands events to every live subscriber without blocking; a
+// subscriber whose queue is full is cut off.
+func (sl *sessionLog) publish(events []conversation.Event, m *metrics) {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if n := events[len(events)-1].Seq; n > sl.published {
+		sl.published = n
+	}
+	if len(sl.subs) == 0 {
+		return
+	}
+	for _, e := range events {
+		rec := Record{Event: e, JSON: Encode(e)}
+		for s := range sl.subs {
+			select {
+			case s.live <- rec:
+			default:
+				m.slow.Inc()
+				sl.dropLocked(s, ErrSlowConsumer)
+			}
+		}
+	}
+}
+
+func (sl *sessionLog) dropLocked(s *Subscription, err error) {
+	if _, ok := sl.subs[s]; !ok {
+		return
+	}
+	delete(sl.subs, s)
+	s.err = err
+	close(s.live)
+}
+
+func (sl *sessionLog) closeAll(err error) {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	for s := range sl.subs {
+		sl.dropLocked(s, err)
+	}
+}
+
+// Encode returns the JSON envelope of e.
+func Encode(e conversation.Event) []byte {
+	b, err := json.Marshal(e)
+	if err != nil {
+		// Only a malformed raw payload can fail; Append validated the type and
+		// payloads come from json.Marshal, so this is a programming error.
+		panic(fmt.Sprintf("eventlog: encode event: %v", err))
+	}
+	return b
+}

@@ -1,0 +1,363 @@
+package eventlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/store/memstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func logEvent(msg string) conversation.Event {
+	return conversation.NewEvent(conversation.LogEvent{Level: conversation.LevelInfo, Message: msg})
+}
+
+func msgOf(t *testing.T, e conversation.Event) string {
+	t.Helper()
+	p, err := e.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.(*conversation.LogEvent).Message
+}
+
+func TestAppendAssignsContiguousSeqs(t *testing.T) {
+	st := memstore.New()
+	l := New(st, Options{})
+	defer l.Close()
+	ctx := context.Background()
+	got, err := l.Append(ctx, "s1", logEvent("a"), logEvent("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Seq != 1 || got[1].Seq != 2 {
+		t.Fatalf("seqs %d %d, want 1 2", got[0].Seq, got[1].Seq)
+	}
+	if got[0].Context.SessionID != "s1" || got[0].Context.ConversationID != "main" || got[0].Context.Source != conversation.SourceServer || got[0].Context.Timestamp.IsZero() {
+		t.Fatalf("context defaults not filled: %+v", got[0].Context)
+	}
+	got, err = l.Append(ctx, "s2", logEvent("x"))
+	if err != nil || got[0].Seq != 1 {
+		t.Fatalf("other session seq = %v, %v; want 1", got, err)
+	}
+	got, _ = l.Append(ctx, "s1", logEvent("c"))
+	if got[0].Seq != 3 {
+		t.Fatalf("seq %d want 3", got[0].Seq)
+	}
+	stored, _ := st.ReadEvents(ctx, "s1", 0, 0)
+	if len(stored) != 3 {
+		t.Fatalf("stored %d events, want 3", len(stored))
+	}
+}
+
+func TestAppendRejectsUnknownType(t *testing.T) {
+	l := New(memstore.New(), Options{})
+	defer l.Close()
+	_, err := l.Append(context.Background(), "s", conversation.Event{Type: "bogus"})
+	if err == nil {
+		t.Fatal("want error for unknown type")
+	}
+}
+
+func TestSeqContinuesAfterRestart(t *testing.T) {
+	st := memstore.New()
+	ctx := context.Background()
+	l := New(st, Options{})
+	l.Append(ctx, "s", logEvent("1"), logEvent("2"))
+	l.Close()
+	l2 := New(st, Options{})
+	defer l2.Close()
+	got, err := l2.Append(ctx, "s", logEvent("3"))
+	if err != nil || got[0].Seq != 3 {
+		t.Fatalf("after restart seq %v err %v, want 3", got, err)
+	}
+	// A subscriber after a restart replays history, then goes live.
+	sub, _ := l2.Subscribe(ctx, "s", 0)
+	defer sub.Close()
+	for want := int64(1); want <= 3; want++ {
+		r, err := sub.Next(ctx)
+		if err != nil || r.Event.Seq != want {
+			t.Fatalf("replay got %v err %v, want seq %d", r.Event.Seq, err, want)
+		}
+	}
+	go l2.Append(ctx, "s", logEvent("4"))
+	r, err := sub.Next(ctx)
+	if err != nil || r.Event.Seq != 4 {
+		t.Fatalf("live got %d err %v, want 4", r.Event.Seq, err)
+	}
+}
+
+// failingStore fails AppendEvents while fail is set.
+type failingStore struct {
+	store.EventStore
+	fail atomic.Bool
+}
+
+func (f *failingStore) AppendEvents(ctx context.Context, ev []conversation.Event) error {
+	if f.fail.Load() {
+		return errors.New("disk on fire")
+	}
+	return f.EventStore.AppendEvents(ctx, ev)
+}
+
+func TestFailedCommitGivesSeqsBack(t *testing.T) {
+	fs := &failingStore{EventStore: memstore.New()}
+	l := New(fs, Options{})
+	defer l.Close()
+	ctx := context.Background()
+	sub, _ := l.Subscribe(ctx, "s", 0)
+	defer sub.Close()
+	l.Append(ctx, "s", logEvent("1"))
+	fs.fail.Store(true)
+	if _, err := l.Append(ctx, "s", logEvent("lost")); err == nil {
+		t.Fatal("want error from failing store")
+	}
+	fs.fail.Store(false)
+	got, err := l.Append(ctx, "s", logEvent("2"))
+	if err != nil || got[0].Seq != 2 {
+		t.Fatalf("after failure seq %v err %v, want 2 (no gap)", got, err)
+	}
+	for _, want := range []string{"1", "2"} {
+		r, err := sub.Next(ctx)
+		if err != nil || msgOf(t, r.Event) != want {
+			t.Fatalf("subscriber got %v err %v, want %q (failed event never published)", r.Event, err, want)
+		}
+	}
+}
+
+// slowStore delays every commit so that concurrent appends pile up.
+type slowStore struct {
+	store.EventStore
+	mu      sync.Mutex
+	batches []int
+}
+
+func (s *slowStore) AppendEvents(ctx context.Context, ev []conversation.Event) error {
+	time.Sleep(2 * time.Millisecond)
+	s.mu.Lock()
+	s.batches = append(s.batches, len(ev))
+	s.mu.Unlock()
+	return s.EventStore.AppendEvents(ctx, ev)
+}
+
+func TestGroupCommit(t *testing.T) {
+	ss := &slowStore{EventStore: memstore.New()}
+	l := New(ss, Options{})
+	defer l.Close()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	const writers, each = 50, 20
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				if _, err := l.Append(ctx, fmt.Sprintf("s%d", w%5), logEvent(fmt.Sprint(i))); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	total, max := 0, 0
+	for _, n := range ss.batches {
+		total += n
+		if n > max {
+			max = n
+		}
+	}
+	if total != writers*each {
+		t.Fatalf("stored %d events, want %d", total, writers*each)
+	}
+	if len(ss.batches) >= total/2 || max < 5 {
+		t.Fatalf("no group commit: %d transactions for %d events (largest %d)", len(ss.batches), total, max)
+	}
+	for i := range 5 {
+		evs, _ := ss.ReadEvents(ctx, fmt.Sprintf("s%d", i), 0, 0)
+		for j, e := range evs {
+			if e.Seq != int64(j+1) {
+				t.Fatalf("session s%d: event %d has seq %d", i, j, e.Seq)
+			}
+		}
+	}
+}
+
+// TestSubscribeSeam races appends against subscribers that join at every
+// point of the log: each must see exactly after+1…last, in order.
+func TestSubscribeSeam(t *testing.T) {
+	st := memstore.New()
+	l := New(st, Options{ReplayPage: 7})
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const total = 1500
+	appended := make(chan struct{})
+	go func() {
+		defer close(appended)
+		for i := 1; i <= total; i++ {
+			if _, err := l.Append(ctx, "s", logEvent(fmt.Sprint(i))); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for k := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(k) * 200 * time.Microsecond)
+			after := int64(k * 37 % 500)
+			sub, err := l.Subscribe(ctx, "s", after)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer sub.Close()
+			for want := after + 1; want <= total; want++ {
+				r, err := sub.Next(ctx)
+				if err != nil {
+					t.Errorf("sub after %d: at %d: %v", after, want, err)
+					return
+				}
+				if r.Event.Seq != want || msgOf(t, r.Event) != fmt.Sprint(want) {
+					t.Errorf("sub after %d: got seq %d (%s), want %d", after, r.Event.Seq, msgOf(t, r.Event), want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	<-appended
+}
+
+func TestSlowConsumerIsCutOffWithoutStallingOthers(t *testing.T) {
+	l := New(memstore.New(), Options{QueueSize: 8})
+	defer l.Close()
+	ctx := context.Background()
+	slow, _ := l.Subscribe(ctx, "s", 0)
+	defer slow.Close()
+	fast, _ := l.Subscribe(ctx, "s", 0)
+	defer fast.Close()
+	// Both register live on their first Next (the session is empty); prime
+	// them with one event.
+	var primed sync.WaitGroup
+	for _, s := range []*Subscription{slow, fast} {
+		primed.Add(1)
+		go func() { defer primed.Done(); s.Next(ctx) }()
+	}
+	for subscribers(l, "s") < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	l.Append(ctx, "s", logEvent("0"))
+	primed.Wait()
+	// The fast subscriber keeps up (the appender waits for it); the slow one
+	// never reads.
+	for i := 1; i <= 100; i++ {
+		if _, err := l.Append(ctx, "s", logEvent(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := fast.Next(ctx); err != nil || r.Event.Seq != int64(i+1) {
+			t.Fatalf("fast subscriber: got %d, %v", r.Event.Seq, err)
+		}
+	}
+	var err error
+	n := 0
+	for err == nil {
+		_, err = slow.Next(ctx)
+		n++
+	}
+	if !errors.Is(err, ErrSlowConsumer) {
+		t.Fatalf("slow subscriber ended with %v after %d events, want ErrSlowConsumer", err, n)
+	}
+	// It resumes from its last seq and gets the rest, exactly.
+	again, _ := l.Subscribe(ctx, "s", slow.Last())
+	defer again.Close()
+	for want := slow.Last() + 1; want <= 101; want++ {
+		r, err := again.Next(ctx)
+		if err != nil || r.Event.Seq != want {
+			t.Fatalf("resume got %d err %v, want %d", r.Event.Seq, err, want)
+		}
+	}
+}
+
+func TestCloseDrainsAndEndsSubscribers(t *testing.T) {
+	st := memstore.New()
+	l := New(st, Options{})
+	ctx := context.Background()
+	sub, _ := l.Subscribe(ctx, "s", 0)
+	l.Append(ctx, "s", logEvent("1"))
+	sub.Next(ctx)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() { defer wg.Done(); l.Append(ctx, "s", logEvent("x")) }()
+	}
+	wg.Wait()
+	l.Close()
+	if _, err := l.Append(ctx, "s", logEvent("late")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("append after close: %v", err)
+	}
+	n := 0
+	for {
+		_, err := sub.Next(ctx)
+		if err != nil {
+			if !errors.Is(err, ErrClosed) {
+				t.Fatalf("end error %v", err)
+			}
+			break
+		}
+		n++
+	}
+	if last, _ := st.LastSeq(ctx, "s"); last != 21 {
+		t.Fatalf("stored last seq %d, want 21", last)
+	}
+	sub.Close()
+}
+
+func TestForgetEndsSubscribers(t *testing.T) {
+	l := New(memstore.New(), Options{})
+	defer l.Close()
+	ctx := context.Background()
+	l.Append(ctx, "s", logEvent("1"))
+	sub, _ := l.Subscribe(ctx, "s", 0)
+	defer sub.Close()
+	sub.Next(ctx)
+	go func() { time.Sleep(10 * time.Millisecond); l.Forget("s") }()
+	if _, err := sub.Next(ctx); !errors.Is(err, ErrSessionDeleted) {
+		t.Fatalf("got %v, want ErrSessionDeleted", err)
+	}
+}
+
+func TestCanceledAppendIsNotStored(t *testing.T) {
+	st := memstore.New()
+	l := New(st, Options{})
+	defer l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.Append(ctx, "s", logEvent("x")); err == nil {
+		t.Fatal("want error for canceled context")
+	}
+	if n, _ := st.LastSeq(context.Background(), "s"); n != 0 {
+		t.Fatalf("canceled append stored: last seq %d", n)
+	}
+}
+
+func subscribers(l *Log, session string) int {
+	sl := l.session(session)
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	return len(sl.subs)
+}
