@@ -90,12 +90,12 @@ func (e *Environment) Exec(ctx context.Context, c sandbox.Cmd) (sandbox.Process,
 	if tag == "" {
 		e.nextTag++
 		tag = "p" + strconv.FormatUint(e.nextTag, 10)
-		for e.procs[tag] != nil { // a caller chose this name
+		for e.tagTakenLocked(tag) { // a caller chose this name
 			e.nextTag++
 			tag = "p" + strconv.FormatUint(e.nextTag, 10)
 		}
 	}
-	if e.procs[tag] != nil {
+	if e.tagTakenLocked(tag) {
 		e.mu.Unlock()
 		return nil, fmt.Errorf("exec %q: %w: %s", c.Argv[0], ErrTagInUse, tag)
 	}
@@ -118,6 +118,13 @@ func (e *Environment) Exec(ctx context.Context, c sandbox.Cmd) (sandbox.Process,
 	e.log.Debug("process started", "tag", tag, "pid", p.pid, "argv", c.Argv, "dir", dir, "pty", c.PTY != nil)
 	go p.wait()
 	return p, nil
+}
+
+// tagTakenLocked reports whether tag names a running process or one being
+// started (reserved as a nil entry). e.mu must be held.
+func (e *Environment) tagTakenLocked(tag string) bool {
+	_, ok := e.procs[tag]
+	return ok
 }
 
 // environ builds a process's environment: a minimal base, then Spec.Env,

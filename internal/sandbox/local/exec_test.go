@@ -21,7 +21,27 @@ import (
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(noZombies{m}) }
+
+// noZombies fails the run if any child of the test process is left
+// unreaped.
+type noZombies struct{ m *testing.M }
+
+func (z noZombies) Run() int {
+	code := z.m.Run()
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		if st, err := parseStat(b); err == nil && st.PPID == os.Getpid() && st.State == 'Z' {
+			fmt.Fprintf(os.Stderr, "zombie child left: %+v\n", st)
+			code = 1
+		}
+	}
+	return code
+}
 
 // testEnv creates an environment on a fresh workspace, terminated at the
 // end of the test.
@@ -589,6 +609,32 @@ func TestTags(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	// Racing Execs with one explicit tag: exactly one wins.
+	var won sync.Map
+	for range 8 {
+		wg.Go(func() {
+			p, err := env.Exec(context.Background(), sandbox.Cmd{Argv: []string{"sleep", "100"}, Tag: "same"})
+			switch {
+			case err == nil:
+				won.Store(p, true)
+			case !errors.Is(err, ErrTagInUse):
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	n := 0
+	won.Range(func(k, _ any) bool {
+		n++
+		p := k.(sandbox.Process)
+		_ = p.Kill()
+		for range p.Output() {
+		}
+		return true
+	})
+	if n != 1 {
+		t.Fatalf("%d processes started with the same tag", n)
+	}
 	_ = p1.Kill()
 	drain(t, p1)
 	// The tag is free again once the process ended.

@@ -18,7 +18,7 @@ import (
 )
 
 // readSize is the most one chunk holds.
-const readSize = 32 << 10
+const readSize = 256 << 10
 
 // process is a started command. Output is read by one goroutine per stream
 // and handed over unbuffered-ish (a small channel buffer): a slow consumer
@@ -95,6 +95,11 @@ func start(e *Environment, cmd *exec.Cmd, tag string, c sandbox.Cmd) (*process, 
 			closeAll([]*os.File{outR, outW})
 			return nil, err
 		}
+		// Bigger pipes mean fewer, larger reads for chatty commands; small
+		// writes are still read (and delivered) as soon as they land.
+		for _, w := range []*os.File{outW, errW} {
+			growPipe(w)
+		}
 		cmd.Stdout, cmd.Stderr = outW, errW
 		child = append(child, outW, errW)
 		p.srcs = []*os.File{outR, errR}
@@ -124,6 +129,19 @@ func start(e *Environment, cmd *exec.Cmd, tag string, c sandbox.Cmd) (*process, 
 		go p.pump(src, streams[i])
 	}
 	return p, nil
+}
+
+// pipeSize is what output pipes are grown to (the default is 64 KiB); an
+// unprivileged process may be capped by /proc/sys/fs/pipe-max-size, and a
+// failure only costs throughput.
+const pipeSize = 1 << 20
+
+func growPipe(f *os.File) {
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			_, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeSize)
+		})
+	}
 }
 
 // openPTY opens a terminal pair of the given size. The master is made

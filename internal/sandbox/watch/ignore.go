@@ -21,6 +21,8 @@ var DefaultIgnore = []string{
 	".codex/sessions",
 	".codex/log",
 	".gemini/tmp",
+	".local/share",
+	".local/state",
 	"/.cache",
 	"/.npm",
 }
