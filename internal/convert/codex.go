@@ -34,6 +34,12 @@ type lineConverter interface {
 	Convert(line []byte) ([]conversation.Event, error)
 }
 
+// flusher is a lineConverter with events to emit at the end of its input
+// (e.g. a turn end only known once nothing follows).
+type flusher interface {
+	Flush() []conversation.Event
+}
+
 // jsonLines returns a Format.Convert that feeds each input, line by line,
 // to a fresh converter: blank lines are skipped, a line the converter
 // rejects is reported through Warn and skipped.
@@ -58,6 +64,13 @@ func convertLines(in Input, c lineConverter, sink Sink) error {
 			}
 		}
 		if errors.Is(err, io.EOF) {
+			if f, ok := c.(flusher); ok {
+				for _, e := range f.Flush() {
+					if err := sink.Emit(e); err != nil {
+						return fmt.Errorf("emit: %w", err)
+					}
+				}
+			}
 			return nil
 		}
 		if err != nil {

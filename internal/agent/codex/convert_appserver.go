@@ -683,16 +683,19 @@ func (c *AppServerConverter) collab(o *out, conv, id string, done bool, it *asIt
 		if len(it.ReceiverThreadIDs) > 0 {
 			agentID = it.ReceiverThreadIDs[0]
 		}
-		in := map[string]any{"prompt": prompt}
-		if it.Model != nil {
-			in["model"] = *it.Model
-		}
 		_, known := c.threadConv[agentID]
 		for _, t := range it.ReceiverThreadIDs {
 			c.threadConv[t] = id
 		}
-		c.blocks.put(o, conv, conversation.Block{ID: id, Type: conversation.BlockSubagent, Status: statusOf(false, failed),
-			SubagentID: agentID, ToolUseID: id, Input: mustJSON(in), Description: prompt})
+		// As for Claude's Task tool: the subagent id is the spawning
+		// call's id (the subagent's conversation id), the input its
+		// prompt; the agent's own id (its thread) goes in the events.
+		b := conversation.Block{ID: id, Type: conversation.BlockSubagent, Status: statusOf(false, failed),
+			SubagentID: id, ToolUseID: id, Input: mustJSON(prompt)}
+		if it.Model != nil {
+			b.Metadata = map[string]any{"model": *it.Model}
+		}
+		c.blocks.put(o, conv, b)
 		if agentID != "" && !known {
 			o.emit(conv, conversation.SubagentSpawned{ToolUseID: id, AgentID: agentID, Prompt: prompt})
 		}

@@ -278,7 +278,7 @@ func TestAppServerHandmadeTurns(t *testing.T) {
 		t.Fatalf("interrupted message %+v", m)
 	}
 	sub := findBlock(t, st.Blocks, "call_3")
-	if sub.Type != conversation.BlockSubagent || sub.SubagentID != "019b1f00-0000-7000-8000-0000000000b2" || sub.Output != "a.txt has 3 lines." || sub.Status != conversation.StatusComplete {
+	if sub.Type != conversation.BlockSubagent || sub.SubagentID != "call_3" || string(sub.Input) != `"count the lines of a.txt"` || sub.Output != "a.txt has 3 lines." || sub.Status != conversation.StatusComplete {
 		t.Fatalf("subagent block %+v", sub)
 	}
 	if len(st.Subagents) != 1 || st.Subagents[0].ID != "call_3" || st.Subagents[0].Status != conversation.StatusComplete ||

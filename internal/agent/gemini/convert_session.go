@@ -1,0 +1,350 @@
+package gemini
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/agentd/agentd/conversation"
+)
+
+// SessionConverter converts a saved Gemini CLI chat. Two layouts exist:
+// the single JSON document of older versions
+// (chats/session-<time>-<id>.json: {sessionId, startTime, messages:[…]},
+// see ConvertDocument) and the JSON-lines log of newer ones (0.5x+,
+// session-…jsonl: a metadata record, then message records, where a
+// message updated later is appended again whole, plus {"$set":…} metadata
+// updates and {"$rewindTo": id} records; see Convert).
+//
+// Messages are user, gemini (content, thoughts, toolCalls with their
+// results, tokens, model), info, warning and error. Block ids are
+// "<message id>-<n>", n counting the message's text and thought blocks in
+// the order first seen, so a message recorded again keeps its ids; tool
+// blocks use the call id. A gemini answer without tool calls ends a turn:
+// query:completed is emitted when the next user message arrives, or by
+// Flush.
+type SessionConverter struct {
+	opts       options
+	sessionID  string
+	model      string
+	n          map[string]int  // message id → blocks allocated
+	usageSeen  map[string]bool // message ids whose tokens were counted
+	finalMsgID string          // the last gemini answer, while its turn is open
+	finalText  string
+	blocks     blocks
+}
+
+// NewSessionConverter returns a converter for one saved session.
+func NewSessionConverter(opts ...Option) *SessionConverter {
+	return &SessionConverter{opts: buildOptions(opts), n: map[string]int{}, usageSeen: map[string]bool{}, blocks: newBlocks()}
+}
+
+// SessionID is the session's id once a record named it.
+func (c *SessionConverter) SessionID() string { return c.sessionID }
+
+type sessionMessage struct {
+	ID             string          `json:"id"`
+	Timestamp      string          `json:"timestamp"`
+	Type           string          `json:"type"`
+	Content        json.RawMessage `json:"content"`
+	DisplayContent json.RawMessage `json:"displayContent"`
+	Model          string          `json:"model"`
+	Thoughts       []struct {
+		Subject     string `json:"subject"`
+		Description string `json:"description"`
+		Timestamp   string `json:"timestamp"`
+	} `json:"thoughts"`
+	Tokens *struct {
+		Input    int64 `json:"input"`
+		Output   int64 `json:"output"`
+		Cached   int64 `json:"cached"`
+		Thoughts int64 `json:"thoughts"`
+		Tool     int64 `json:"tool"`
+	} `json:"tokens"`
+	ToolCalls []toolCall `json:"toolCalls"`
+}
+
+type toolCall struct {
+	ID            string          `json:"id"`
+	Name          string          `json:"name"`
+	Args          json.RawMessage `json:"args"`
+	Result        json.RawMessage `json:"result"`
+	Status        string          `json:"status"`
+	Timestamp     string          `json:"timestamp"`
+	ResultDisplay json.RawMessage `json:"resultDisplay"`
+	DisplayName   string          `json:"displayName"`
+}
+
+// sessionRecord is one line of the JSON-lines layout (or the legacy
+// document, which has the metadata fields and messages).
+type sessionRecord struct {
+	sessionMessage
+	SessionID string            `json:"sessionId"`
+	StartTime string            `json:"startTime"`
+	Set       json.RawMessage   `json:"$set"`
+	RewindTo  *string           `json:"$rewindTo"`
+	Messages  []json.RawMessage `json:"messages"`
+}
+
+// Convert converts one record of the JSON-lines layout.
+func (c *SessionConverter) Convert(line []byte) ([]conversation.Event, error) {
+	var r sessionRecord
+	if err := json.Unmarshal(line, &r); err != nil {
+		return nil, fmt.Errorf("gemini session record: %w", err)
+	}
+	o := &out{ts: parseTime(r.Timestamp)}
+	switch {
+	case r.RewindTo != nil:
+		o.log(conversation.LevelWarn, "gemini session rewound to message "+*r.RewindTo+" (earlier blocks stay)", line)
+	case len(r.Set) > 0:
+		var set struct {
+			Messages []json.RawMessage `json:"messages"`
+		}
+		if json.Unmarshal(r.Set, &set) == nil && set.Messages != nil {
+			for _, m := range set.Messages {
+				c.rawMessage(o, m)
+			}
+		}
+	case r.ID != "" && r.Type != "":
+		c.message(o, &r.sessionMessage, line)
+	case r.SessionID != "":
+		c.metadata(o, r.SessionID, line)
+	default:
+		o.log(conversation.LevelWarn, "gemini: unknown session record", line)
+	}
+	return o.events, nil
+}
+
+// ConvertDocument converts a whole session in the single-document layout.
+// A message that does not decode becomes a log event; only a document that
+// is not a session at all is an error.
+func (c *SessionConverter) ConvertDocument(doc []byte) ([]conversation.Event, error) {
+	var r sessionRecord
+	if err := json.Unmarshal(doc, &r); err != nil {
+		return nil, fmt.Errorf("gemini session: %w", err)
+	}
+	if r.SessionID == "" && r.Messages == nil {
+		return nil, fmt.Errorf("gemini session: neither sessionId nor messages")
+	}
+	o := &out{ts: parseTime(r.StartTime)}
+	if r.SessionID != "" {
+		meta := map[string]string{"sessionId": r.SessionID, "startTime": r.StartTime}
+		c.metadata(o, r.SessionID, mustJSON(meta))
+	}
+	for _, m := range r.Messages {
+		c.rawMessage(o, m)
+	}
+	o.events = append(o.events, c.Flush()...)
+	return o.events, nil
+}
+
+// Flush ends the open turn: query:completed for a final answer nothing
+// followed.
+func (c *SessionConverter) Flush() []conversation.Event {
+	o := &out{}
+	c.endTurn(o)
+	return o.events
+}
+
+func (c *SessionConverter) metadata(o *out, id string, raw []byte) {
+	if c.sessionID == "" {
+		c.sessionID = id
+	}
+	o.log(conversation.LevelInfo, "gemini session "+id, raw)
+}
+
+func (c *SessionConverter) rawMessage(o *out, raw json.RawMessage) {
+	var m sessionMessage
+	if err := json.Unmarshal(raw, &m); err != nil || m.ID == "" {
+		o.log(conversation.LevelWarn, "gemini: session message that does not decode", raw)
+		return
+	}
+	ts := o.ts
+	o.ts = parseTime(m.Timestamp)
+	c.message(o, &m, raw)
+	o.ts = ts
+}
+
+// blockID returns the id of the message's block for key, allocating the
+// next "<message id>-<n>" the first time.
+func (c *SessionConverter) blockID(msgID, key string) string {
+	k := "msg:" + msgID + ":" + key
+	if id, ok := c.blocks.taken[k]; ok {
+		return id
+	}
+	n := c.n[msgID]
+	c.n[msgID] = n + 1
+	return c.blocks.claim(k, msgID+"-"+strconv.Itoa(n))
+}
+
+func (c *SessionConverter) endTurn(o *out) {
+	if c.finalMsgID == "" {
+		return
+	}
+	o.emit("", conversation.QueryCompleted{Result: c.finalText})
+	c.finalMsgID, c.finalText = "", ""
+}
+
+func (c *SessionConverter) message(o *out, m *sessionMessage, raw []byte) {
+	switch m.Type {
+	case "user":
+		c.endTurn(o)
+		if c.opts.omitUserMessages {
+			return
+		}
+		text := partsText(m.DisplayContent)
+		if text == "" {
+			text = partsText(m.Content)
+		}
+		c.blocks.put(o, "", conversation.Block{ID: c.blockID(m.ID, "text"), Type: conversation.BlockUserMessage,
+			Status: conversation.StatusComplete, Content: text})
+	case "gemini":
+		c.gemini(o, m)
+	case "info", "warning":
+		c.blocks.put(o, "", conversation.Block{ID: c.blockID(m.ID, "text"), Type: conversation.BlockSystem,
+			Status: conversation.StatusComplete, Subtype: m.Type, Message: partsText(m.Content)})
+	case "error":
+		msg := partsText(m.Content)
+		id := c.blockID(m.ID, "text")
+		isNew := !c.blocks.has(id)
+		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockError, Status: conversation.StatusError, Message: msg})
+		if isNew {
+			o.emit("", conversation.ErrorEvent{Message: msg})
+		}
+	default:
+		o.log(conversation.LevelWarn, "gemini: unknown message type "+strconv.Quote(m.Type), raw)
+	}
+}
+
+func (c *SessionConverter) gemini(o *out, m *sessionMessage) {
+	if m.Model != "" && m.Model != c.model {
+		c.model = m.Model
+		o.emit("", conversation.MetadataUpdate{Model: m.Model})
+	}
+	for i, th := range m.Thoughts {
+		b := conversation.Block{ID: c.blockID(m.ID, "thought-"+strconv.Itoa(i)), Type: conversation.BlockThinking,
+			Timestamp: parseTime(th.Timestamp), Status: conversation.StatusComplete, Content: th.Description, Summary: th.Subject}
+		c.blocks.put(o, "", b)
+	}
+	text := partsText(m.Content)
+	if text != "" {
+		c.blocks.put(o, "", conversation.Block{ID: c.blockID(m.ID, "text"), Type: conversation.BlockAssistantText,
+			Status: conversation.StatusComplete, Content: text, Model: m.Model})
+	}
+	for i := range m.ToolCalls {
+		c.toolCall(o, m.ID, &m.ToolCalls[i])
+	}
+	if m.Tokens != nil && !c.usageSeen[m.ID] {
+		c.usageSeen[m.ID] = true
+		t := m.Tokens
+		// Gemini's prompt count includes the cached part; thoughts are
+		// billed as output.
+		u := conversation.Usage{InputTokens: max(t.Input-t.Cached, 0) + t.Tool, OutputTokens: t.Output + t.Thoughts, CacheReadInputTokens: t.Cached}
+		if u != (conversation.Usage{}) {
+			o.emit("", conversation.MetadataUpdate{Usage: &u})
+		}
+	}
+	switch {
+	case len(m.ToolCalls) > 0:
+		if c.finalMsgID == m.ID {
+			c.finalMsgID, c.finalText = "", ""
+		}
+	case text != "":
+		c.finalMsgID, c.finalText = m.ID, text
+	}
+}
+
+func (c *SessionConverter) toolCall(o *out, msgID string, tc *toolCall) {
+	key := tc.ID
+	if key == "" {
+		key = msgID + "-" + tc.Name
+	}
+	id := c.blocks.claim("tool:"+key, key)
+	b := conversation.Block{ID: id, Type: conversation.BlockToolUse, Timestamp: parseTime(tc.Timestamp), ToolName: tc.Name, ToolUseID: id,
+		Input: objectInput(tc.Args), DisplayName: tc.DisplayName}
+	done := tc.Status != "" && tc.Status != "executing" && tc.Status != "scheduled" && tc.Status != "validating" && tc.Status != "awaiting_approval"
+	isErr := done && tc.Status != "success"
+	b.Status = statusOf(done, isErr)
+	c.blocks.put(o, "", b)
+	if !done {
+		return
+	}
+	output := functionResponseText(tc.Result)
+	if output == "" {
+		output = partsText(tc.ResultDisplay)
+	}
+	c.blocks.put(o, "", conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult, Timestamp: parseTime(tc.Timestamp),
+		Status: statusOf(true, isErr), ToolUseID: id, Output: output, IsError: isErr, Metadata: map[string]any{"status": tc.Status}})
+}
+
+// partsText reads Gemini content: a string, a Part ({text}) or a list of
+// Parts, keeping the text parts.
+func partsText(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	type part struct {
+		Text    *string `json:"text"`
+		Thought bool    `json:"thought"`
+	}
+	var parts []part
+	if json.Unmarshal(raw, &parts) != nil {
+		var one part
+		if json.Unmarshal(raw, &one) != nil || one.Text == nil {
+			return ""
+		}
+		parts = []part{one}
+	}
+	var sb strings.Builder
+	for _, p := range parts {
+		if p.Text != nil && !p.Thought {
+			sb.WriteString(*p.Text)
+		}
+	}
+	return sb.String()
+}
+
+// functionResponseText reads a tool call's result: the Parts sent back to
+// the model, whose functionResponse.response holds {output} or {error}.
+func functionResponseText(raw json.RawMessage) string {
+	var parts []struct {
+		FunctionResponse *struct {
+			Response map[string]json.RawMessage `json:"response"`
+		} `json:"functionResponse"`
+		Text *string `json:"text"`
+	}
+	if json.Unmarshal(raw, &parts) != nil {
+		return ""
+	}
+	var sb strings.Builder
+	for _, p := range parts {
+		switch {
+		case p.FunctionResponse != nil:
+			r := p.FunctionResponse.Response
+			for _, k := range []string{"output", "error"} {
+				if v, ok := r[k]; ok {
+					if s := partsText(v); s != "" {
+						sb.WriteString(s)
+					} else {
+						sb.Write(v)
+					}
+				}
+			}
+			_, hasOut := r["output"]
+			_, hasErr := r["error"]
+			if !hasOut && !hasErr && len(r) > 0 {
+				sb.Write(mustJSON(r)) // keys sorted: deterministic
+			}
+		case p.Text != nil:
+			sb.WriteString(*p.Text)
+		}
+	}
+	return sb.String()
+}
