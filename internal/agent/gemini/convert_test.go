@@ -179,5 +179,3 @@ func countType(events []conversation.Event, typ conversation.EventType) int {
 	}
 	return n
 }
-
-
