@@ -1,0 +1,176 @@
+import { useCallback, useEffect, useRef, useState, useSyncExternalStore } from "react";
+import { AgentdClient, EventSocket } from "@agentd/client";
+import { AppContext, stats, useConnectionState, type App as AppT } from "./app-context";
+import { NewSessionDialog } from "./NewSessionDialog";
+import { SessionList } from "./SessionList";
+import { SessionView } from "./SessionView";
+
+const KEY_STORAGE = "agentd.apiKey";
+
+// ---- routing: "/" and "/sessions/{id}", on the History API ------------------
+
+function subscribeLocation(cb: () => void): () => void {
+  window.addEventListener("popstate", cb);
+  return () => window.removeEventListener("popstate", cb);
+}
+
+export function navigate(path: string): void {
+  if (location.pathname === path) return;
+  history.pushState(null, "", path);
+  dispatchEvent(new PopStateEvent("popstate"));
+}
+
+function useSessionRoute(): string | null {
+  const path = useSyncExternalStore(subscribeLocation, () => location.pathname);
+  const m = /^\/sessions\/([^/]+)/.exec(path);
+  return m ? decodeURIComponent(m[1]!) : null;
+}
+
+// ---- auth gate --------------------------------------------------------------
+
+type Auth = { state: "checking" } | { state: "need-key"; error?: string } | { state: "ready"; key: string | undefined };
+
+export function App() {
+  const [auth, setAuth] = useState<Auth>({ state: "checking" });
+
+  const check = useCallback(async (key: string | undefined, fromUser: boolean) => {
+    const probe = new AgentdClient(key ? { apiKey: key } : {});
+    try {
+      const { required } = await probe.auth();
+      if (!required) return setAuth({ state: "ready", key: undefined });
+      if (!key) return setAuth({ state: "need-key" });
+      await probe.listSessions(); // validates the key
+      localStorage.setItem(KEY_STORAGE, key);
+      setAuth({ state: "ready", key });
+    } catch (e) {
+      const msg = e instanceof Error ? e.message : String(e);
+      if (key && !fromUser) localStorage.removeItem(KEY_STORAGE);
+      setAuth({ state: "need-key", ...(fromUser || key ? { error: msg } : { error: `Cannot reach the server: ${msg}` }) });
+    }
+  }, []);
+
+  useEffect(() => {
+    void check(localStorage.getItem(KEY_STORAGE) ?? undefined, false);
+  }, [check]);
+
+  if (auth.state === "checking") return <div className="center muted">Connecting…</div>;
+  if (auth.state === "need-key") return <KeyPrompt error={auth.error} onSubmit={(k) => void check(k, true)} />;
+  return (
+    <Connected
+      apiKey={auth.key}
+      onUnauthorized={() => {
+        localStorage.removeItem(KEY_STORAGE);
+        setAuth({ state: "need-key", error: "The server refused the API key." });
+      }}
+    />
+  );
+}
+
+function KeyPrompt({ error, onSubmit }: { error?: string | undefined; onSubmit: (key: string) => void }) {
+  const [key, setKey] = useState("");
+  return (
+    <div className="center">
+      <form
+        className="modal"
+        data-testid="api-key-form"
+        aria-labelledby="key-title"
+        onSubmit={(e) => {
+          e.preventDefault();
+          if (key.trim()) onSubmit(key.trim());
+        }}
+      >
+        <h2 id="key-title">API key required</h2>
+        <p className="muted small">This agentd server needs its API key. It is kept in this browser's local storage.</p>
+        <label>
+          API key
+          <input type="password" autoComplete="current-password" data-testid="api-key-input" value={key} onChange={(e) => setKey(e.target.value)} autoFocus />
+        </label>
+        {error && (
+          <div className="error-box small" role="alert">
+            {error}
+          </div>
+        )}
+        <div className="modal-actions">
+          <button type="submit" className="primary" data-testid="api-key-submit">
+            Continue
+          </button>
+        </div>
+      </form>
+    </div>
+  );
+}
+
+// ---- the app once connected -------------------------------------------------
+
+function Connected({ apiKey, onUnauthorized }: { apiKey: string | undefined; onUnauthorized: () => void }) {
+  // The socket lives in an effect so that its cleanup (closing it) pairs
+  // with its creation, also under StrictMode's double effects.
+  const [app, setApp] = useState<AppT | null>(null);
+  const unauthorized = useRef(onUnauthorized);
+  unauthorized.current = onUnauthorized;
+  useEffect(() => {
+    const client = new AgentdClient(apiKey ? { apiKey } : {});
+    const socket = EventSocket.forClient(client);
+    setApp({ client, socket, unauthorized: () => unauthorized.current() });
+    window.__agentd = {
+      socket,
+      dropConnection: () => socket.dropConnection(),
+      conversation: null,
+      stats,
+      connects: () => socket.connects,
+    };
+    const online = () => socket.reconnectNow();
+    window.addEventListener("online", online);
+    return () => {
+      window.removeEventListener("online", online);
+      socket.close();
+    };
+  }, [apiKey]);
+  if (!app) return null;
+  return <Shell app={app} />;
+}
+
+function Shell({ app }: { app: AppT }) {
+  const sessionId = useSessionRoute();
+  const [dialog, setDialog] = useState(false);
+  const conn = useConnectionState(app.socket);
+
+  return (
+    <AppContext.Provider value={app}>
+      <div className={`layout${sessionId ? " has-session" : ""}`}>
+        <header className="topbar">
+          <a
+            href="/"
+            className="brand"
+            onClick={(e) => {
+              e.preventDefault();
+              navigate("/");
+            }}
+          >
+            agentd
+          </a>
+          <span className={`conn conn-${conn}`} role="status" data-testid="connection-state" data-state={conn}>
+            {conn === "connected" ? "live" : conn === "reconnecting" ? "reconnecting…" : conn === "connecting" ? "connecting…" : "offline"}
+          </span>
+        </header>
+        <SessionList selected={sessionId} onSelect={(id) => navigate(`/sessions/${encodeURIComponent(id)}`)} onNew={() => setDialog(true)} />
+        <main className="main">
+          {sessionId ? (
+            <SessionView key={sessionId} id={sessionId} onBack={() => navigate("/")} />
+          ) : (
+            <div className="center muted welcome">Select a session, or create one with “+ New”.</div>
+          )}
+        </main>
+        {dialog && (
+          <NewSessionDialog
+            onClose={() => setDialog(false)}
+            onCreated={(id) => {
+              setDialog(false);
+              navigate(`/sessions/${encodeURIComponent(id)}`);
+            }}
+          />
+        )}
+      </div>
+    </AppContext.Provider>
+  );
+}

@@ -1,0 +1,100 @@
+import { renderToStaticMarkup } from "react-dom/server";
+import { describe, expect, it } from "vitest";
+import type { AnyBlock, Notice, Subagent } from "@agentd/client";
+import { buildItems, commandOf } from "../src/blocks";
+import { diffLines, editsOf } from "../src/diff";
+import { Markdown, parseBlocks, safeHref } from "../src/markdown";
+import { buildTree } from "../src/Workspace";
+
+const md = (s: string) => renderToStaticMarkup(<Markdown text={s} />);
+
+describe("markdown", () => {
+  it("renders the common constructs", () => {
+    const html = md("# Title\n\nSome **bold**, *it*, `code` and [a link](https://x.test/a).\n\n- one\n- two\n\n1. first\n2. second\n\n```go\nfmt.Println(1)\n```\n\n> quoted");
+    expect(html).toContain("<h3>Title</h3>");
+    expect(html).toContain("<strong>bold</strong>");
+    expect(html).toContain("<em>it</em>");
+    expect(html).toContain("<code>code</code>");
+    expect(html).toContain('<a href="https://x.test/a" target="_blank" rel="noopener noreferrer nofollow">a link</a>');
+    expect(html).toContain("<ul><li>one</li><li>two</li></ul>");
+    expect(html).toContain('<ol start="1"><li>first</li><li>second</li></ol>');
+    expect(html).toContain('<pre class="md-code" data-lang="go"><code>fmt.Println(1)</code></pre>');
+    expect(html).toContain("<blockquote><p>quoted</p></blockquote>");
+  });
+
+  it("never injects raw HTML or script URLs", () => {
+    const html = md('<img src=x onerror=alert(1)> <script>alert(1)</script> [x](javascript:alert(1)) [y](data:text/html,hi)');
+    expect(html).not.toContain("<img");
+    expect(html).not.toContain("<script");
+    expect(html).not.toContain('href="javascript');
+    expect(html).not.toContain('href="data');
+    expect(html).toContain("&lt;script&gt;");
+    expect(safeHref(" JavaScript:alert(1)")).toBeNull();
+  });
+
+  it("renders an unterminated code fence while it streams", () => {
+    expect(parseBlocks("```\npartial")).toEqual([{ kind: "code", lang: "", text: "partial" }]);
+  });
+
+  it("survives pathological input", () => {
+    const deep = ">".repeat(500) + " x\n" + "*".repeat(10_000) + "\n" + "- ".repeat(2000);
+    expect(() => md(deep)).not.toThrow();
+  });
+});
+
+describe("diff", () => {
+  it("diffs lines with context", () => {
+    expect(diffLines("a\nb\nc", "a\nB\nc")).toEqual([
+      { op: " ", text: "a" },
+      { op: "-", text: "b" },
+      { op: "+", text: "B" },
+      { op: " ", text: "c" },
+    ]);
+    expect(diffLines("", "x\ny").map((l) => l.op)).toEqual(["+", "+"]);
+  });
+
+  it("recognises Edit, MultiEdit and Write inputs", () => {
+    expect(editsOf({ file_path: "a.go", old_string: "x", new_string: "y" })).toEqual([{ path: "a.go", oldText: "x", newText: "y" }]);
+    expect(editsOf({ file_path: "a.go", edits: [{ old_string: "1", new_string: "2" }] })).toHaveLength(1);
+    expect(editsOf({ file_path: "n.txt", content: "hi" })).toEqual([{ path: "n.txt", oldText: "", newText: "hi" }]);
+    expect(editsOf({ command: "ls" })).toBeNull();
+    expect(editsOf(null)).toBeNull();
+  });
+});
+
+describe("items", () => {
+  const blocks: AnyBlock[] = [
+    { id: "u", type: "user_message", content: "go" },
+    { id: "t1", type: "tool_use", toolUseId: "t1", toolName: "Bash", input: { command: "ls" } },
+    { id: "t1-result", type: "tool_result", toolUseId: "t1", output: "a\n" },
+    { id: "t2", type: "tool_use", toolUseId: "t2", toolName: "Task" },
+    { id: "r-orphan", type: "tool_result", toolUseId: "zz", output: "?" },
+  ];
+  const sub: Subagent = { id: "t2", toolUseId: "t2", status: "pending", blocks: [] };
+  const lone: Subagent = { id: "t9", toolUseId: "t9", status: "complete", blocks: [] };
+  const notice: Notice = { seq: 9, kind: "turn_failed", message: "x", afterBlock: 3 };
+
+  it("nests results and threads in their tool call and places notices after their block", () => {
+    const items = buildItems(blocks, [notice], [sub, lone]);
+    expect(items.map((i) => i.key)).toEqual(["u", "t1", "notice-9-1", "t2", "r-orphan", "sub-t9"]);
+    const t1 = items[1]!;
+    expect(t1.kind === "tool" && t1.result?.output).toBe("a\n");
+    const t2 = items[3]!;
+    expect(t2.kind === "tool" && t2.sub?.id).toBe("t2");
+  });
+
+  it("finds shell commands", () => {
+    expect(commandOf(blocks[1]!)).toBe("ls");
+    expect(commandOf({ id: "x", type: "tool_use", toolName: "shell", input: { command: ["bash", "-lc", "ls"] } })).toBe("bash -lc ls");
+    expect(commandOf({ id: "x", type: "tool_use", toolName: "Read", input: { file_path: "a" } })).toBeNull();
+  });
+});
+
+describe("file tree", () => {
+  it("nests paths, folders first, and dedupes", () => {
+    const t = buildTree([{ path: "b.txt" }, { path: "src/x.go", size: 3 }, { path: "src", isDir: true }, { path: "src/x.go" }, { path: "a/b/c.md" }]);
+    expect(t.map((n) => n.name)).toEqual(["a", "src", "b.txt"]);
+    expect(t[1]!.children.map((n) => n.path)).toEqual(["src/x.go"]);
+    expect(t[0]!.children[0]!.children[0]!.path).toBe("a/b/c.md");
+  });
+});
