@@ -24,13 +24,19 @@ func sum(b []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
+// write replaces root/rel atomically (written beside the tree, then
+// renamed in), so a polling scan never sees it half-written.
 func write(t *testing.T, root, rel, content string) {
 	t.Helper()
 	p := filepath.Join(root, rel)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+	tmp := filepath.Join(t.TempDir(), "tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -116,30 +122,30 @@ func TestCreateModifyDelete(t *testing.T) {
 				t.Fatalf("Polling() = %v", w.Polling())
 			}
 
+			// A poll may catch a write half-done (os.WriteFile truncates
+			// first), so read until the final content shows.
 			write(t, root, "a.txt", "hello")
-			got := until(t, ch, sandbox.Created, "a.txt")
-			e := got[len(got)-1]
-			if e.Size != 5 || e.SHA256 != sum([]byte("hello")) {
-				t.Fatalf("created event %+v", e)
+			got := untilContent(t, ch, "a.txt", "hello")
+			if got[0].Op != sandbox.Created || last(got).Size != 5 {
+				t.Fatalf("events for a new file: %+v", got)
 			}
 
 			write(t, root, "a.txt", "hello world")
-			e = last(until(t, ch, sandbox.Modified, "a.txt"))
-			if e.Size != 11 || e.SHA256 != sum([]byte("hello world")) {
-				t.Fatalf("modified event %+v", e)
+			got = untilContent(t, ch, "a.txt", "hello world")
+			if got[0].Op != sandbox.Modified || last(got).Op != sandbox.Modified || last(got).Size != 11 {
+				t.Fatalf("events for a modified file: %+v", got)
 			}
 
 			// A same-size rewrite within the same timestamp granule is
 			// still a modification (hash comparison).
 			write(t, root, "a.txt", "HELLO WORLD")
-			e = last(until(t, ch, sandbox.Modified, "a.txt"))
-			if e.SHA256 != sum([]byte("HELLO WORLD")) {
-				t.Fatalf("same-size rewrite event %+v", e)
+			if got = untilContent(t, ch, "a.txt", "HELLO WORLD"); last(got).Op != sandbox.Modified {
+				t.Fatalf("same-size rewrite events %+v", got)
 			}
 
 			// The empty file is a file.
 			write(t, root, "empty", "")
-			e = last(until(t, ch, sandbox.Created, "empty"))
+			e := last(until(t, ch, sandbox.Created, "empty"))
 			if e.Size != 0 || e.SHA256 != sum(nil) {
 				t.Fatalf("empty file event %+v", e)
 			}
@@ -165,6 +171,35 @@ func TestCreateModifyDelete(t *testing.T) {
 				t.Errorf("event for a touch: %+v", e)
 			}
 		})
+	}
+}
+
+// untilContent reads events until one for path carries content's hash and
+// returns the events for path, checking none is a deletion.
+func untilContent(t *testing.T, ch <-chan sandbox.FileEvent, path, content string) []sandbox.FileEvent {
+	t.Helper()
+	want := sum([]byte(content))
+	var got []sandbox.FileEvent
+	deadline := time.After(waitLimit)
+	for {
+		select {
+		case e, ok := <-ch:
+			if !ok {
+				t.Fatalf("channel closed waiting for %s; got %+v", path, got)
+			}
+			if e.Path != path {
+				continue
+			}
+			if e.Op == sandbox.Deleted {
+				t.Fatalf("%s deleted while being written: %+v", path, append(got, e))
+			}
+			got = append(got, e)
+			if e.SHA256 == want {
+				return got
+			}
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s with %q; got %+v", path, content, got)
+		}
 	}
 }
 
