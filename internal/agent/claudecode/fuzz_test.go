@@ -1,0 +1,98 @@
+package claudecode
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/agentd/agentd/conversation"
+)
+
+// checkEvents asserts what must hold for any input: payloads are valid JSON
+// of their type and the events reduce without error (no delta to an unknown
+// block, no block without an id).
+func checkEvents(t *testing.T, events []conversation.Event) {
+	t.Helper()
+	for _, e := range events {
+		if !json.Valid(e.Payload) {
+			t.Fatalf("invalid %s payload: %q", e.Type, e.Payload)
+		}
+		if _, err := e.Decode(); err != nil {
+			t.Fatalf("%s payload does not decode: %v", e.Type, err)
+		}
+	}
+	if _, err := conversation.Reduce(events); err != nil {
+		t.Fatalf("events do not reduce: %v", err)
+	}
+}
+
+// seedLines adds every line of the shared Claude Code files as a seed.
+func seedLines(f *testing.F, add func(line []byte)) {
+	for _, dir := range []string{streamDir, sessionDir} {
+		paths, _ := filepath.Glob(filepath.Join(dir, "*.json*"))
+		for _, p := range paths {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				continue
+			}
+			for _, ln := range splitLines(data) {
+				if len(ln.b) < 4096 { // keep the corpus quick to mutate
+					add(ln.b)
+				}
+			}
+		}
+	}
+}
+
+// FuzzStreamConverter feeds a sequence of lines (separated by newlines in
+// the fuzz input) through one converter: it must never panic, and what it
+// emits must always be valid and reducible.
+func FuzzStreamConverter(f *testing.F) {
+	var prev []byte
+	seedLines(f, func(line []byte) {
+		f.Add(append(append(bytes.Clone(prev), '\n'), line...))
+		prev = line
+	})
+	f.Add([]byte(lineMsgStart + "\n" + lineTextStart + "\n" + lineDelta1 + "\n" + lineText))
+	f.Add([]byte(lineTask + "\n" + lineSubPrompt + "\n" + lineSubTool + "\n" + lineSubResult + "\n" + lineTaskDone))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := NewStreamConverter()
+		var all []conversation.Event
+		for _, ln := range bytes.Split(data, []byte("\n")) {
+			ev, err := c.Convert(ln)
+			if err != nil && ev != nil {
+				t.Fatalf("a skipped line gave events")
+			}
+			all = append(all, ev...)
+		}
+		checkEvents(t, all)
+	})
+}
+
+// FuzzTranscript converts a main transcript and a subagent file (the fuzz
+// input split at the first 0x00 byte).
+func FuzzTranscript(f *testing.F) {
+	main, _ := os.ReadFile(aiMain)
+	sub, _ := os.ReadFile(aiSub)
+	f.Add(append(append(bytes.Clone(main), 0), sub...))
+	inline, _ := os.ReadFile(filepath.Join(sessionDir, "claude-code-viewer__5c0375b4-57a5-4f26-b12d-d022ee4e51b7.jsonl"))
+	f.Add(inline)
+	arm, _ := os.ReadFile(arMain)
+	ars, _ := os.ReadFile(arSub)
+	f.Add(append(append(bytes.Clone(arm), 0), ars...))
+	seedLines(f, func(line []byte) { f.Add(line) })
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, s, _ := bytes.Cut(data, []byte{0})
+		var sink recSink
+		err := ConvertTranscripts([]Input{
+			{Name: "main.jsonl", R: bytes.NewReader(m)},
+			{Name: "agent-x.jsonl", R: bytes.NewReader(s)},
+		}, &sink)
+		if err != nil {
+			t.Fatalf("conversion failed outright: %v", err)
+		}
+		checkEvents(t, sink.events)
+	})
+}
