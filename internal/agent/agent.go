@@ -110,4 +110,6 @@ type PermissionDecision struct {
 	Message      string
 	UpdatedInput json.RawMessage
 	By           conversation.ResolvedBy
+	// Actor is the principal who answered (ByUser).
+	Actor string
 }

@@ -1,0 +1,43 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Failure codes reported in query:failed events.
+const (
+	CodeAgentNotFound   = "AGENT_NOT_FOUND"  // the agent CLI is not installed / not on PATH
+	CodeAgentExited     = "AGENT_EXITED"     // the agent process ended unexpectedly
+	CodeAgentProtocol   = "AGENT_PROTOCOL"   // the agent printed something agentd cannot use
+	CodeModelError      = "MODEL_ERROR"      // the model API failed (after the agent's retries)
+	CodeSandboxError    = "SANDBOX_ERROR"    // the environment could not be started or failed
+	CodeServerRestarted = "SERVER_RESTARTED" // the server stopped while the turn ran
+	CodeShutdown        = "SERVER_SHUTDOWN"  // the server is shutting down
+	CodeBudgetExceeded  = "BUDGET_EXCEEDED"  // the session's model budget is used up
+	CodeCommandFailed   = "COMMAND_FAILED"   // shell: the command exited non-zero
+	CodeInternal        = "INTERNAL"
+)
+
+// Failure is a turn failure with a code for clients.
+type Failure struct {
+	Code string
+	Err  error
+}
+
+func (f *Failure) Error() string { return f.Err.Error() }
+func (f *Failure) Unwrap() error { return f.Err }
+
+// Fail wraps err with a failure code.
+func Fail(code string, format string, args ...any) error {
+	return &Failure{Code: code, Err: fmt.Errorf(format, args...)}
+}
+
+// CodeOf returns the failure code of err, or CodeInternal.
+func CodeOf(err error) string {
+	var f *Failure
+	if errors.As(err, &f) {
+		return f.Code
+	}
+	return CodeInternal
+}

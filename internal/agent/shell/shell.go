@@ -1,0 +1,226 @@
+// Package shell is the built-in `shell` architecture: each user message is
+// a command run with `sh -c` in the session's workspace. It needs no model,
+// which makes it the way to try agentd, and the reference runner for tests.
+//
+// A turn is a user_message (written by the session), a tool_use block
+// (toolName "shell", input {command}) and a tool_result block whose output
+// streams as block:delta events while the command runs; the exit code goes
+// in the result's metadata and a non-zero exit marks it isError.
+package shell
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/sandbox"
+)
+
+// Name is the architecture name.
+const Name = "shell"
+
+// Architecture implements agent.Architecture.
+type Architecture struct {
+	// MaxOutput bounds the output recorded per command (default 8 MiB); the
+	// rest is counted and reported, not stored.
+	MaxOutput int
+}
+
+// Name implements agent.Architecture.
+func (Architecture) Name() string { return Name }
+
+// Start implements agent.Architecture. The shell needs no preparation.
+func (a Architecture) Start(ctx context.Context, h agent.Host) (agent.Runner, error) {
+	max := a.MaxOutput
+	if max <= 0 {
+		max = 8 << 20
+	}
+	return &runner{host: h, max: max}, nil
+}
+
+type runner struct {
+	host agent.Host
+	max  int
+
+	mu          sync.Mutex // guards proc, interrupted
+	proc        sandbox.Process
+	interrupted bool
+}
+
+// ToolUseID is the tool_use id of a turn's command.
+func ToolUseID(queryID string) string { return "shell-" + queryID }
+
+func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, error) {
+	h := r.host
+	toolID := ToolUseID(t.QueryID)
+	resultID := conversation.ToolResultID(toolID)
+	input, _ := json.Marshal(map[string]string{"command": t.Content})
+	start := time.Now()
+	if err := h.Emit(ctx,
+		conversation.Upsert(conversation.Block{
+			ID: toolID, Type: conversation.BlockToolUse, Status: conversation.StatusPending,
+			ToolName: Name, ToolUseID: toolID, Input: input, Timestamp: start.UTC().Truncate(time.Millisecond),
+		}),
+		conversation.Upsert(conversation.Block{
+			ID: resultID, Type: conversation.BlockToolResult, Status: conversation.StatusPending,
+			ToolUseID: toolID, Timestamp: start.UTC().Truncate(time.Millisecond),
+		}),
+	); err != nil {
+		return agent.TurnResult{}, err
+	}
+
+	p, err := h.Env().Exec(ctx, sandbox.Cmd{Argv: []string{"sh", "-c", t.Content}, Tag: t.QueryID})
+	if err != nil {
+		r.finish(context.WithoutCancel(ctx), toolID, resultID, start, -1, "", err.Error())
+		return agent.TurnResult{}, agent.Fail(agent.CodeSandboxError, "start command: %v", err)
+	}
+	r.mu.Lock()
+	r.proc = p
+	r.interrupted = false
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.proc = nil
+		r.mu.Unlock()
+	}()
+
+	// Stop the command when the turn is cancelled (interrupt backstop or
+	// shutdown).
+	stop := context.AfterFunc(ctx, func() { _ = p.Kill() })
+	defer stop()
+
+	outErr := r.stream(context.WithoutCancel(ctx), p, resultID)
+	status, werr := p.Wait(context.WithoutCancel(ctx))
+	ectx := context.WithoutCancel(ctx)
+	if werr != nil {
+		r.finish(ectx, toolID, resultID, start, -1, "", werr.Error())
+		return agent.TurnResult{}, agent.Fail(agent.CodeSandboxError, "wait for command: %v", werr)
+	}
+	if outErr != nil {
+		return agent.TurnResult{}, outErr
+	}
+	r.finish(ectx, toolID, resultID, start, status.Code, status.Signal, "")
+	if ctx.Err() != nil || r.wasInterrupted() {
+		return agent.TurnResult{}, agent.ErrInterrupted
+	}
+	return agent.TurnResult{}, nil
+}
+
+// stream forwards output as deltas. It drains whatever chunks are ready into
+// one delta, so a fast producer costs one append per batch, not per read,
+// and carries an incomplete UTF-8 sequence over to the next delta.
+func (r *runner) stream(ctx context.Context, p sandbox.Process, resultID string) error {
+	var carry []byte
+	written, dropped := 0, 0
+	out := p.Output()
+	for {
+		c, ok := <-out
+		if !ok {
+			break
+		}
+		buf := append(carry, c.Data...)
+	drain:
+		for len(buf) < 1<<20 {
+			select {
+			case c2, ok2 := <-out:
+				if !ok2 {
+					out = nil
+					break drain
+				}
+				buf = append(buf, c2.Data...)
+			default:
+				break drain
+			}
+		}
+		text, rest := splitUTF8(buf)
+		carry = append([]byte(nil), rest...)
+		if room := r.max - written; len(text) > room {
+			dropped += len(text) - max(room, 0)
+			text = text[:max(room, 0)]
+		}
+		if len(text) > 0 {
+			written += len(text)
+			if err := r.host.Emit(ctx, conversation.Delta(resultID, string(text))); err != nil {
+				return err
+			}
+		}
+		if out == nil {
+			break
+		}
+	}
+	tail := string(carry)
+	if len(carry) > 0 {
+		tail = string([]rune(tail)) // invalid bytes become U+FFFD
+	}
+	if dropped > 0 {
+		tail += fmt.Sprintf("\n[agentd: output truncated, %d bytes not shown]\n", dropped)
+	}
+	if tail != "" {
+		return r.host.Emit(ctx, conversation.Delta(resultID, tail))
+	}
+	return nil
+}
+
+// splitUTF8 splits b before a trailing incomplete UTF-8 sequence.
+func splitUTF8(b []byte) (whole, rest []byte) {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return b[:i], b[i:]
+			}
+			break
+		}
+	}
+	return b, nil
+}
+
+func (r *runner) finish(ctx context.Context, toolID, resultID string, start time.Time, code int, signal, errText string) {
+	meta := map[string]any{"exitCode": code}
+	if signal != "" {
+		meta["signal"] = signal
+	}
+	isErr := code != 0 || signal != "" || errText != ""
+	st := conversation.StatusComplete
+	if isErr {
+		st = conversation.StatusError
+	}
+	evs := []conversation.Event{
+		conversation.Upsert(conversation.Block{ID: toolID, Type: conversation.BlockToolUse, Status: conversation.StatusComplete}),
+	}
+	if errText != "" {
+		evs = append(evs, conversation.Delta(resultID, errText))
+	}
+	evs = append(evs, conversation.Upsert(conversation.Block{
+		ID: resultID, Type: conversation.BlockToolResult, Status: st, IsError: isErr,
+		DurationMs: time.Since(start).Milliseconds(), Metadata: meta,
+	}))
+	if err := r.host.Emit(ctx, evs...); err != nil {
+		r.host.Logger().Error("record command result", "err", err)
+	}
+}
+
+func (r *runner) wasInterrupted() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.interrupted
+}
+
+func (r *runner) Interrupt(ctx context.Context) error {
+	r.mu.Lock()
+	p := r.proc
+	r.interrupted = true
+	r.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return p.Kill()
+}
+
+func (r *runner) Close(ctx context.Context) error {
+	return r.Interrupt(ctx)
+}

@@ -1,0 +1,174 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"time"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/profile"
+	"github.com/agentd/agentd/store"
+)
+
+// startEnvironment brings a session's environment up: sandbox, workspace
+// contents (restored from the store, or the profile's default files for a
+// new workspace), the workspace watcher, the lease renewal, and the
+// architecture's runner. ctx stays alive as long as the environment.
+func (m *Manager) startEnvironment(ctx context.Context, s *Session, rec store.Session, actor string) (sandbox.Environment, agent.Runner, *host, error) {
+	arch, ok := m.cfg.Architectures.Lookup(rec.Architecture)
+	if !ok {
+		return nil, nil, nil, agent.Fail(agent.CodeInternal, "architecture %q is not available on this server", rec.Architecture)
+	}
+	prof, err := m.cfg.Profiles.Get(ctx, rec.AgentProfileRef)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var opts agent.Options
+	_ = json.Unmarshal(rec.SessionOptions, &opts)
+	opts.Extra = rec.SessionOptions
+	if opts.Model == "" {
+		opts.Model = prof.Model
+	}
+
+	ws := m.workspace(rec.ID)
+	_, statErr := os.Stat(ws)
+	fresh := errors.Is(statErr, os.ErrNotExist)
+	env := make(map[string]string, len(m.cfg.Env)+len(prof.EnvironmentVariables))
+	maps.Copy(env, m.cfg.Env)
+	maps.Copy(env, prof.EnvironmentVariables)
+	spec := sandbox.Spec{SessionID: rec.ID, Workspace: ws, Env: env, Ignore: m.cfg.WatchIgnore}
+
+	start := time.Now()
+	e, err := m.cfg.Sandbox.Create(ctx, spec)
+	if err != nil {
+		return nil, nil, nil, agent.Fail(agent.CodeSandboxError, "start %s sandbox: %v", m.cfg.Sandbox.Name(), err)
+	}
+	fail := func(err error) (sandbox.Environment, agent.Runner, *host, error) {
+		tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = e.Terminate(tctx)
+		return nil, nil, nil, err
+	}
+	if h, ok := e.(sandbox.Handler); ok {
+		s.mu.Lock()
+		s.rec.SandboxState = h.Handle()
+		s.mu.Unlock()
+	}
+	if fresh {
+		if err := m.populate(ctx, e, rec.ID, prof.DefaultWorkspaceFiles); err != nil {
+			return fail(agent.Fail(agent.CodeSandboxError, "prepare workspace: %v", err))
+		}
+	}
+	// Watch before the agent starts so nothing it writes is missed.
+	changes, err := e.Watch(ctx)
+	if err != nil {
+		return fail(agent.Fail(agent.CodeSandboxError, "watch workspace: %v", err))
+	}
+	go m.forwardChanges(ctx, s, e, changes)
+	go m.renewLease(ctx, rec.ID)
+
+	h := &host{s: s, env: e, prof: prof, opts: opts, log: m.log.With("session", rec.ID, "architecture", rec.Architecture)}
+	h.setTurn(actor, rec.Runtime.ActiveQueryID)
+	runner, err := arch.Start(ctx, h)
+	if err != nil {
+		return fail(err)
+	}
+	m.log.Info("environment up", "session", rec.ID, "sandbox", m.cfg.Sandbox.Name(), "ms", time.Since(start).Milliseconds())
+	return e, runner, h, nil
+}
+
+// populate fills a new workspace: the files saved in the store for this
+// session (a workspace restored elsewhere), or else the profile's defaults.
+func (m *Manager) populate(ctx context.Context, e sandbox.Environment, id string, defaults []profile.File) error {
+	saved, err := m.cfg.Store.ListWorkspaceFiles(ctx, id)
+	if err != nil {
+		return fmt.Errorf("list saved files: %w", err)
+	}
+	var files []sandbox.File
+	if len(saved) > 0 {
+		for _, f := range saved {
+			files = append(files, sandbox.File{Path: f.Path, Content: f.Content, Mode: os.FileMode(f.Mode)})
+		}
+	} else {
+		for _, f := range defaults {
+			files = append(files, sandbox.File{Path: f.Path, Content: []byte(f.Content)})
+		}
+	}
+	if len(files) == 0 {
+		return nil
+	}
+	return e.WriteFiles(ctx, files)
+}
+
+// forwardChanges turns workspace changes into file events and, within the
+// size bound, copies the files into the store.
+func (m *Manager) forwardChanges(ctx context.Context, s *Session, e sandbox.Environment, changes <-chan sandbox.FileEvent) {
+	for ch := range changes {
+		var ev conversation.Event
+		switch ch.Op {
+		case sandbox.Deleted:
+			ev = conversation.NewEvent(conversation.FileChange{Kind: conversation.TypeFileDeleted, Path: ch.Path})
+		case sandbox.Created, sandbox.Modified:
+			kind := conversation.TypeFileModified
+			if ch.Op == sandbox.Created {
+				kind = conversation.TypeFileCreated
+			}
+			size := ch.Size
+			ev = conversation.NewEvent(conversation.FileChange{Kind: kind, Path: ch.Path, Size: &size, SHA256: ch.SHA256})
+		default:
+			continue
+		}
+		if _, err := m.cfg.Log.Append(ctx, s.id, ev); err != nil {
+			if ctx.Err() == nil {
+				m.log.Warn("record file change", "session", s.id, "path", ch.Path, "err", err)
+			}
+			continue
+		}
+		m.persistFile(ctx, s.id, e, ch)
+	}
+}
+
+func (m *Manager) persistFile(ctx context.Context, id string, e sandbox.Environment, ch sandbox.FileEvent) {
+	if m.cfg.PersistFilesMax <= 0 {
+		return
+	}
+	if ch.Op == sandbox.Deleted {
+		if err := m.cfg.Store.DeleteSessionFile(ctx, id, ch.Path); err != nil && ctx.Err() == nil {
+			m.log.Warn("forget file", "session", id, "path", ch.Path, "err", err)
+		}
+		return
+	}
+	if ch.Size > m.cfg.PersistFilesMax {
+		return
+	}
+	data, err := e.ReadFile(ctx, ch.Path)
+	if err != nil {
+		return // gone again already; its delete event follows
+	}
+	f := store.WorkspaceFile{Path: ch.Path, Content: data, UpdatedAt: time.Now().UTC()}
+	if err := m.cfg.Store.SaveWorkspaceFile(ctx, id, f); err != nil && ctx.Err() == nil {
+		m.log.Warn("save file", "session", id, "path", ch.Path, "err", err)
+	}
+}
+
+// renewLease keeps the session's lease while its environment is up.
+func (m *Manager) renewLease(ctx context.Context, id string) {
+	t := time.NewTicker(m.cfg.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := m.cfg.Store.AcquireLease(ctx, id, m.cfg.Holder, m.cfg.LeaseTTL); err != nil && ctx.Err() == nil {
+				m.log.Error("renew lease", "session", id, "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,17 @@
+package session
+
+import "errors"
+
+// Errors the API maps to codes.
+var (
+	ErrNotFound            = errors.New("session not found")
+	ErrBusy                = errors.New("a turn is already running in this session")
+	ErrNoActiveTurn        = errors.New("no turn is running")
+	ErrUnknownArchitecture = errors.New("unknown architecture")
+	ErrProfileNotFound     = errors.New("agent profile not found")
+	ErrPermissionNotFound  = errors.New("permission request not found")
+	ErrPermissionResolved  = errors.New("permission request already resolved")
+	ErrLeased              = errors.New("session is running on another server")
+	ErrClosed              = errors.New("server is shutting down")
+	ErrInvalidRequest      = errors.New("invalid request")
+)

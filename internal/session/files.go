@@ -1,0 +1,72 @@
+package session
+
+import (
+	"context"
+
+	"github.com/agentd/agentd/internal/sandbox"
+)
+
+// withFiles runs f on the session's workspace: through its environment
+// when it is up, otherwise through a process-less view of the folder.
+func (m *Manager) withFiles(ctx context.Context, id string, f func(sandbox.Environment) error) error {
+	s, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	if env := s.liveEnv(); env != nil {
+		return f(env)
+	}
+	env, err := m.cfg.Files.Create(ctx, sandbox.Spec{SessionID: id, Workspace: m.workspace(id), Ignore: m.cfg.WatchIgnore})
+	if err != nil {
+		return err
+	}
+	defer env.Terminate(context.Background())
+	return f(env)
+}
+
+// ListFiles lists the session's workspace recursively.
+func (m *Manager) ListFiles(ctx context.Context, id string) ([]sandbox.FileInfo, error) {
+	var out []sandbox.FileInfo
+	err := m.withFiles(ctx, id, func(e sandbox.Environment) error {
+		var err error
+		out, err = e.List(ctx, "", true)
+		return err
+	})
+	return out, err
+}
+
+// ReadFile returns one workspace file.
+func (m *Manager) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
+	if _, err := sandbox.CleanPath(path); err != nil {
+		return nil, err
+	}
+	var out []byte
+	err := m.withFiles(ctx, id, func(e sandbox.Environment) error {
+		var err error
+		out, err = e.ReadFile(ctx, path)
+		return err
+	})
+	return out, err
+}
+
+// liveEnv returns the environment if it is up. It asks the owner only when
+// one runs; a nil answer means "use the folder".
+func (s *Session) liveEnv() sandbox.Environment {
+	s.mu.Lock()
+	running := s.own != nil
+	s.mu.Unlock()
+	if !running {
+		return nil
+	}
+	ch := make(chan sandbox.Environment, 1)
+	if err := s.do(func(o *owner) {
+		if o.starting {
+			ch <- nil
+			return
+		}
+		ch <- o.env
+	}); err != nil {
+		return nil
+	}
+	return <-ch
+}

@@ -1,0 +1,159 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/profile"
+)
+
+// host is what a session gives its runner (agent.Host). It is safe for
+// concurrent use.
+type host struct {
+	s    *Session
+	env  sandbox.Environment
+	prof profile.Profile
+	opts agent.Options
+	log  *slog.Logger
+
+	turn    atomic.Pointer[turnRef] // the running turn's actor and query
+	permSeq atomic.Int64
+}
+
+type turnRef struct{ actor, queryID string }
+
+var _ agent.Host = (*host)(nil)
+
+func (h *host) setTurn(actor, queryID string) { h.turn.Store(&turnRef{actor, queryID}) }
+
+func (h *host) current() turnRef {
+	if t := h.turn.Load(); t != nil {
+		return *t
+	}
+	return turnRef{}
+}
+
+func (h *host) SessionID() string           { return h.s.id }
+func (h *host) Env() sandbox.Environment    { return h.env }
+func (h *host) Profile() profile.Profile    { return h.prof }
+func (h *host) Options() agent.Options      { return h.opts }
+func (h *host) Logger() *slog.Logger        { return h.log }
+func (h *host) AgentState() json.RawMessage { return h.s.record().AgentState }
+
+// Emit appends runner events; unset sources default to runner and the actor
+// to the principal of the running turn.
+func (h *host) Emit(ctx context.Context, events ...conversation.Event) error {
+	actor := h.current().actor
+	for i := range events {
+		if events[i].Context.Source == "" {
+			events[i].Context.Source = conversation.SourceRunner
+		}
+		if events[i].Context.Actor == nil && actor != "" {
+			a := actor
+			events[i].Context.Actor = &a
+		}
+	}
+	_, err := h.s.m.cfg.Log.Append(ctx, h.s.id, events...)
+	return err
+}
+
+func (h *host) SaveAgentState(ctx context.Context, state json.RawMessage) error {
+	h.s.mu.Lock()
+	h.s.rec.AgentState = append(json.RawMessage(nil), state...)
+	rec := h.s.rec
+	h.s.mu.Unlock()
+	return h.s.m.cfg.Store.UpdateSession(ctx, rec)
+}
+
+func (h *host) SetAgentInfo(ctx context.Context, version, agentSessionID string) error {
+	h.s.mu.Lock()
+	if version != "" {
+		h.s.rec.Runtime.AgentVersion = version
+	}
+	if agentSessionID != "" {
+		h.s.rec.Runtime.AgentSessionID = agentSessionID
+	}
+	rec := h.s.rec
+	h.s.mu.Unlock()
+	return h.s.m.cfg.Store.UpdateSession(ctx, rec)
+}
+
+// RequestPermission implements agent.Host.
+func (h *host) RequestPermission(ctx context.Context, req agent.PermissionRequest) (agent.PermissionDecision, error) {
+	cur := h.current()
+	input := req.Input
+	if len(input) == 0 {
+		input = json.RawMessage("{}")
+	}
+	if b, ok := policy(h.prof.AllowedTools, h.prof.DisallowedTools, req.ToolName, input); ok {
+		msg := ""
+		if b == conversation.Deny {
+			msg = fmt.Sprintf("%s is not allowed by the agent profile", req.ToolName)
+		}
+		return agent.PermissionDecision{Behavior: b, Message: msg, By: conversation.ByPolicy}, nil
+	}
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = h.s.m.cfg.PermissionTimeout
+	}
+	id := requestID(cur.queryID, h.permSeq.Add(1))
+	if req.ToolUseID != "" {
+		id = "perm-" + req.ToolUseID
+	}
+	ch := h.s.perms.register(id)
+	expires := time.Now().Add(timeout).UTC().Truncate(time.Millisecond)
+	reqEv := withActor(conversation.NewEvent(conversation.PermissionRequested{
+		RequestID: id, ToolName: req.ToolName, Input: input, ToolUseID: req.ToolUseID, ExpiresAt: expires,
+	}), cur.actor)
+	if _, err := h.s.m.cfg.Log.Append(ctx, h.s.id, reqEv); err != nil {
+		h.s.perms.claim(id)
+		return agent.PermissionDecision{}, fmt.Errorf("record permission request: %w", err)
+	}
+	timer := make(chan struct{})
+	t := time.AfterFunc(timeout, func() { close(timer) })
+	defer t.Stop()
+
+	d, err, timedOut := waitDecision(ctx, ch, timer)
+	switch {
+	case err != nil:
+		if !h.s.perms.claim(id) {
+			// Answered at the same moment: take the answer.
+			d = <-ch
+			break
+		}
+		h.resolve(id, agent.PermissionDecision{Behavior: conversation.Deny, By: conversation.ByInterrupt, Message: "the turn ended"}, cur.actor)
+		return agent.PermissionDecision{}, err
+	case timedOut:
+		if !h.s.perms.claim(id) {
+			d = <-ch
+			break
+		}
+		d = agent.PermissionDecision{Behavior: conversation.Deny, By: conversation.ByTimeout,
+			Message: fmt.Sprintf("no answer within %s", timeout)}
+		h.resolve(id, d, cur.actor)
+		return d, nil
+	}
+	// A client answered (answer() already claimed the request).
+	actor := cur.actor
+	if d.Actor != "" {
+		actor = d.Actor
+	}
+	h.resolve(id, d, actor)
+	return d, nil
+}
+
+func (h *host) resolve(id string, d agent.PermissionDecision, actor string) {
+	ev := conversation.NewEvent(conversation.PermissionResolved{
+		RequestID: id, Behavior: d.Behavior, By: d.By, Message: d.Message, UpdatedInput: d.UpdatedInput,
+	})
+	if _, err := h.s.m.cfg.Log.Append(context.Background(), h.s.id, withActor(ev, actor)); err != nil {
+		h.log.Error("record permission resolution", "err", err)
+	}
+}

@@ -1,0 +1,388 @@
+// Package session runs agentd sessions. A Manager holds every session; a
+// Session has a typed lifecycle (created → starting → ready → running → idle
+// → terminated, plus error), emitted as status events, and while its
+// environment is up one owner goroutine makes every change to its runtime
+// state, so that state needs no locks. API calls reach the owner as
+// commands; the agent's turn and the environment start run in goroutines the
+// owner starts and hear back from.
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/eventlog"
+	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/store"
+)
+
+// Config wires a Manager.
+type Config struct {
+	Store         store.Store
+	Log           *eventlog.Log
+	Sandbox       sandbox.Provider
+	Architectures *agent.Registry
+	Profiles      *Profiles
+	// Files reads the workspace of a session whose environment is down
+	// (defaults to Sandbox).
+	Files sandbox.Provider
+	// DataDir holds workspaces under DataDir/workspaces/<session id>.
+	DataDir string
+	// IdleTimeout terminates an environment idle that long (default 15m).
+	IdleTimeout time.Duration
+	// PermissionTimeout denies an unanswered permission request (default 5m).
+	PermissionTimeout time.Duration
+	// InterruptGrace is how long an interrupted turn may take to stop by
+	// itself before its context is cancelled (default 10s).
+	InterruptGrace time.Duration
+	// Env is passed to every sandbox (provider keys and endpoints).
+	Env map[string]string
+	// WatchIgnore is the workspace watcher's ignore list.
+	WatchIgnore []string
+	// PersistFilesMax is the largest workspace file copied into the store
+	// (so a workspace can be restored elsewhere); 0 disables copying.
+	PersistFilesMax int64
+	// Holder names this server in session leases (default: a random id).
+	Holder string
+	// LeaseTTL is the lease duration, renewed at a third of it (default 30s).
+	LeaseTTL time.Duration
+	Logger   *slog.Logger
+	// Metrics observes session state counts when set.
+	Metrics Metrics
+}
+
+// Metrics receives session lifecycle observations.
+type Metrics interface {
+	StatusChanged(from, to conversation.SessionStatus)
+}
+
+// Manager holds every session. Its methods are safe for concurrent use.
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex // guards sessions, closed
+	sessions map[string]*Session
+	closed   bool
+
+	watchers watchers
+	states   *stateCache
+	wg       sync.WaitGroup // owner goroutines
+}
+
+// New returns a manager; call Start to load the stored sessions.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Store == nil || cfg.Log == nil || cfg.Sandbox == nil || cfg.Architectures == nil {
+		return nil, errors.New("session: Store, Log, Sandbox and Architectures are required")
+	}
+	if cfg.Profiles == nil {
+		cfg.Profiles = NewProfiles(cfg.Store, nil)
+	}
+	if cfg.Files == nil {
+		cfg.Files = cfg.Sandbox
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 15 * time.Minute
+	}
+	if cfg.PermissionTimeout <= 0 {
+		cfg.PermissionTimeout = 5 * time.Minute
+	}
+	if cfg.InterruptGrace <= 0 {
+		cfg.InterruptGrace = 10 * time.Second
+	}
+	if cfg.Holder == "" {
+		cfg.Holder = "agentd-" + uuid.NewString()
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Manager{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		sessions: make(map[string]*Session),
+		states:   newStateCache(cfg.Log, 128),
+	}, nil
+}
+
+// Start loads every stored session and settles the ones that were active
+// when the server stopped: their running turn is failed with a reason, open
+// permission requests are resolved, and the session is marked terminated.
+// (A sandbox backend whose environments outlive the server re-attaches
+// instead; see recover.go.)
+func (m *Manager) Start(ctx context.Context) error {
+	recs, err := m.cfg.Store.ListSessions(ctx)
+	if err != nil {
+		return fmt.Errorf("load sessions: %w", err)
+	}
+	for _, rec := range recs {
+		s := newSession(m, rec)
+		m.mu.Lock()
+		m.sessions[rec.ID] = s
+		m.mu.Unlock()
+		if rec.Status.Active() {
+			if err := m.settle(ctx, s); err != nil {
+				m.log.Error("settle session after restart", "session", rec.ID, "err", err)
+			}
+		}
+		if m.cfg.Metrics != nil {
+			m.cfg.Metrics.StatusChanged("", s.record().Status)
+		}
+	}
+	m.log.Info("sessions loaded", "count", len(recs))
+	return nil
+}
+
+// Create makes a new session (status created; the environment starts with
+// the first message).
+func (m *Manager) Create(ctx context.Context, req CreateRequest, actor string) (store.Session, error) {
+	prof, err := m.cfg.Profiles.Get(ctx, req.AgentProfileRef)
+	if err != nil {
+		return store.Session{}, err
+	}
+	archName := req.Architecture
+	if archName == "" {
+		archName = prof.Architecture
+	}
+	if archName == "" {
+		return store.Session{}, fmt.Errorf("%w: architecture is required", ErrInvalidRequest)
+	}
+	arch, ok := m.cfg.Architectures.Lookup(archName)
+	if !ok {
+		return store.Session{}, fmt.Errorf("%w: %q (known: %v)", ErrUnknownArchitecture, archName, m.cfg.Architectures.Names())
+	}
+	opts := req.SessionOptions
+	if len(opts) == 0 || string(opts) == "null" {
+		opts = json.RawMessage("{}")
+	}
+	var probe map[string]any
+	if err := json.Unmarshal(opts, &probe); err != nil {
+		return store.Session{}, fmt.Errorf("%w: sessionOptions must be an object", ErrInvalidRequest)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return store.Session{}, err
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	rec := store.Session{
+		ID:              id.String(),
+		Architecture:    arch.Name(),
+		AgentProfileRef: prof.ID,
+		Name:            req.Name,
+		Status:          conversation.SessionCreated,
+		SessionOptions:  opts,
+		CreatedAt:       now,
+		LastActivity:    now,
+		Runtime: conversation.Runtime{
+			Status:       conversation.SessionCreated,
+			Architecture: arch.Name(),
+			Sandbox:      m.cfg.Sandbox.Name(),
+		},
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return store.Session{}, ErrClosed
+	}
+	m.mu.Unlock()
+	if err := m.cfg.Store.CreateSession(ctx, rec); err != nil {
+		return store.Session{}, fmt.Errorf("create session: %w", err)
+	}
+	s := newSession(m, rec)
+	m.mu.Lock()
+	m.sessions[rec.ID] = s
+	m.mu.Unlock()
+	if _, err := m.cfg.Log.Append(ctx, rec.ID, statusEvent(rec.Runtime, "", actor)); err != nil {
+		return store.Session{}, fmt.Errorf("record status: %w", err)
+	}
+	if m.cfg.Metrics != nil {
+		m.cfg.Metrics.StatusChanged("", conversation.SessionCreated)
+	}
+	m.watchers.notify(m.summary(ctx, rec))
+	return rec, nil
+}
+
+// CreateRequest is the body of POST /api/sessions.
+type CreateRequest struct {
+	AgentProfileRef string          `json:"agentProfileRef,omitempty"`
+	Architecture    string          `json:"architecture"`
+	SessionOptions  json.RawMessage `json:"sessionOptions,omitempty"`
+	Name            string          `json:"name,omitempty"`
+}
+
+// Summary is a session as listed.
+type Summary struct {
+	SessionID             string                     `json:"sessionId"`
+	Type                  string                     `json:"type"`
+	AgentProfileReference string                     `json:"agentProfileReference"`
+	Name                  string                     `json:"name"`
+	Status                conversation.SessionStatus `json:"status"`
+	LastActivity          time.Time                  `json:"lastActivity"`
+	CreatedAt             time.Time                  `json:"createdAt"`
+	LastSeq               int64                      `json:"lastSeq"`
+	Deleted               bool                       `json:"deleted,omitempty"`
+}
+
+func (m *Manager) summary(ctx context.Context, rec store.Session) Summary {
+	last, _ := m.cfg.Log.LastSeq(ctx, rec.ID)
+	return Summary{
+		SessionID: rec.ID, Type: rec.Architecture, AgentProfileReference: rec.AgentProfileRef,
+		Name: rec.Name, Status: rec.Status, LastActivity: rec.LastActivity, CreatedAt: rec.CreatedAt,
+		LastSeq: last,
+	}
+}
+
+// List returns every session, newest first.
+func (m *Manager) List(ctx context.Context) []Summary {
+	m.mu.Lock()
+	all := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	out := make([]Summary, 0, len(all))
+	for _, s := range all {
+		out = append(out, m.summary(ctx, s.record()))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.After(out[j].CreatedAt)
+		}
+		return out[i].SessionID > out[j].SessionID
+	})
+	return out
+}
+
+// Get returns a session.
+func (m *Manager) Get(id string) (*Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.sessions[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	return s, nil
+}
+
+// State returns a session's record and its conversation reduced from the
+// log.
+func (m *Manager) State(ctx context.Context, id string) (store.Session, conversation.State, error) {
+	s, err := m.Get(id)
+	if err != nil {
+		return store.Session{}, conversation.State{}, err
+	}
+	st, err := m.states.get(ctx, id)
+	if err != nil {
+		return store.Session{}, conversation.State{}, err
+	}
+	return s.record(), st, nil
+}
+
+// Delete terminates the session's environment; with purge it also deletes
+// the session's history, files and workspace.
+func (m *Manager) Delete(ctx context.Context, id string, purge bool, actor string) error {
+	s, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	if err := s.Terminate(ctx, "deleted", actor); err != nil {
+		return err
+	}
+	if !purge {
+		return nil
+	}
+	m.mu.Lock()
+	delete(m.sessions, id)
+	m.mu.Unlock()
+	m.states.forget(id)
+	m.cfg.Log.Forget(id)
+	if err := m.cfg.Store.DeleteSession(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("delete session: %w", err)
+	}
+	if err := os.RemoveAll(m.workspace(id)); err != nil {
+		m.log.Warn("remove workspace", "session", id, "err", err)
+	}
+	if m.cfg.Metrics != nil {
+		m.cfg.Metrics.StatusChanged(s.record().Status, "")
+	}
+	rec := s.record()
+	m.watchers.notify(Summary{SessionID: id, Type: rec.Architecture, Status: rec.Status, Deleted: true, CreatedAt: rec.CreatedAt})
+	return nil
+}
+
+// WatchSessions delivers a Summary whenever a session is created, changes
+// status, has activity or is deleted, until ctx ends. The channel is closed
+// when ctx ends or the watcher falls behind (it should then re-list).
+func (m *Manager) WatchSessions(ctx context.Context) <-chan Summary {
+	return m.watchers.add(ctx)
+}
+
+// Close shuts every session down. Environments that outlive the server
+// (a Recoverer sandbox) are left running for the next start to re-attach;
+// others are terminated, failing their running turn with a reason.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	m.closed = true
+	all := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	_, detach := m.cfg.Sandbox.(sandbox.Recoverer)
+	var wg sync.WaitGroup
+	for _, s := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.shutdown(ctx, detach)
+		}()
+	}
+	wg.Wait()
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	m.watchers.closeAll()
+	return nil
+}
+
+func (m *Manager) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
+
+func (m *Manager) workspace(id string) string {
+	return filepath.Join(m.cfg.DataDir, "workspaces", id)
+}
+
+// statusEvent builds a status event.
+func statusEvent(rt conversation.Runtime, reason, actor string) conversation.Event {
+	e := conversation.NewEvent(conversation.StatusChange{Status: rt.Status, Runtime: rt, Reason: reason})
+	return withActor(e, actor)
+}
+
+func withActor(e conversation.Event, actor string) conversation.Event {
+	if actor != "" {
+		a := actor
+		e.Context.Actor = &a
+	}
+	return e
+}

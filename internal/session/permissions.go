@@ -1,0 +1,154 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path"
+	"strings"
+	"sync"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent"
+)
+
+// permissions holds a session's open permission requests. Its one mutex
+// guards the maps only; it never does I/O while holding it.
+type permissions struct {
+	mu       sync.Mutex
+	open     map[string]chan agent.PermissionDecision // buffered(1)
+	resolved map[string]struct{}
+	order    []string // resolved ids, oldest first, to bound the set
+}
+
+func newPermissions() *permissions {
+	return &permissions{open: make(map[string]chan agent.PermissionDecision), resolved: make(map[string]struct{})}
+}
+
+const maxRemembered = 4096
+
+func (p *permissions) register(id string) chan agent.PermissionDecision {
+	ch := make(chan agent.PermissionDecision, 1)
+	p.mu.Lock()
+	p.open[id] = ch
+	p.mu.Unlock()
+	return ch
+}
+
+// claim removes an open request so exactly one of answer / timeout /
+// cancel resolves it. It reports false when someone else already did.
+func (p *permissions) claim(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.open[id]; !ok {
+		return false
+	}
+	delete(p.open, id)
+	p.rememberLocked(id)
+	return true
+}
+
+func (p *permissions) rememberLocked(id string) {
+	p.resolved[id] = struct{}{}
+	p.order = append(p.order, id)
+	if len(p.order) > maxRemembered {
+		delete(p.resolved, p.order[0])
+		p.order = p.order[1:]
+	}
+}
+
+// answer delivers a client decision. It returns ErrPermissionResolved for a
+// request already resolved, ErrPermissionNotFound for one this process never
+// opened.
+func (p *permissions) answer(id string, d agent.PermissionDecision) error {
+	p.mu.Lock()
+	ch, ok := p.open[id]
+	if ok {
+		delete(p.open, id)
+		p.rememberLocked(id)
+	}
+	_, done := p.resolved[id]
+	p.mu.Unlock()
+	if !ok {
+		if done {
+			return ErrPermissionResolved
+		}
+		return ErrPermissionNotFound
+	}
+	ch <- d
+	return nil
+}
+
+// openIDs returns the ids of the requests still open.
+func (p *permissions) openIDs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ids := make([]string, 0, len(p.open))
+	for id := range p.open {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// policy decides a tool request from the profile's allowed and disallowed
+// tools. Patterns are tool names, optionally with Claude Code's argument
+// form ("Bash(git:*)"), whose argument part agentd matches as a glob on the
+// input's command / file_path / path when present. ok is false when the
+// profile says nothing about the tool.
+func policy(allowed, disallowed []string, toolName string, input json.RawMessage) (b conversation.PermissionBehavior, ok bool) {
+	if matchAny(disallowed, toolName, input) {
+		return conversation.Deny, true
+	}
+	if matchAny(allowed, toolName, input) {
+		return conversation.Allow, true
+	}
+	return "", false
+}
+
+func matchAny(patterns []string, tool string, input json.RawMessage) bool {
+	for _, pat := range patterns {
+		name, arg, hasArg := strings.Cut(pat, "(")
+		if name != tool && name != "*" {
+			continue
+		}
+		if !hasArg {
+			return true
+		}
+		arg = strings.TrimSuffix(arg, ")")
+		var in map[string]any
+		_ = json.Unmarshal(input, &in)
+		for _, key := range []string{"command", "file_path", "path", "url"} {
+			v, _ := in[key].(string)
+			if v == "" {
+				continue
+			}
+			// "git:*" is Claude Code's prefix form.
+			if prefix, found := strings.CutSuffix(arg, ":*"); found {
+				if strings.HasPrefix(v, prefix) {
+					return true
+				}
+				continue
+			}
+			if m, _ := path.Match(arg, v); m || arg == v {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// requestID derives a deterministic request id from the session's turn and
+// a counter, so replays and logs read naturally.
+func requestID(queryID string, n int64) string { return fmt.Sprintf("perm-%s-%d", queryID, n) }
+
+// waitDecision waits for a decision, the deadline or ctx.
+func waitDecision(ctx context.Context, ch <-chan agent.PermissionDecision, timeout <-chan struct{}) (agent.PermissionDecision, error, bool) {
+	select {
+	case d := <-ch:
+		return d, nil, false
+	case <-timeout:
+		return agent.PermissionDecision{}, nil, true
+	case <-ctx.Done():
+		return agent.PermissionDecision{}, ctx.Err(), false
+	}
+}

@@ -1,0 +1,575 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/store"
+)
+
+// Session is one session. Its exported methods are safe for concurrent
+// use: they hand work to the session's owner goroutine and wait for its
+// answer.
+type Session struct {
+	m     *Manager
+	id    string
+	perms *permissions
+
+	mu  sync.Mutex // guards rec and own; never held across I/O or channel sends
+	rec store.Session
+	own *owner
+}
+
+func newSession(m *Manager, rec store.Session) *Session {
+	return &Session{m: m, id: rec.ID, rec: rec, perms: newPermissions()}
+}
+
+// ID returns the session id.
+func (s *Session) ID() string { return s.id }
+
+func (s *Session) record() store.Session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rec
+}
+
+// owner is the state of a session's owner goroutine. Every field is
+// touched only by that goroutine, except pending (atomic).
+type owner struct {
+	s       *Session
+	cmds    chan func(*owner)
+	results chan func(*owner) // from goroutines the owner started
+	pending atomic.Int64      // commands announced but not yet received
+	jobs    int               // goroutines started that will post a result
+
+	env       sandbox.Environment
+	runner    agent.Runner
+	host      *host
+	envCancel context.CancelFunc // stops the watcher and lease renewal
+	starting  bool
+	readyWait []func(error) // run when the environment start finishes
+
+	turn *turnState
+
+	idleGen   int
+	idleTimer *time.Timer
+
+	terminating    string // reason, when a terminate waits for the turn
+	terminateActor string
+	terminated     []chan struct{}
+	detach         bool // shutdown: leave the environment running
+}
+
+type turnState struct {
+	queryID     string
+	actor       string
+	started     time.Time
+	cancel      context.CancelFunc
+	interrupted bool
+	graceTimer  *time.Timer
+}
+
+// do runs f in the owner goroutine, starting it if needed.
+func (s *Session) do(f func(*owner)) error {
+	if s.m.isClosed() {
+		return ErrClosed
+	}
+	s.mu.Lock()
+	o := s.own
+	if o == nil {
+		o = &owner{s: s, cmds: make(chan func(*owner), 16), results: make(chan func(*owner), 16)}
+		s.own = o
+		s.m.wg.Add(1)
+		go o.loop()
+	}
+	o.pending.Add(1)
+	s.mu.Unlock()
+	o.cmds <- f
+	return nil
+}
+
+// doSync runs f in the owner goroutine and waits for it to call done, or
+// ctx to end.
+func doSync[T any](ctx context.Context, s *Session, f func(o *owner, done func(T, error))) (T, error) {
+	type res struct {
+		v   T
+		err error
+	}
+	ch := make(chan res, 1)
+	var zero T
+	if err := s.do(func(o *owner) {
+		f(o, func(v T, err error) { ch <- res{v, err} })
+	}); err != nil {
+		return zero, err
+	}
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+func (o *owner) loop() {
+	defer o.s.m.wg.Done()
+	for {
+		select {
+		case f := <-o.cmds:
+			o.pending.Add(-1)
+			f(o)
+		case f := <-o.results:
+			o.jobs--
+			f(o)
+		}
+		if o.quiescent() {
+			o.s.mu.Lock()
+			if o.pending.Load() == 0 {
+				o.s.own = nil
+				o.s.mu.Unlock()
+				return
+			}
+			o.s.mu.Unlock()
+		}
+	}
+}
+
+// quiescent: nothing up, nothing running, nothing coming back.
+func (o *owner) quiescent() bool {
+	return o.env == nil && o.turn == nil && !o.starting && o.jobs == 0
+}
+
+// goJob runs f in a goroutine; f's returned function runs in the owner.
+func (o *owner) goJob(f func() func(*owner)) {
+	o.jobs++
+	go func() { o.results <- f() }()
+}
+
+// ---- API commands ----
+
+// Send starts a turn with a user message. It returns the turn's query id
+// once the user message is stored; the turn goes on in the background.
+func (s *Session) Send(ctx context.Context, content, actor string) (string, error) {
+	return doSync(ctx, s, func(o *owner, done func(string, error)) {
+		done(o.send(ctx, content, actor))
+	})
+}
+
+// Interrupt stops the running turn.
+func (s *Session) Interrupt(ctx context.Context, actor string) error {
+	_, err := doSync(ctx, s, func(o *owner, done func(struct{}, error)) {
+		done(struct{}{}, o.interrupt(actor))
+	})
+	return err
+}
+
+// Answer resolves an open permission request.
+func (s *Session) Answer(ctx context.Context, requestID string, d agent.PermissionDecision, actor string) error {
+	if d.Behavior != conversation.Allow && d.Behavior != conversation.Deny {
+		return fmt.Errorf("%w: behavior must be allow or deny", ErrInvalidRequest)
+	}
+	d.By = conversation.ByUser
+	d.Actor = actor
+	err := s.perms.answer(requestID, d)
+	if errors.Is(err, ErrPermissionNotFound) {
+		// Not opened by this process: a request from before a restart is
+		// resolved in the log; anything else is unknown.
+		if known, _ := s.m.permissionInLog(ctx, s.id, requestID); known {
+			return ErrPermissionResolved
+		}
+	}
+	return err
+}
+
+// Terminate stops the environment (after interrupting a running turn) and
+// waits until it is down. The session stays listed and loadable.
+func (s *Session) Terminate(ctx context.Context, reason, actor string) error {
+	ch, err := doSync(ctx, s, func(o *owner, done func(chan struct{}, error)) {
+		c := make(chan struct{})
+		o.terminated = append(o.terminated, c)
+		o.terminate(reason, actor)
+		done(c, nil)
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// EnsureEnv brings the environment up (without a turn) and returns it, for
+// terminals and file access.
+func (s *Session) EnsureEnv(ctx context.Context, actor string) (sandbox.Environment, error) {
+	type envRes = sandbox.Environment
+	ch := make(chan struct {
+		env envRes
+		err error
+	}, 1)
+	err := s.do(func(o *owner) {
+		o.whenReady(actor, func(err error) {
+			ch <- struct {
+				env envRes
+				err error
+			}{o.env, err}
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-ch:
+		return r.env, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// shutdown is Manager.Close for one session.
+func (s *Session) shutdown(ctx context.Context, detach bool) {
+	s.mu.Lock()
+	running := s.own != nil
+	s.mu.Unlock()
+	if !running {
+		return
+	}
+	// Bypass do(): the manager is already closed to new commands.
+	done := make(chan struct{})
+	s.mu.Lock()
+	o := s.own
+	if o == nil {
+		s.mu.Unlock()
+		return
+	}
+	o.pending.Add(1)
+	s.mu.Unlock()
+	o.cmds <- func(o *owner) {
+		o.terminated = append(o.terminated, done)
+		o.detach = detach
+		o.terminate("server shutting down", "")
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// ---- owner logic ----
+
+func (o *owner) send(ctx context.Context, content, actor string) (string, error) {
+	s := o.s
+	if o.turn != nil {
+		return "", ErrBusy
+	}
+	if o.terminating != "" {
+		return "", fmt.Errorf("%w: session is terminating", ErrBusy)
+	}
+	if err := s.m.cfg.Store.AcquireLease(ctx, s.id, s.m.cfg.Holder, s.m.cfg.LeaseTTL); err != nil {
+		if errors.Is(err, store.ErrLeaseHeld) {
+			return "", ErrLeased
+		}
+		return "", fmt.Errorf("acquire lease: %w", err)
+	}
+	s.mu.Lock()
+	s.rec.Turns++
+	s.rec.LastActivity = time.Now().UTC().Truncate(time.Millisecond)
+	queryID := fmt.Sprintf("q%d", s.rec.Turns)
+	s.rec.Runtime.ActiveQueryID = queryID
+	rec := s.rec
+	s.mu.Unlock()
+	if err := s.m.cfg.Store.UpdateSession(ctx, rec); err != nil {
+		return "", fmt.Errorf("update session: %w", err)
+	}
+	user := withActor(conversation.Upsert(conversation.Block{
+		ID: queryID + "-user", Type: conversation.BlockUserMessage, Status: conversation.StatusComplete,
+		Content: content, Timestamp: rec.LastActivity,
+	}).From(conversation.SourceClient), actor)
+	started := withActor(conversation.NewEvent(conversation.QueryStarted{QueryID: queryID, Content: content}), actor)
+	if _, err := s.m.cfg.Log.Append(ctx, s.id, user, started); err != nil {
+		return "", fmt.Errorf("record message: %w", err)
+	}
+	o.stopIdle()
+	tctx, cancel := context.WithCancel(context.Background())
+	o.turn = &turnState{queryID: queryID, actor: actor, started: time.Now(), cancel: cancel}
+	s.m.watchers.notify(s.m.summary(ctx, rec))
+	t := agent.Turn{QueryID: queryID, Content: content}
+	o.whenReady(actor, func(err error) {
+		if o.turn == nil || o.turn.queryID != queryID {
+			return // interrupted while starting and already finished
+		}
+		if err != nil {
+			o.finishTurn(agent.TurnResult{}, err)
+			return
+		}
+		o.setStatus(conversation.SessionRunning, "", actor)
+		o.host.setTurn(actor, queryID)
+		runner := o.runner
+		o.goJob(func() func(*owner) {
+			res, err := runner.Turn(tctx, t)
+			return func(o *owner) { o.finishTurn(res, err) }
+		})
+	})
+	return queryID, nil
+}
+
+func (o *owner) interrupt(actor string) error {
+	t := o.turn
+	if t == nil {
+		return ErrNoActiveTurn
+	}
+	if t.interrupted {
+		return nil
+	}
+	t.interrupted = true
+	o.s.m.log.Info("interrupt", "session", o.s.id, "query", t.queryID, "actor", actor)
+	if o.runner == nil || o.starting {
+		t.cancel()
+		return nil
+	}
+	runner := o.runner
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), o.s.m.cfg.InterruptGrace)
+		defer cancel()
+		if err := runner.Interrupt(ctx); err != nil {
+			o.s.m.log.Warn("interrupt", "session", o.s.id, "err", err)
+		}
+	}()
+	// Backstop: a runner that does not stop in time is cancelled.
+	t.graceTimer = time.AfterFunc(o.s.m.cfg.InterruptGrace, t.cancel)
+	return nil
+}
+
+func (o *owner) finishTurn(res agent.TurnResult, err error) {
+	t := o.turn
+	if t == nil {
+		return
+	}
+	o.turn = nil
+	t.cancel()
+	if t.graceTimer != nil {
+		t.graceTimer.Stop()
+	}
+	s := o.s
+	ctx := context.Background()
+	o.resolveOpenPermissions(ctx, conversation.ByInterrupt, t.actor)
+	dur := time.Since(t.started).Milliseconds()
+	interrupted := t.interrupted || errors.Is(err, agent.ErrInterrupted)
+	var ev conversation.Event
+	switch {
+	case err == nil || (interrupted && (errors.Is(err, agent.ErrInterrupted) || errors.Is(err, context.Canceled))):
+		ev = conversation.NewEvent(conversation.QueryCompleted{QueryID: t.queryID, Interrupted: interrupted, DurationMs: dur, Result: res.Result})
+	default:
+		ev = conversation.NewEvent(conversation.QueryFailed{QueryID: t.queryID, Error: err.Error(), Code: agent.CodeOf(err), Interrupted: interrupted, DurationMs: dur})
+	}
+	if _, aerr := s.m.cfg.Log.Append(ctx, s.id, withActor(ev, t.actor)); aerr != nil {
+		s.m.log.Error("record turn end", "session", s.id, "err", aerr)
+	}
+	s.mu.Lock()
+	s.rec.Runtime.ActiveQueryID = ""
+	s.rec.LastActivity = time.Now().UTC().Truncate(time.Millisecond)
+	s.mu.Unlock()
+	if o.terminating != "" {
+		o.terminate(o.terminating, o.terminateActor)
+		return
+	}
+	if o.env == nil {
+		// The environment never came up; the start failure set the status.
+		o.saveRecord()
+		return
+	}
+	o.setStatus(conversation.SessionIdle, "", t.actor)
+	if _, aerr := s.m.cfg.Log.Append(ctx, s.id, withActor(conversation.NewEvent(conversation.SessionIdleEvent{}), t.actor)); aerr != nil {
+		s.m.log.Error("record idle", "session", s.id, "err", aerr)
+	}
+	o.startIdle()
+}
+
+// terminate stops the environment now, or after the running turn ends.
+func (o *owner) terminate(reason, actor string) {
+	if o.turn != nil {
+		o.terminating, o.terminateActor = reason, actor
+		_ = o.interrupt(actor)
+		return
+	}
+	if o.starting {
+		// Finish when the start completes (whenReady sees terminating).
+		o.terminating, o.terminateActor = reason, actor
+		return
+	}
+	o.terminating = ""
+	o.stopIdle()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if o.env != nil {
+		if o.envCancel != nil {
+			o.envCancel()
+		}
+		if o.detach {
+			// Leave the environment (and its agent) running; the next
+			// server start re-attaches.
+			o.env, o.runner, o.host = nil, nil, nil
+		} else {
+			if o.runner != nil {
+				if err := o.runner.Close(ctx); err != nil {
+					o.s.m.log.Warn("close runner", "session", o.s.id, "err", err)
+				}
+			}
+			if err := o.env.Terminate(ctx); err != nil {
+				o.s.m.log.Warn("terminate environment", "session", o.s.id, "err", err)
+			}
+			o.env, o.runner, o.host = nil, nil, nil
+			_ = o.s.m.cfg.Store.ReleaseLease(ctx, o.s.id, o.s.m.cfg.Holder)
+			o.setStatus(conversation.SessionTerminated, reason, actor)
+		}
+	}
+	for _, c := range o.terminated {
+		close(c)
+	}
+	o.terminated = nil
+}
+
+// whenReady runs f once the environment and runner are up, starting them
+// if needed. f runs in the owner goroutine.
+func (o *owner) whenReady(actor string, f func(error)) {
+	if o.env != nil && !o.starting {
+		f(nil)
+		return
+	}
+	o.readyWait = append(o.readyWait, f)
+	if o.starting {
+		return
+	}
+	o.starting = true
+	s := o.s
+	o.setStatus(conversation.SessionStarting, "", actor)
+	envCtx, envCancel := context.WithCancel(context.Background())
+	rec := s.record()
+	o.goJob(func() func(*owner) {
+		env, runner, h, err := s.m.startEnvironment(envCtx, s, rec, actor)
+		return func(o *owner) {
+			o.starting = false
+			waiters := o.readyWait
+			o.readyWait = nil
+			if err != nil {
+				envCancel()
+				o.s.m.log.Error("start environment", "session", s.id, "err", err)
+				o.setError(err, actor)
+			} else {
+				o.env, o.runner, o.host, o.envCancel = env, runner, h, envCancel
+				o.setStatus(conversation.SessionReady, "", actor)
+				if o.turn == nil {
+					o.startIdle()
+				}
+			}
+			for _, w := range waiters {
+				w(err)
+			}
+			if o.terminating != "" && o.turn == nil {
+				o.terminate(o.terminating, o.terminateActor)
+			}
+		}
+	})
+}
+
+func (o *owner) setError(err error, actor string) {
+	o.s.mu.Lock()
+	o.s.rec.Runtime.LastError = err.Error()
+	o.s.mu.Unlock()
+	o.setStatus(conversation.SessionError, err.Error(), actor)
+}
+
+// setStatus records a lifecycle transition: record, store, event, watchers.
+func (o *owner) setStatus(st conversation.SessionStatus, reason, actor string) {
+	s := o.s
+	s.mu.Lock()
+	from := s.rec.Status
+	s.rec.Status = st
+	s.rec.Runtime.Status = st
+	if st != conversation.SessionError {
+		s.rec.Runtime.LastError = ""
+	}
+	rec := s.rec
+	s.mu.Unlock()
+	ctx := context.Background()
+	if err := s.m.cfg.Store.UpdateSession(ctx, rec); err != nil {
+		s.m.log.Error("update session", "session", s.id, "err", err)
+	}
+	if _, err := s.m.cfg.Log.Append(ctx, s.id, statusEvent(rec.Runtime, reason, actor)); err != nil {
+		s.m.log.Error("record status", "session", s.id, "err", err)
+	}
+	if s.m.cfg.Metrics != nil && from != st {
+		s.m.cfg.Metrics.StatusChanged(from, st)
+	}
+	s.m.watchers.notify(s.m.summary(ctx, rec))
+}
+
+func (o *owner) saveRecord() {
+	rec := o.s.record()
+	if err := o.s.m.cfg.Store.UpdateSession(context.Background(), rec); err != nil {
+		o.s.m.log.Error("update session", "session", o.s.id, "err", err)
+	}
+}
+
+func (o *owner) startIdle() {
+	o.stopIdle()
+	o.idleGen++
+	gen := o.idleGen
+	s := o.s
+	o.idleTimer = time.AfterFunc(s.m.cfg.IdleTimeout, func() {
+		_ = s.do(func(o *owner) {
+			if o.idleGen == gen && o.turn == nil && o.env != nil {
+				o.terminate("idle timeout", "")
+			}
+		})
+	})
+}
+
+func (o *owner) stopIdle() {
+	if o.idleTimer != nil {
+		o.idleTimer.Stop()
+		o.idleTimer = nil
+	}
+	o.idleGen++
+}
+
+// resolveOpenPermissions denies every open request (the turn ended).
+func (o *owner) resolveOpenPermissions(ctx context.Context, by conversation.ResolvedBy, actor string) {
+	for _, id := range o.s.perms.openIDs() {
+		if o.s.perms.claim(id) {
+			ev := conversation.NewEvent(conversation.PermissionResolved{RequestID: id, Behavior: conversation.Deny, By: by, Message: "the turn ended"})
+			if _, err := o.s.m.cfg.Log.Append(ctx, o.s.id, withActor(ev, actor)); err != nil {
+				o.s.m.log.Error("record permission", "session", o.s.id, "err", err)
+			}
+		}
+	}
+}
+
+// permissionInLog reports whether the session's log has a request with id.
+func (m *Manager) permissionInLog(ctx context.Context, sessionID, requestID string) (bool, error) {
+	evs, err := m.cfg.Log.Read(ctx, sessionID, 0, 0)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range evs {
+		if e.Type != conversation.TypePermissionRequest {
+			continue
+		}
+		var p struct {
+			RequestID string `json:"requestId"`
+		}
+		if json.Unmarshal(e.Payload, &p) == nil && p.RequestID == requestID {
+			return true, nil
+		}
+	}
+	return false, nil
+}
