@@ -162,9 +162,11 @@ func (c *core) convert(l *wireLine, raw []byte, conv string) ([]conversation.Eve
 		c.result(raw, lc)
 	case "summary", "file-history-snapshot", "queue-operation":
 		err = fmt.Errorf("%w: %s line", ErrIgnored, l.Type)
-	case "keep_alive", "stream_request_start", "tool_progress":
-		// Liveness and progress ticks: nothing for the conversation, and
-		// frequent enough that logging them would swamp the log.
+	case "keep_alive", "stream_request_start", "tool_progress", "progress":
+		// Liveness and progress ticks (and, in transcripts, progress lines
+		// that repeat what the subagent files hold): nothing for the
+		// conversation, and frequent enough that logging them would swamp
+		// the log.
 	case "control_request", "control_response", "control_cancel_request":
 		c.log(lc, conversation.LevelDebug, "control protocol message: "+l.Subtype, raw)
 	case "":
@@ -550,6 +552,8 @@ func (c *core) userText(l *wireLine, lc lineCtx, idx int, text string) {
 	b := conversation.Block{ID: blockID(c.lineKey(l), idx), Timestamp: lc.ts, Status: conversation.StatusComplete}
 	synthetic := l.IsMeta || l.IsSynthetic
 	switch {
+	case strings.HasPrefix(text, "<task-notification>"):
+		c.taskNotification(lc, &b, text)
 	case l.IsCompactSummary:
 		b.Type = conversation.BlockSystem
 		b.Subtype = "compact_summary"
@@ -567,6 +571,40 @@ func (c *core) userText(l *wireLine, lc lineCtx, idx int, text string) {
 		}
 	}
 	c.upsert(&b, lc)
+}
+
+// taskNotification handles the message Claude Code injects when a
+// background task ends (<task-notification><task-id>…</task-id><status>…
+// </status><summary>…</summary><result>…</result>…): it completes the
+// background subagent it names, and shows as a system block.
+func (c *core) taskNotification(lc lineCtx, b *conversation.Block, text string) {
+	b.Type = conversation.BlockSystem
+	b.Subtype = "task_notification"
+	summary := xmlElement(text, "summary")
+	b.Message = orElse(summary, text)
+	sa := c.subs.agent(xmlElement(text, "task-id"))
+	if sa == nil {
+		sa = c.subs.tool(xmlElement(text, "tool-use-id"))
+	}
+	if sa == nil || !sa.async || sa.done {
+		return
+	}
+	output := orElse(xmlElement(text, "result"), summary)
+	c.completeSubagent(sa, xmlElement(text, "status") != "completed", output, 0,
+		lineCtx{conv: sa.parentConv, ts: lc.ts})
+}
+
+// xmlElement returns the trimmed text of the first <name>…</name> in s.
+func xmlElement(s, name string) string {
+	_, rest, ok := strings.Cut(s, "<"+name+">")
+	if !ok {
+		return ""
+	}
+	v, _, ok := strings.Cut(rest, "</"+name+">")
+	if !ok {
+		return ""
+	}
+	return strings.TrimSpace(v)
 }
 
 // takeSkill turns b into the skill_load block when this synthetic message

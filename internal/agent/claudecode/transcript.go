@@ -220,7 +220,9 @@ func (r *transcriptRun) mainLine(file string, ln numberedLine) error {
 // by its parent line, or for the first line by its agentId or by matching
 // its prompt to a Task call's.
 func (r *transcriptRun) sidechainConv(l *wireLine) string {
-	if conv, ok := r.uuidConv[l.ParentUUID]; ok && l.ParentUUID != "" {
+	// A sidechain's root may point at the main line that spawned it; only
+	// a parent that is itself in a subagent decides the conversation.
+	if conv, ok := r.uuidConv[l.ParentUUID]; ok && l.ParentUUID != "" && conv != conversation.MainConversation {
 		return conv
 	}
 	subs := &r.c.subs

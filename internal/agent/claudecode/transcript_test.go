@@ -323,3 +323,58 @@ type lyingLen struct {
 }
 
 func (l *lyingLen) Len() int { return l.n }
+
+func TestTranscriptBackgroundSubagentNotification(t *testing.T) {
+	main := strings.Join([]string{
+		`{"type":"assistant","uuid":"a1","message":{"id":"m1","content":[{"type":"tool_use","id":"toolu_bg","name":"Agent","input":{"prompt":"scan","subagent_type":"Explore","run_in_background":true}}]}}`,
+		`{"type":"user","uuid":"u1","message":{"content":[{"type":"tool_result","tool_use_id":"toolu_bg","content":"Async agent launched successfully."}]},"toolUseResult":{"isAsync":true,"status":"async_launched","agentId":"a77"}}`,
+		`{"type":"progress","uuid":"p1","data":{"type":"agent_progress"}}`,
+		`{"type":"user","uuid":"u2","isMeta":true,"message":{"content":"<task-notification>\n<task-id>a77</task-id>\n<status>completed</status>\n<summary>Agent \"scan\" completed</summary>\n<result>Found 3 files.</result>\n</task-notification>"}}`,
+	}, "\n")
+	sub := `{"type":"user","uuid":"s1","isSidechain":true,"agentId":"a77","message":{"content":"scan"}}` + "\n" +
+		`{"type":"assistant","uuid":"s2","isSidechain":true,"agentId":"a77","message":{"id":"sm","content":[{"type":"text","text":"Found 3 files."}]}}`
+	var s recSink
+	if err := ConvertTranscripts([]Input{strInput("main.jsonl", main), strInput("subagents/agent-a77.jsonl", sub)}, &s); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.warnings) != 0 {
+		t.Fatalf("warnings: %v", s.warnings)
+	}
+	st := mustReduce(t, s.events)
+	sa := subagentByID(t, st, "toolu_bg")
+	if sa.Status != conversation.StatusComplete || sa.Output != "Found 3 files." || sa.AgentID != "a77" || len(sa.Blocks) != 2 {
+		t.Fatalf("background subagent = %+v", sa)
+	}
+	if b := blockByID(t, st.Blocks, "u2-0"); b.Type != conversation.BlockSystem || b.Subtype != "task_notification" || b.Message != `Agent "scan" completed` {
+		t.Fatalf("notification block = %+v", b)
+	}
+	if n := len(ofType(s.events, conversation.TypeLog)); n != 1 { // the background launch note; progress lines give nothing
+		t.Fatalf("logs = %d", n)
+	}
+}
+
+func TestTranscriptSidechainRootPointingAtMain(t *testing.T) {
+	lines := strings.Join([]string{
+		`{"type":"assistant","uuid":"a1","message":{"id":"m1","content":[{"type":"tool_use","id":"toolu_t","name":"Task","input":{"prompt":"do it"}}]}}`,
+		`{"type":"user","uuid":"s1","parentUuid":"a1","isSidechain":true,"message":{"content":"do it"}}`,
+		`{"type":"assistant","uuid":"s2","parentUuid":"s1","isSidechain":true,"message":{"id":"sm","content":[{"type":"text","text":"done"}]}}`,
+		`{"type":"user","uuid":"u1","parentUuid":"a1","message":{"content":[{"type":"tool_result","tool_use_id":"toolu_t","content":"done"}]}}`,
+		`{"type":"assistant","uuid":"x1","isSidechain":true,"message":{"id":"xm","content":[{"type":"text","text":"orphan"}]}}`,
+	}, "\n")
+	var s recSink
+	if err := ConvertTranscripts([]Input{strInput("main.jsonl", lines)}, &s); err != nil {
+		t.Fatal(err)
+	}
+	st := mustReduce(t, s.events)
+	if got := ids(st.Blocks); !reflect.DeepEqual(got, []string{"toolu_t"}) {
+		t.Fatalf("main = %v", got)
+	}
+	if got := ids(subagentByID(t, st, "toolu_t").Blocks); !reflect.DeepEqual(got, []string{"s1-0", "sm-0"}) {
+		t.Fatalf("subagent = %v", got)
+	}
+	// A sidechain nothing identifies keeps its own conversation rather
+	// than polluting main.
+	if got := ids(subagentByID(t, st, "sidechain-x1").Blocks); !reflect.DeepEqual(got, []string{"xm-0"}) {
+		t.Fatalf("orphan sidechain = %v", got)
+	}
+}
