@@ -1,0 +1,235 @@
+// Package executor is the sandbox backend whose environments outlive the
+// API server: each environment is a detached executor process (`agentd
+// executor`, package internal/executor) that runs the session's processes
+// and serves its workspace over a Unix socket. The server records the
+// environment's Handle and, after a restart, Recover re-attaches to it and
+// Attach resumes each process's output from the offsets it had consumed.
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	rpc "github.com/agentd/agentd/internal/executor"
+	"github.com/agentd/agentd/internal/sandbox"
+)
+
+// Name is the backend name given to --sandbox.
+const Name = "executor"
+
+// Defaults for Options fields left zero.
+const (
+	DefaultStartTimeout = 10 * time.Second
+	DefaultStopTimeout  = 5 * time.Second
+	DefaultWindow       = 8 << 20
+)
+
+// ErrIncompatible: the executor speaks another protocol version.
+var ErrIncompatible = errors.New("executor: incompatible protocol version")
+
+// SecretSource answers the executor's secrets.get requests.
+type SecretSource interface {
+	Secret(ctx context.Context, sessionID, name string) (string, error)
+}
+
+// PermissionAsker answers the executor's permission.request requests.
+type PermissionAsker interface {
+	AskPermission(ctx context.Context, sessionID string, req rpc.PermissionParams) (rpc.PermissionResult, error)
+}
+
+// Options configure a Provider.
+type Options struct {
+	// Binary is the agentd binary that runs `agentd executor`. Default:
+	// this process's executable.
+	Binary string
+	// RunDir holds each environment's socket, log and output spool.
+	// Default: $XDG_RUNTIME_DIR/agentd, else <temp>/agentd-<uid>. Keep it
+	// short: a socket path is limited to 107 bytes.
+	RunDir string
+	// RunAsUser, when set, is the user (name or uid) the executor and so
+	// every process of the environment run as. The workspace is chowned to
+	// it. Needs the server to run as root.
+	RunAsUser string
+	// Wrap, when set, rewrites the executor's command line, e.g. to run it
+	// under bubblewrap: the file descriptor 3 (the listening socket) must
+	// be passed through.
+	Wrap func(argv []string) []string
+	// ExecutorEnv is added to the executor's environment (which is
+	// otherwise PATH, LANG and, with RunAsUser, HOME/USER/LOGNAME).
+	ExecutorEnv []string
+	// Path is the PATH of the environment's processes. Default: this
+	// process's PATH.
+	Path string
+	// SpoolBytes is the executor's spool per process and stream (0: the
+	// executor's default).
+	SpoolBytes int64
+	// OrphanTimeout makes an executor stop itself once no server has been
+	// connected for that long (0: never).
+	OrphanTimeout time.Duration
+	// StartTimeout bounds an executor's start until it answers ping.
+	StartTimeout time.Duration
+	// StopTimeout is how long Terminate waits for the executor to exit
+	// after shutdown before killing it.
+	StopTimeout time.Duration
+	// Window is the flow-control window per process: how much output the
+	// executor sends ahead of what the consumer of Process.Output took.
+	Window int64
+	// SecretEnv maps environment variable names to secret names: instead
+	// of a value from Spec.Env or Cmd.Env, the executor asks Secrets for
+	// the value just before it starts each process.
+	SecretEnv map[string]string
+	// Secrets answers secrets.get; nil refuses every request.
+	Secrets SecretSource
+	// Permissions answers permission.request; nil refuses every request.
+	Permissions PermissionAsker
+	// OnCall, when set, is called after every call to an executor (for
+	// audit records and metrics). paramsSize is the request's size in
+	// bytes.
+	OnCall func(sessionID, method string, paramsSize int, err error, dur time.Duration)
+	Logger *slog.Logger
+}
+
+// Provider starts executors. Safe for concurrent use.
+type Provider struct {
+	opts Options
+	log  *slog.Logger
+	cred *credential // nil without RunAsUser
+}
+
+type credential struct {
+	uid, gid uint32
+	groups   []uint32
+	home     string
+	name     string
+}
+
+var (
+	_ sandbox.Provider  = (*Provider)(nil)
+	_ sandbox.Recoverer = (*Provider)(nil)
+)
+
+// New returns a Provider.
+func New(opts Options) (*Provider, error) {
+	if opts.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("executor backend: find agentd binary: %w", err)
+		}
+		opts.Binary = exe
+	}
+	if opts.RunDir == "" {
+		if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+			opts.RunDir = filepath.Join(d, "agentd")
+		} else {
+			opts.RunDir = filepath.Join(os.TempDir(), "agentd-"+strconv.Itoa(os.Getuid()))
+		}
+	}
+	if opts.Path == "" {
+		opts.Path = os.Getenv("PATH")
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = DefaultStartTimeout
+	}
+	if opts.StopTimeout <= 0 {
+		opts.StopTimeout = DefaultStopTimeout
+	}
+	if opts.Window <= 0 {
+		opts.Window = DefaultWindow
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	p := &Provider{opts: opts, log: opts.Logger.With("sandbox", Name)}
+	if opts.RunAsUser != "" {
+		c, err := lookupUser(opts.RunAsUser)
+		if err != nil {
+			return nil, fmt.Errorf("executor backend: run as %q: %w", opts.RunAsUser, err)
+		}
+		p.cred = c
+	}
+	return p, nil
+}
+
+func lookupUser(name string) (*credential, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		var uerr error
+		if u, uerr = user.LookupId(name); uerr != nil {
+			return nil, err
+		}
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return nil, err
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return nil, err
+	}
+	c := &credential{uid: uint32(uid), gid: uint32(gid), home: u.HomeDir, name: u.Username}
+	if ids, err := u.GroupIds(); err == nil {
+		for _, id := range ids {
+			if g, err := strconv.ParseUint(id, 10, 32); err == nil {
+				c.groups = append(c.groups, uint32(g))
+			}
+		}
+	}
+	return c, nil
+}
+
+// Name returns "executor".
+func (p *Provider) Name() string { return Name }
+
+// Handle is what Environment.Handle records and Recover reads.
+type Handle struct {
+	Socket          string    `json:"socket"`
+	PID             int       `json:"pid"`
+	ProtocolVersion int       `json:"protocolVersion"`
+	StartedAt       time.Time `json:"startedAt"`
+	// Dir is the environment's run folder (log, spool), removed by
+	// Terminate.
+	Dir string `json:"dir,omitempty"`
+}
+
+// Recover re-attaches to the executor described by handle. A dead
+// executor, or a socket nobody answers on, is sandbox.ErrGone; one that
+// speaks another protocol version is ErrIncompatible.
+func (p *Provider) Recover(ctx context.Context, spec sandbox.Spec, handle json.RawMessage) (sandbox.Environment, error) {
+	var h Handle
+	if err := json.Unmarshal(handle, &h); err != nil {
+		return nil, fmt.Errorf("recover executor: bad handle: %w", err)
+	}
+	if h.Socket == "" || h.PID <= 0 {
+		return nil, fmt.Errorf("recover executor: handle without socket or pid: %s", handle)
+	}
+	if h.ProtocolVersion != rpc.ProtocolVersion {
+		return nil, fmt.Errorf("recover executor: %w: handle says %d, we speak %d", ErrIncompatible, h.ProtocolVersion, rpc.ProtocolVersion)
+	}
+	if !pidAlive(h.PID) {
+		return nil, fmt.Errorf("recover executor: pid %d: %w", h.PID, sandbox.ErrGone)
+	}
+	e := newEnvironment(p, spec, h)
+	if err := e.connect(ctx); err != nil {
+		var pe *rpc.Error
+		if errors.Is(err, ErrIncompatible) || errors.As(err, &pe) || ctx.Err() != nil {
+			return nil, fmt.Errorf("recover executor: %w", err)
+		}
+		return nil, fmt.Errorf("recover executor: %w: %v", sandbox.ErrGone, err)
+	}
+	ping := e.ping
+	if ping.PID != h.PID || !ping.StartedAt.Equal(h.StartedAt) {
+		e.closeConn()
+		return nil, fmt.Errorf("recover executor: %w: socket answered by pid %d started %s, not pid %d started %s",
+			sandbox.ErrGone, ping.PID, ping.StartedAt, h.PID, h.StartedAt)
+	}
+	p.log.Info("executor recovered", "session", spec.SessionID, "pid", h.PID, "socket", h.Socket)
+	return e, nil
+}
