@@ -2,6 +2,7 @@ package claudecode
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -74,6 +75,37 @@ func BenchmarkStream(b *testing.B) {
 		c := NewStreamConverter()
 		for _, l := range lines {
 			c.Convert(l)
+		}
+	}
+	cpu.report(b, len(data))
+}
+
+// BenchmarkScannerValidate and BenchmarkJSONValid compare the scanner's
+// validation of every line of the large transcript with json.Valid's.
+func BenchmarkScannerValidate(b *testing.B) {
+	benchLines(b, func(line []byte) {
+		var s scanner
+		s.reset(line)
+		s.skip()
+		s.end()
+	})
+}
+
+func BenchmarkJSONValid(b *testing.B) {
+	benchLines(b, func(line []byte) { json.Valid(line) })
+}
+
+func benchLines(b *testing.B, fn func([]byte)) {
+	data, err := os.ReadFile(filepath.Join(sessionDir, "claude-code-viewer__fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"))
+	if err != nil {
+		b.Skip(err)
+	}
+	lines := splitLines(data)
+	b.SetBytes(int64(len(data)))
+	cpu := startCPU()
+	for b.Loop() {
+		for _, l := range lines {
+			fn(l.b)
 		}
 	}
 	cpu.report(b, len(data))

@@ -502,10 +502,10 @@ func (c *core) user(l *wireLine, lc lineCtx) {
 		p := &m.Content[i]
 		switch p.Type {
 		case "tool_result":
-			var tur []byte
+			var tur *toolUseResult
 			if results == 1 {
 				// The structured result describes the line's only result.
-				tur = l.ToolUseResult
+				tur = &l.ToolUseResult
 			}
 			c.toolResult(lc, p, tur)
 		case "text", "image":
@@ -626,15 +626,14 @@ func (c *core) takeSkill(l *wireLine, lc lineCtx, b *conversation.Block, text st
 	return true
 }
 
-func (c *core) toolResult(lc lineCtx, p *wirePart, turRaw []byte) {
+func (c *core) toolResult(lc lineCtx, p *wirePart, tur *toolUseResult) {
 	id := p.ToolUseID
 	if id == "" {
 		c.log(lc, conversation.LevelWarn, "tool_result without tool_use_id", p.Raw)
 		return
 	}
-	var tur toolUseResult
-	if len(turRaw) > 0 {
-		tur = decodeToolUseResult(&c.sc2, turRaw)
+	if tur == nil {
+		tur = &toolUseResult{}
 	}
 	info := c.tools[id]
 	if sa := c.subs.tool(id); sa != nil {
@@ -676,7 +675,7 @@ func stripToolUseError(s string) string {
 	return s
 }
 
-func (c *core) subagentResult(lc lineCtx, sa *subagent, p *wirePart, tur toolUseResult) {
+func (c *core) subagentResult(lc lineCtx, sa *subagent, p *wirePart, tur *toolUseResult) {
 	agentID := tur.AgentID
 	if agentID == "" {
 		agentID = agentIDFromText(p.Output)
@@ -694,8 +693,8 @@ func (c *core) subagentResult(lc lineCtx, sa *subagent, p *wirePart, tur toolUse
 		return
 	}
 	output := stripAgentTrailer(p.Output)
-	if tur.HasContent {
-		output = tur.Content
+	if text, ok := tur.content(&c.sc2); ok {
+		output = text
 	}
 	if p.IsError {
 		output = stripToolUseError(p.Output)

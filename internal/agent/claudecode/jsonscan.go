@@ -218,17 +218,12 @@ func hasSpecial(w uint64) bool {
 
 // strBytes decodes a string value. The result aliases the input when the
 // string needs no unescaping; callers copy it (string(...)) to keep it.
-// A JSON null gives nil, like encoding/json leaves a string unset.
+// Any other value (null, a number where a string was expected) is
+// validated, skipped and gives nil: a field of an unexpected type is
+// treated as absent rather than failing the line.
 func (s *scanner) strBytes() []byte {
-	c := s.peek()
-	if c == 'n' {
-		s.literal("null")
-		return nil
-	}
-	if c != '"' {
-		if s.err == nil {
-			s.fail("expected a string")
-		}
+	if s.peek() != '"' {
+		s.skip()
 		return nil
 	}
 	end, escaped := s.stringEnd(s.i)

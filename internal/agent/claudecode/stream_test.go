@@ -533,6 +533,8 @@ func TestStreamBadLinesAreSkipped(t *testing.T) {
 		`{"type":"stream_event","event":"nope"}`,
 		`{"type":"result","usage":"nope","total_cost_usd":"x"}`,
 		`{"type":"system","subtype":"init","tools":"x"}`,
+		`{"type":"user","uuid":5,"message":{"content":[{"type":"tool_result","tool_use_id":"t","content":{"odd":true}}]},"tool_use_result":{"agentId":{"a":1},"totalDurationMs":"x"}}`,
+		`{"type":"assistant","message":{"id":7,"content":[{"type":"tool_use","id":null,"name":"Task","input":"not an object"}]}}`,
 	} {
 		ev, err := c.Convert([]byte(l))
 		if err != nil {

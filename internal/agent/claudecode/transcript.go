@@ -250,7 +250,7 @@ func (r *transcriptRun) flushFinished(l *wireLine) error {
 		if sa == nil {
 			continue
 		}
-		agentID := decodeToolUseResult(&r.c.sc2, l.ToolUseResult).AgentID
+		agentID := l.ToolUseResult.AgentID
 		if agentID == "" {
 			agentID = agentIDFromText(p.Output)
 		}

@@ -29,9 +29,9 @@ type wireLine struct {
 	HasMessage bool
 	Message    wireMessage
 
-	// ToolUseResult is the raw toolUseResult / tool_use_result value; it is
-	// decoded only for tool results that need it (see decodeToolUseResult).
-	ToolUseResult []byte
+	// ToolUseResult is toolUseResult / tool_use_result, the structured form
+	// of the line's tool result (zero when absent or not an object).
+	ToolUseResult toolUseResult
 	// Event is the raw event of a stream_event line.
 	Event []byte
 }
@@ -167,7 +167,7 @@ func decodeLine(s *scanner, line []byte, l *wireLine) error {
 				s.skip()
 			}
 		case "toolUseResult", "tool_use_result":
-			l.ToolUseResult = s.raw()
+			decodeToolUseResult(s, &l.ToolUseResult)
 		case "event":
 			l.Event = s.raw()
 		default:
@@ -337,20 +337,21 @@ type toolUseResult struct {
 	AgentID         string
 	Status          string
 	IsAsync         bool
-	Content         string
-	HasContent      bool
 	TotalDurationMs int64
 	DurationMs      int64
 	CommandName     string
+	// ContentRaw is the content array, decoded only for subagent results
+	// (other tools put whole files there).
+	ContentRaw []byte
 }
 
-func decodeToolUseResult(s *scanner, raw []byte) toolUseResult {
-	var r toolUseResult
-	if len(raw) == 0 || raw[0] != '{' {
-		return r
+// decodeToolUseResult reads the value at s into r. Values that are not
+// objects (a failed call's result is a string) leave r zero.
+func decodeToolUseResult(s *scanner, r *toolUseResult) {
+	if !s.enter('{') {
+		s.skip()
+		return
 	}
-	s.reset(raw)
-	s.enter('{')
 	for first := true; s.next('}', &first); {
 		switch string(s.key()) {
 		case "agentId":
@@ -361,8 +362,7 @@ func decodeToolUseResult(s *scanner, raw []byte) toolUseResult {
 			r.IsAsync = s.boolean()
 		case "content":
 			if s.peek() == '[' {
-				r.HasContent = true
-				r.Content = decodeResultContent(s)
+				r.ContentRaw = s.raw()
 			} else {
 				s.skip()
 			}
@@ -376,10 +376,16 @@ func decodeToolUseResult(s *scanner, raw []byte) toolUseResult {
 			s.skip()
 		}
 	}
-	if s.err != nil {
-		return toolUseResult{}
+}
+
+// content decodes the result's content array as text.
+func (r *toolUseResult) content(s *scanner) (string, bool) {
+	if r.ContentRaw == nil {
+		return "", false
 	}
-	return r
+	s.reset(r.ContentRaw)
+	text := decodeResultContent(s)
+	return text, s.err == nil
 }
 
 // streamEvent is the event of a stream_event line (an Anthropic Messages API
