@@ -166,6 +166,36 @@ func (h harness) events(t *testing.T) {
 		checkEvents(t, "session a", events("a", 1, 5), readAll(t, s, "a"))
 	})
 
+	t.Run("LargeBatches", func(t *testing.T) {
+		s := h.store(t)
+		createSession(t, s, "a")
+		createSession(t, s, "b")
+		if err := s.AppendEvents(ctx(t), []conversation.Event{event("a", 250)}); err != nil {
+			t.Fatal(err)
+		}
+		// Conflicts first, deep inside and last in large batches: stores
+		// that insert in chunks must still reject all of them.
+		base := append(events("a", 1, 249), events("b", 1, 50)...)
+		for name, batch := range map[string][]conversation.Event{
+			"stored seq last":        append(append([]conversation.Event(nil), base...), event("a", 250)),
+			"stored seq first":       append([]conversation.Event{event("a", 250)}, base...),
+			"stored seq inside":      append(append(append([]conversation.Event(nil), base[:140]...), event("a", 250)), base[140:]...),
+			"duplicate in the batch": append(append([]conversation.Event(nil), base...), event("a", 100)),
+		} {
+			if err := s.AppendEvents(ctx(t), batch); !errors.Is(err, store.ErrSeqConflict) {
+				t.Errorf("large batch, %s: got %v, want ErrSeqConflict", name, err)
+			}
+		}
+		checkEvents(t, "a after rejected large batches", []conversation.Event{event("a", 250)}, readAll(t, s, "a"))
+		checkEvents(t, "b after rejected large batches", nil, readAll(t, s, "b"))
+
+		batch := append(events("a", 1, 249), events("a", 251, 1100)...)
+		if err := s.AppendEvents(ctx(t), batch); err != nil {
+			t.Fatalf("AppendEvents of %d events: %v", len(batch), err)
+		}
+		checkEvents(t, "a after a large batch", events("a", 1, 1100), readAll(t, s, "a"))
+	})
+
 	t.Run("ConflictDoesNotReplaceStoredEvent", func(t *testing.T) {
 		s := h.store(t)
 		createSession(t, s, "a")

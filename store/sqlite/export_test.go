@@ -1,0 +1,30 @@
+package sqlite
+
+import "testing"
+
+// WriterPragmas reports the writer connection's synchronous and
+// foreign_keys settings, and checks that readers are query_only with
+// foreign keys on.
+func WriterPragmas(t testing.TB, s *Store) (synchronous, foreignKeys int) {
+	t.Helper()
+	if err := s.w.QueryRowContext(t.Context(), "PRAGMA synchronous").Scan(&synchronous); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.w.QueryRowContext(t.Context(), "PRAGMA foreign_keys").Scan(&foreignKeys); err != nil {
+		t.Fatal(err)
+	}
+	var queryOnly, readerFK int
+	if err := s.r.QueryRowContext(t.Context(), "PRAGMA query_only").Scan(&queryOnly); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.r.QueryRowContext(t.Context(), "PRAGMA foreign_keys").Scan(&readerFK); err != nil {
+		t.Fatal(err)
+	}
+	if queryOnly != 1 || readerFK != 1 {
+		t.Errorf("reader connection: query_only = %d, foreign_keys = %d; want 1 and 1", queryOnly, readerFK)
+	}
+	if _, err := s.r.ExecContext(t.Context(), "DELETE FROM sessions"); err == nil {
+		t.Error("a reader connection accepted a write")
+	}
+	return synchronous, foreignKeys
+}

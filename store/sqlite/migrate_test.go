@@ -1,0 +1,154 @@
+package sqlite
+
+import (
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+)
+
+// rawDB opens a plain connection to a new database file in t's directory.
+func rawDB(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "raw.db")+"?_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func TestEmbeddedMigrationsLoad(t *testing.T) {
+	ms, err := loadMigrations(embeddedMigrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms[0].version != 1 || ms[0].name != "0001_init.sql" || !strings.Contains(ms[0].sql, "CREATE TABLE events") {
+		t.Fatalf("first migration = %d %q", ms[0].version, ms[0].name)
+	}
+}
+
+func TestLoadMigrationsRejectsBadSets(t *testing.T) {
+	file := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
+	cases := map[string]fstest.MapFS{
+		"gap":            {"m/0001_a.sql": file("SELECT 1"), "m/0003_c.sql": file("SELECT 1")},
+		"repeat":         {"m/0001_a.sql": file("SELECT 1"), "m/001_b.sql": file("SELECT 1")},
+		"starts at 2":    {"m/0002_a.sql": file("SELECT 1")},
+		"bad name":       {"m/0001_a.sql": file("SELECT 1"), "m/init.sql": file("SELECT 1")},
+		"not sql":        {"m/0001_a.txt": file("SELECT 1")},
+		"no files":       {"m/sub/x.txt": file("")},
+		"missing folder": {"other/0001_a.sql": file("SELECT 1")},
+	}
+	for name, fsys := range cases {
+		if _, err := loadMigrations(fsys, "m"); err == nil {
+			t.Errorf("%s: loadMigrations accepted the set", name)
+		}
+	}
+}
+
+func TestParseMigrationName(t *testing.T) {
+	good := map[string]int{"0001_init.sql": 1, "0002_audit_log.sql": 2, "12_x.sql": 12}
+	for name, want := range good {
+		if v, err := parseMigrationName(name); err != nil || v != want {
+			t.Errorf("parseMigrationName(%q) = %d, %v; want %d", name, v, err, want)
+		}
+	}
+	for _, name := range []string{"0000_zero.sql", "init.sql", "0001.sql", "0001_.sql", "_x.sql", "+1_x.sql", "0x1_a.sql",
+		"0001_a.SQL", "99999999999999999999_a.sql", "-1_a.sql", "1 _a.sql"} {
+		if v, err := parseMigrationName(name); err == nil {
+			t.Errorf("parseMigrationName(%q) = %d, want an error", name, v)
+		}
+	}
+}
+
+func FuzzParseMigrationName(f *testing.F) {
+	for _, s := range []string{"0001_init.sql", "x.sql", "1_a.sql", "0_a.sql"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		v, err := parseMigrationName(name)
+		if err != nil {
+			return
+		}
+		if v <= 0 || !strings.HasSuffix(name, ".sql") || !strings.Contains(name, "_") {
+			t.Fatalf("parseMigrationName(%q) = %d", name, v)
+		}
+	})
+}
+
+func TestMigrateAppliesInOrderOnce(t *testing.T) {
+	db := rawDB(t)
+	ms := []migration{
+		{1, "0001_a.sql", "CREATE TABLE a (x INTEGER); INSERT INTO a VALUES (1);"},
+		{2, "0002_b.sql", "CREATE TABLE b (y INTEGER); INSERT INTO b SELECT x + 1 FROM a;"},
+	}
+	applied, err := migrate(t.Context(), db, ms[:1])
+	if err != nil || len(applied) != 1 || applied[0] != 1 {
+		t.Fatalf("first migrate = %v, %v", applied, err)
+	}
+	applied, err = migrate(t.Context(), db, ms)
+	if err != nil || len(applied) != 1 || applied[0] != 2 {
+		t.Fatalf("second migrate = %v, %v; want [2]", applied, err)
+	}
+	applied, err = migrate(t.Context(), db, ms)
+	if err != nil || len(applied) != 0 {
+		t.Fatalf("third migrate = %v, %v; want nothing applied", applied, err)
+	}
+	var y int
+	if err := db.QueryRow("SELECT y FROM b").Scan(&y); err != nil || y != 2 {
+		t.Fatalf("b.y = %d, %v", y, err)
+	}
+	rows, err := db.Query("SELECT version, name FROM schema_migrations ORDER BY version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var v int
+		var n string
+		if err := rows.Scan(&v, &n); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, n)
+	}
+	if strings.Join(got, ",") != "0001_a.sql,0002_b.sql" {
+		t.Fatalf("schema_migrations = %v", got)
+	}
+}
+
+func TestMigrateFailureLeavesSchemaUntouched(t *testing.T) {
+	db := rawDB(t)
+	ms := []migration{
+		{1, "0001_a.sql", "CREATE TABLE a (x INTEGER);"},
+		{2, "0002_broken.sql", "CREATE TABLE b (y INTEGER); THIS IS NOT SQL;"},
+	}
+	if _, err := migrate(t.Context(), db, ms); err == nil || !strings.Contains(err.Error(), "0002_broken.sql") {
+		t.Fatalf("migrate with a broken migration = %v, want an error naming it", err)
+	}
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM sqlite_master WHERE name IN ('a', 'b', 'schema_migrations')").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d tables exist after a failed migration; want none (one transaction)", n)
+	}
+}
+
+func TestMigrateRefusesNewerSchema(t *testing.T) {
+	db := rawDB(t)
+	ms := []migration{{1, "0001_a.sql", "CREATE TABLE a (x INTEGER);"}}
+	if _, err := migrate(t.Context(), db, ms); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("INSERT INTO schema_migrations VALUES (7, '0007_future.sql', 0)"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := migrate(t.Context(), db, ms)
+	if !errors.Is(err, ErrSchemaTooNew) || !strings.Contains(err.Error(), "version 7") {
+		t.Fatalf("migrate of a newer database = %v, want ErrSchemaTooNew naming version 7", err)
+	}
+}
