@@ -160,6 +160,8 @@ func (c *core) convert(l *wireLine, raw []byte, conv string) ([]conversation.Eve
 		c.system(l, raw, lc)
 	case "result":
 		c.result(raw, lc)
+	case "error":
+		c.errorLine(raw, lc)
 	case "summary", "file-history-snapshot", "queue-operation":
 		err = fmt.Errorf("%w: %s line", ErrIgnored, l.Type)
 	case "keep_alive", "stream_request_start", "tool_progress", "progress":
@@ -714,6 +716,30 @@ func (c *core) completeSubagent(sa *subagent, failed bool, output string, durati
 	c.upsert(&b, lc)
 	c.emit(conversation.SubagentCompleted{ToolUseID: sa.toolUseID, AgentID: sa.agentID,
 		Status: status, Output: output, DurationMs: durationMs}, lc)
+}
+
+// errorLine handles a top-level error line: an error event naming the
+// cause.
+func (c *core) errorLine(raw []byte, lc lineCtx) {
+	var e struct {
+		Message string          `json:"message"`
+		Error   json.RawMessage `json:"error"`
+	}
+	_ = unmarshalLenient(raw, &e)
+	msg, code := e.Message, ""
+	var str string
+	var obj struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	}
+	switch {
+	case len(e.Error) == 0:
+	case json.Unmarshal(e.Error, &str) == nil:
+		msg = orElse(msg, str)
+	case json.Unmarshal(e.Error, &obj) == nil:
+		msg, code = orElse(msg, obj.Message), obj.Type
+	}
+	c.emit(conversation.ErrorEvent{Message: orElse(msg, "Claude Code reported an error"), Code: code}, lc)
 }
 
 // --- result lines (stream) ---

@@ -568,6 +568,27 @@ func TestStreamUnknownTypesAreLogged(t *testing.T) {
 	}
 }
 
+func TestStreamErrorLines(t *testing.T) {
+	events := convertLines(t,
+		`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`,
+		`{"type":"error","error":"boom"}`,
+		`{"type":"error"}`,
+		`{"type":"stream_event","event":{"type":"error","error":{"type":"api_error","message":"Internal"}}}`,
+	)
+	want := []conversation.ErrorEvent{
+		{Message: "Overloaded", Code: "overloaded_error"}, {Message: "boom"},
+		{Message: "Claude Code reported an error"}, {Message: "Internal", Code: "api_error"},
+	}
+	if len(events) != len(want) {
+		t.Fatalf("events = %v", events)
+	}
+	for i, w := range want {
+		if events[i].Type != conversation.TypeError || payload[conversation.ErrorEvent](t, events[i]) != w {
+			t.Errorf("event %d = %s %s, want %+v", i, events[i].Type, events[i].Payload, w)
+		}
+	}
+}
+
 func TestStreamDuplicateLinesConvertOnce(t *testing.T) {
 	events := convertLines(t, lineText, lineText)
 	if n := len(ofType(events, conversation.TypeBlockUpsert)); n != 1 {
