@@ -43,18 +43,10 @@ func partKindOf(typ string) partKind {
 	return kindOther
 }
 
+// toolInfo is what later lines need to know about a tool call.
 type toolInfo struct {
 	name      string
-	conv      string
-	subagent  bool
 	skillName string // Skill calls: the skill requested
-}
-
-// pendingSkill is a Skill call whose result came back; the skill's content
-// follows as a synthetic user message.
-type pendingSkill struct {
-	toolUseID string
-	name      string
 }
 
 // partialMessage is the message being streamed (stream_event lines) in one
@@ -96,7 +88,9 @@ type core struct {
 	seen     map[string]struct{} // uuids of message lines converted
 	tools    map[string]*toolInfo
 	subs     subagentIndex
-	skills   map[string]pendingSkill       // conversation → Skill awaiting content
+	// skills maps a conversation to the skill a Skill call just loaded;
+	// the skill's content follows as a synthetic user message.
+	skills   map[string]string
 	partial  map[string]*partialMessage    // conversation → streamed message
 	msgUsage map[string]conversation.Usage // transcript: usage emitted per message
 
@@ -114,7 +108,7 @@ func newCore() *core {
 		msgCount: make(map[string]int),
 		seen:     make(map[string]struct{}),
 		tools:    make(map[string]*toolInfo),
-		skills:   make(map[string]pendingSkill),
+		skills:   make(map[string]string),
 		partial:  make(map[string]*partialMessage),
 		msgUsage: make(map[string]conversation.Usage),
 	}
@@ -410,7 +404,7 @@ func (c *core) toolUse(lc lineCtx, msgID string, n int, p *wirePart) {
 	input := passthroughJSON(p.Input, p.InputSpaced)
 	ti := c.readToolInput(input)
 	if isSubagentTool(p.Name) && p.Type == "tool_use" {
-		c.tools[id] = &toolInfo{name: p.Name, conv: lc.conv, subagent: true}
+		c.tools[id] = &toolInfo{name: p.Name}
 		sa, isNew := c.subs.spawn(id, lc.conv, ti.prompt, ti.subagentType, ti.description)
 		b := c.subagentBlock(sa)
 		b.Timestamp = lc.ts
@@ -422,7 +416,7 @@ func (c *core) toolUse(lc lineCtx, msgID string, n int, p *wirePart) {
 		}
 		return
 	}
-	info := &toolInfo{name: p.Name, conv: lc.conv}
+	info := &toolInfo{name: p.Name}
 	if p.Name == "Skill" {
 		info.skillName = ti.skill
 	}
@@ -616,8 +610,8 @@ func (c *core) takeSkill(l *wireLine, lc lineCtx, b *conversation.Block, text st
 	if t := c.tools[l.SourceToolUseID]; l.SourceToolUseID != "" && t != nil && t.name == "Skill" {
 		name = t.skillName
 		delete(c.skills, lc.conv)
-	} else if ps, ok := c.skills[lc.conv]; ok {
-		name = ps.name
+	} else if skill, ok := c.skills[lc.conv]; ok {
+		name = skill
 		delete(c.skills, lc.conv)
 	} else {
 		return false
@@ -652,7 +646,7 @@ func (c *core) toolResult(lc lineCtx, p *wirePart, tur *toolUseResult) {
 		if name == "" {
 			name = tur.CommandName
 		}
-		c.skills[lc.conv] = pendingSkill{toolUseID: id, name: name}
+		c.skills[lc.conv] = name
 	}
 }
 

@@ -33,7 +33,13 @@ import (
 // usually do not; the event log stamps them) and leave QueryID and
 // SessionID empty for the caller to fill in.
 //
-// A StreamConverter is not safe for concurrent use: one per process output.
+// Use one StreamConverter per Claude Code process: total_cost_usd counts
+// from the start of the process, and the converter turns it into
+// increments. User prompts are converted when Claude Code echoes them (it
+// does not unless asked to replay them); the live runner appends its own
+// user_message block for a turn and should not feed the echo too.
+//
+// A StreamConverter is not safe for concurrent use.
 type StreamConverter struct {
 	c *core
 	l wireLine
