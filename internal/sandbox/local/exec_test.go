@@ -346,6 +346,53 @@ func TestEscapedHolderBoundedByDrainTimeout(t *testing.T) {
 	}
 }
 
+// An escaped process that keeps writing can't hold Wait either.
+func TestChattyEscapeeBounded(t *testing.T) {
+	env := testEnv(t, Options{DrainTimeout: 200 * time.Millisecond})
+	p, err := env.Exec(t.Context(), sh(`setsid sh -c 'while :; do echo spam; sleep 0.01; done' & echo $!; sleep 0.2`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	for c := range p.Output() {
+		out = append(out, c.Data...)
+	}
+	pid := 0
+	for _, line := range strings.Fields(string(out)) {
+		if n, err := strconv.Atoi(line); err == nil {
+			pid = n
+			break
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("no pid in output %q", out)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if st, err := p.Wait(ctx); err != nil || !st.Success() {
+		t.Fatalf("status %+v %v", st, err)
+	}
+}
+
+// Output buffered when the command exits is all delivered to a slow
+// consumer, even past DrainTimeout.
+func TestSlowConsumerGetsEverythingAfterExit(t *testing.T) {
+	env := testEnv(t, Options{DrainTimeout: 50 * time.Millisecond})
+	p, err := env.Exec(t.Context(), sh(`head -c 600000 /dev/zero`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for c := range p.Output() {
+		n += len(c.Data)
+		time.Sleep(20 * time.Millisecond) // slower than DrainTimeout overall
+	}
+	if n != 600000 {
+		t.Fatalf("got %d of 600000 bytes", n)
+	}
+}
+
 func TestMissingBinary(t *testing.T) {
 	env := testEnv(t, Options{})
 	for _, name := range []string{"agentd-no-such-program", "./no-such-script", "/nonexistent/bin/x"} {

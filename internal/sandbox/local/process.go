@@ -17,7 +17,7 @@ import (
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
-// readSize is the most one chunk holds.
+// readSize is the most one chunk holds (the read buffer grows to it).
 const readSize = 256 << 10
 
 // process is a started command. Output is read by one goroutine per stream
@@ -35,7 +35,9 @@ type process struct {
 	out     chan sandbox.Chunk
 	readers sync.WaitGroup
 	srcs    []*os.File // read ends being pumped
+	tails   []tail     // per src: what is left to read once the group is gone
 	exited  atomic.Bool
+	exitAt  time.Time // set before exited becomes true
 
 	abandoned chan struct{}
 	abandonMu sync.Once
@@ -124,9 +126,10 @@ func start(e *Environment, cmd *exec.Cmd, tag string, c sandbox.Cmd) (*process, 
 	closeAll(child)
 	p.pid = cmd.Process.Pid
 	streams := []sandbox.Stream{sandbox.Stdout, sandbox.Stderr}
+	p.tails = make([]tail, len(p.srcs))
 	p.readers.Add(len(p.srcs))
 	for i, src := range p.srcs {
-		go p.pump(src, streams[i])
+		go p.pump(src, streams[i], &p.tails[i])
 	}
 	return p, nil
 }
@@ -187,14 +190,28 @@ func setWinsize(f *os.File, size sandbox.WindowSize) error {
 	return ioErr
 }
 
+// tail is what a stream's reader may still read once the command's group
+// is gone: what it had read then (off), plus what the pipe held (limit).
+type tail struct {
+	off   atomic.Int64
+	limit atomic.Int64
+}
+
 // pump copies one stream to out as it is read, with the stream's byte
-// offset. After the leader exited (and its group was killed), a read that
-// waits longer than DrainTimeout means only a process outside the group
-// holds the stream open: the stream is then ended.
-func (p *process) pump(src *os.File, stream sandbox.Stream) {
+// offset.
+//
+// Once the leader exited and its group was killed, only a process that
+// left the group (setsid) can still write. So the reader then delivers
+// what the pipe held at that moment, however slowly it is consumed, and
+// after that ends the stream at DrainTimeout after the exit (or when a
+// read waits that long): an escaped process can't hold Wait, whether it
+// stays silent or keeps writing.
+func (p *process) pump(src *os.File, stream sandbox.Stream, t *tail) {
 	defer p.readers.Done()
-	var off int64
-	buf := make([]byte, readSize)
+	drain := p.env.opts.DrainTimeout
+	// Start small (most commands print little) and grow while reads
+	// fill the buffer.
+	buf := make([]byte, 16<<10)
 	for {
 		select {
 		case <-p.abandoned:
@@ -202,17 +219,25 @@ func (p *process) pump(src *os.File, stream sandbox.Stream) {
 		default:
 		}
 		if p.exited.Load() {
-			_ = src.SetReadDeadline(time.Now().Add(p.env.opts.DrainTimeout))
+			deadline := time.Now().Add(drain)
+			if t.off.Load() >= t.limit.Load() {
+				deadline = p.exitAt.Add(drain)
+			}
+			_ = src.SetReadDeadline(deadline)
 		}
 		n, err := src.Read(buf)
 		if n > 0 {
+			off := t.off.Load()
 			chunk := sandbox.Chunk{Stream: stream, Data: append([]byte(nil), buf[:n]...), Offset: off}
 			select {
 			case p.out <- chunk:
 			case <-p.abandoned:
 				return
 			}
-			off += int64(n)
+			t.off.Store(off + int64(n))
+			if n == len(buf) && len(buf) < readSize {
+				buf = make([]byte, 2*len(buf))
+			}
 		}
 		if err != nil {
 			// EOF, EIO (a PTY whose last holder closed it), a deadline,
@@ -224,6 +249,17 @@ func (p *process) pump(src *os.File, stream sandbox.Stream) {
 			return
 		}
 	}
+}
+
+// pending is how many bytes f (a pipe or PTY master) holds unread.
+func pending(f *os.File) int64 {
+	var n int
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) // FIONREAD
+		})
+	}
+	return int64(n)
 }
 
 // wait reaps the leader, ends its group, waits for the output, and records
@@ -259,7 +295,14 @@ func (p *process) wait() {
 	}
 	p.status = st
 
-	// Readers blocked on an empty pipe now wait at most DrainTimeout.
+	// The group is gone: bound what the readers still wait for. A read
+	// may have taken bytes off the pipe without counting them yet, hence
+	// the slack of one read.
+	p.exitAt = time.Now()
+	for i, src := range p.srcs {
+		t := &p.tails[i]
+		t.limit.Store(t.off.Load() + pending(src) + readSize)
+	}
 	p.exited.Store(true)
 	for _, src := range p.srcs {
 		_ = src.SetReadDeadline(time.Now().Add(p.env.opts.DrainTimeout))
