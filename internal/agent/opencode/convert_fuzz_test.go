@@ -1,0 +1,172 @@
+package opencode_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/opencode"
+	"github.com/agentd/agentd/internal/convert"
+)
+
+func TestBadInputsAreSkipped(t *testing.T) {
+	cases := []struct {
+		format, input string
+		warnLines     []int
+	}{
+		{"opencode-events", `{"type":"message.part.updated","properties":{"part":{"id":"p1","sessionID":"s","messageID":"m","type":"text","text":"hi","time":{"start":1,"end":2}}}}
+{"type":"message.part.updated","properties":{}}
+not json
+{"properties":{}}
+{"type":"message.updated","properties":{"info":{"role":"user"}}}
+{"type":"message.part.delta","properties":{"sessionID":"s","delta":"x"}}
+`, []int{2, 3, 4, 5, 6}},
+		{"opencode-export", `{"info":{"id":"s"},"messages":[{"info":{"id":"m","sessionID":"s","role":"assistant","time":{"created":1}},"parts":[7,{"id":"p1","type":"text","text":"hi","time":{"start":1,"end":2}}]},{"info":"bad","parts":[]}]}`, nil},
+		{"opencode-export", `{"messages":[]}`, []int{1}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.format, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "in")
+			if err := os.WriteFile(file, []byte(tc.input), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, events, warns := runFormat(t, tc.format, file)
+			if len(warns) != len(tc.warnLines) {
+				t.Fatalf("warnings %v, want lines %v", warns, tc.warnLines)
+			}
+			for i, w := range warns {
+				if w.Line != tc.warnLines[i] {
+					t.Fatalf("warnings %v, want lines %v", warns, tc.warnLines)
+				}
+			}
+			st := checkEvents(t, events)
+			if tc.warnLines == nil || tc.format == "opencode-events" {
+				if texts := blocksOf(st.Blocks, conversation.BlockAssistantText); len(texts) != 1 || texts[0].Content != "hi" {
+					t.Fatalf("texts %+v", texts)
+				}
+			}
+		})
+	}
+	if _, err := convert.Run(convert.Options{Format: "opencode-export", Files: []string{"testdata/missing.json"}}, &bytes.Buffer{}); err == nil {
+		t.Fatal("missing file: want an error")
+	}
+}
+
+// TestChildSessionLinking: a child session is linked to its task call by
+// session.created (parentID) even before the call's metadata names it; a
+// child no call claims keeps a conversation of its own.
+func TestChildSessionLinking(t *testing.T) {
+	lines := []string{
+		`{"type":"session.created","properties":{"info":{"id":"ses_p"}}}`,
+		`{"type":"message.part.updated","properties":{"part":{"id":"prt_task","sessionID":"ses_p","messageID":"m1","type":"tool","callID":"call_t","tool":"task","state":{"status":"pending","input":{},"raw":""}}}}`,
+		`{"type":"session.created","properties":{"info":{"id":"ses_c","parentID":"ses_p"}}}`,
+		`{"type":"message.part.updated","properties":{"part":{"id":"prt_c1","sessionID":"ses_c","messageID":"m2","type":"text","text":"child says hi","time":{"start":5,"end":6}}}}`,
+		`{"type":"session.created","properties":{"info":{"id":"ses_orphan","parentID":"ses_p"}}}`,
+		`{"type":"message.part.updated","properties":{"part":{"id":"prt_o1","sessionID":"ses_orphan","messageID":"m3","type":"text","text":"orphan","time":{"start":5,"end":6}}}}`,
+		`{"type":"message.part.updated","properties":{"part":{"id":"prt_task","sessionID":"ses_p","messageID":"m1","type":"tool","callID":"call_t","tool":"task","state":{"status":"error","input":{"prompt":"p","description":"d","subagent_type":"general"},"error":"boom","time":{"start":1,"end":9}}}}}`,
+	}
+	c := opencode.NewEventsConverter()
+	var events []conversation.Event
+	for _, l := range lines {
+		ev, err := c.Convert([]byte(l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, ev...)
+	}
+	st := checkEvents(t, events)
+	if len(st.Subagents) != 2 || st.Subagents[0].ID != "call_t" || st.Subagents[0].Blocks[0].Content != "child says hi" ||
+		st.Subagents[0].Status != conversation.StatusError || st.Subagents[0].AgentID != "ses_c" {
+		t.Fatalf("subagents %+v", st.Subagents)
+	}
+	if st.Subagents[1].ID != "ses_orphan" || st.Subagents[1].Blocks[0].Content != "orphan" {
+		t.Fatalf("orphan %+v", st.Subagents[1])
+	}
+	if b := findBlock(t, st.Blocks, "call_t"); b.Status != conversation.StatusError || b.Output != "boom" {
+		t.Fatalf("task block %+v", b)
+	}
+}
+
+func seed(f *testing.F, pattern string, whole bool) {
+	files, _ := filepath.Glob(pattern)
+	if len(files) == 0 {
+		f.Fatalf("no seed files match %s", pattern)
+	}
+	for _, name := range files {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		if whole {
+			f.Add(data)
+			continue
+		}
+		for _, l := range bytes.Split(data, []byte("\n")) {
+			if len(l) > 0 {
+				f.Add(l)
+			}
+		}
+	}
+}
+
+func FuzzEventsConverter(f *testing.F) {
+	seed(f, "testdata/agent-output/*sse-events*.jsonl", false)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := opencode.NewEventsConverter()
+		var events []conversation.Event
+		for _, l := range bytes.Split(data, []byte("\n")) {
+			ev, err := c.Convert(l)
+			if err != nil && len(ev) > 0 {
+				t.Fatalf("error %v with events", err)
+			}
+			events = append(events, ev...)
+		}
+		checkEvents(t, events)
+	})
+}
+
+func FuzzExport(f *testing.F) {
+	seed(f, "testdata/agent-output/*transcript*.json", true)
+	f.Add([]byte(`{"info":{"id":"s"},"messages":[{"info":{"id":"m","sessionID":"s","role":"assistant","time":{"created":1},"finish":"stop"},"parts":[{"id":"p","type":"tool","callID":"c","tool":"task","state":{"status":"completed","input":{"prompt":"x"},"output":"y","time":{"start":1,"end":2}}}]}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ev, err := opencode.ConvertExport(data)
+		if err != nil && len(ev) > 0 {
+			t.Fatalf("error %v with events", err)
+		}
+		checkEvents(t, ev)
+	})
+}
+
+func BenchmarkEventsConverter(b *testing.B) {
+	data, err := os.ReadFile(sseEvents)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lines := bytes.Split(bytes.TrimSpace(data), []byte("\n"))
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		c := opencode.NewEventsConverter()
+		for _, l := range lines {
+			if _, err := c.Convert(l); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+func BenchmarkExport(b *testing.B) {
+	data, err := os.ReadFile(exportFile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := opencode.ConvertExport(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
