@@ -142,7 +142,7 @@ function Live({
             className={tab === t ? "active" : ""}
             onClick={() => setTab(t)}
           >
-            {t === "conversation" ? "Conversation" : t === "workspace" ? `Files (${state.workspaceFiles.length})` : "Terminal"}
+            {t === "conversation" ? "Conversation" : t === "workspace" ? state.workspaceFiles.length ? `Files (${state.workspaceFiles.length})` : "Files" : "Terminal"}
           </button>
         ))}
       </nav>

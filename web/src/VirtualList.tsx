@@ -50,6 +50,9 @@ export function VirtualList({ count, itemKey, renderItem, estimate, overscan = 8
               const key = el.dataset.vkey;
               if (!key) continue;
               const h = Math.ceil(e.borderBoxSize?.[0]?.blockSize ?? el.offsetHeight);
+              // 0 means hidden (display: none on a parent), not an empty item:
+              // keep the last real measurement.
+              if (h === 0) continue;
               if (heights.current.get(key) !== h) {
                 heights.current.set(key, h);
                 changed = true;
@@ -84,7 +87,16 @@ export function VirtualList({ count, itemKey, renderItem, estimate, overscan = 8
   useLayoutEffect(() => {
     const el = scroller.current;
     if (!el) return;
-    const ro = typeof ResizeObserver === "undefined" ? null : new ResizeObserver(() => setViewport(el.clientHeight));
+    const ro =
+      typeof ResizeObserver === "undefined"
+        ? null
+        : new ResizeObserver(() => {
+            if (el.clientHeight === 0) return; // hidden
+            setViewport(el.clientHeight);
+            // Shown again: the browser reset scrollTop while hidden.
+            if (atBottom.current) el.scrollTop = el.scrollHeight;
+            setScrollTop(el.scrollTop);
+          });
     ro?.observe(el);
     setViewport(el.clientHeight);
     return () => ro?.disconnect();

@@ -1,0 +1,213 @@
+// Shared setup for the browser tests: a real `agentd serve` (AGENTD_BIN) on a
+// free loopback port with a fresh data dir, and Debian's Chromium driven by
+// playwright-core (never a downloaded browser).
+import { spawn } from "node:child_process";
+import { mkdtempSync, mkdirSync, writeFileSync, existsSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+
+export const here = path.dirname(fileURLToPath(import.meta.url));
+export const artifacts = path.join(here, "artifacts");
+export const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+
+export function agentdBin() {
+  const bin = process.env.AGENTD_BIN;
+  if (!bin) throw new Error("AGENTD_BIN is not set: build the server (go build -o /tmp/agentd ./cmd/agentd) and export AGENTD_BIN=/tmp/agentd");
+  if (!existsSync(bin)) throw new Error(`AGENTD_BIN=${bin} does not exist`);
+  return bin;
+}
+
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.on("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * A running agentd. stop() kills it (SIGKILL by default, as a crash would);
+ * start() starts it again on the same port and data dir.
+ */
+export class Agentd {
+  constructor({ dataDir, port, args = [], env = {} } = {}) {
+    this.dataDir = dataDir ?? mkdtempSync(path.join(tmpdir(), "agentd-e2e-"));
+    this.port = port;
+    this.args = args;
+    this.env = env;
+    this.proc = null;
+    this.log = [];
+  }
+  get url() {
+    return `http://127.0.0.1:${this.port}`;
+  }
+  async start() {
+    if (!this.port) this.port = await freePort();
+    const bin = agentdBin();
+    const proc = spawn(bin, ["serve", "--addr", `127.0.0.1:${this.port}`, "--data-dir", this.dataDir, ...this.args], {
+      env: { ...process.env, ...this.env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    this.proc = proc;
+    const collect = (d) => {
+      this.log.push(d.toString());
+      if (this.log.length > 2000) this.log.splice(0, 1000);
+    };
+    proc.stdout.on("data", collect);
+    proc.stderr.on("data", collect);
+    const exited = new Promise((r) => proc.once("exit", (code, sig) => r({ code, sig })));
+    this.exited = exited;
+    const deadline = Date.now() + 30_000;
+    while (Date.now() < deadline) {
+      const early = await Promise.race([exited, sleep(100).then(() => null)]);
+      if (early) throw new Error(`agentd exited (${JSON.stringify(early)}) before serving:\n${this.log.join("")}`);
+      try {
+        const r = await fetch(this.url + "/health");
+        if (r.ok) return this;
+      } catch {
+        // not listening yet
+      }
+    }
+    throw new Error(`agentd did not answer /health within 30 s:\n${this.log.join("")}`);
+  }
+  async stop(signal = "SIGKILL") {
+    if (!this.proc) return;
+    const p = this.proc;
+    this.proc = null;
+    if (p.exitCode === null && p.signalCode === null) {
+      p.kill(signal);
+      await this.exited;
+    }
+  }
+  async api(method, p, body, headers = {}) {
+    const r = await fetch(this.url + p, {
+      method,
+      headers: { "Content-Type": "application/json", ...headers },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    });
+    const text = await r.text();
+    if (!r.ok) throw new Error(`${method} ${p}: ${r.status} ${text}`);
+    return text ? JSON.parse(text) : null;
+  }
+  cleanup() {
+    try {
+      rmSync(this.dataDir, { recursive: true, force: true });
+    } catch {
+      // best effort
+    }
+  }
+}
+
+export async function launch() {
+  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get update && apt-get install -y chromium`);
+  return chromium.launch({
+    executablePath: CHROMIUM,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+}
+
+/**
+ * Opens a page that records its console; on test failure (call fail(t) in
+ * an after hook or use withPage) it saves a screenshot and the console log.
+ */
+export async function openPage(browser, { width = 1280, height = 800 } = {}) {
+  const context = await browser.newContext({ viewport: { width, height } });
+  const page = await context.newPage();
+  const consoleLog = [];
+  page.on("console", (m) => consoleLog.push(`[${m.type()}] ${m.text()}`));
+  page.on("pageerror", (e) => consoleLog.push(`[pageerror] ${e.stack ?? e.message}`));
+  page.consoleLog = consoleLog;
+  return page;
+}
+
+export async function saveArtifacts(name, page, server) {
+  mkdirSync(artifacts, { recursive: true });
+  const base = path.join(artifacts, name.replace(/[^a-z0-9-_]+/gi, "_"));
+  try {
+    await page.screenshot({ path: base + ".png", fullPage: true });
+  } catch (e) {
+    writeFileSync(base + ".screenshot-error.txt", String(e));
+  }
+  writeFileSync(base + ".console.log", (page.consoleLog ?? []).join("\n") + "\n");
+  if (server) writeFileSync(base + ".server.log", server.log.join(""));
+}
+
+/**
+ * Runs fn(page) and saves artifacts if it throws. Artifacts go to
+ * web/e2e/artifacts/<test name>.{png,console.log,server.log}.
+ */
+export async function withPage(t, browser, server, opts, fn) {
+  const page = await openPage(browser, opts);
+  try {
+    await fn(page);
+  } catch (e) {
+    await saveArtifacts(t.name, page, server);
+    throw e;
+  } finally {
+    await page.context().close();
+  }
+}
+
+// ---- UI steps ---------------------------------------------------------------
+
+export async function createShellSession(page, server, name = "e2e") {
+  await page.goto(server.url + "/");
+  await page.getByTestId("new-session-button").click();
+  const dialog = page.getByTestId("new-session-dialog");
+  await dialog.waitFor();
+  await page.getByTestId("architecture-select").selectOption("shell");
+  await page.getByTestId("name-input").fill(name);
+  await page.getByTestId("create-session").click();
+  await page.getByTestId("session-view").waitFor();
+  return page.getByTestId("session-view").getAttribute("data-session-id");
+}
+
+export async function send(page, text) {
+  await page.getByTestId("composer-input").fill(text);
+  await page.getByTestId("send-button").click();
+}
+
+/** The text of every tool output in the conversation, joined. */
+export async function outputText(page) {
+  return page.evaluate(() => [...document.querySelectorAll('[data-testid="tool-output"]')].map((e) => e.textContent ?? "").join("\n"));
+}
+
+/** How often each "line N" occurs in the conversation's tool output. */
+export function lineCounts(text, n) {
+  const counts = new Array(n + 1).fill(0);
+  for (const m of text.matchAll(/^line (\d+)$/gm)) {
+    const i = Number(m[1]);
+    if (i >= 1 && i <= n) counts[i]++;
+  }
+  return counts;
+}
+
+export async function waitFor(fn, { timeout = 30_000, interval = 100, what = "condition" } = {}) {
+  const deadline = Date.now() + timeout;
+  let last;
+  while (Date.now() < deadline) {
+    last = await fn();
+    if (last) return last;
+    await sleep(interval);
+  }
+  throw new Error(`timed out after ${timeout} ms waiting for ${what} (last: ${JSON.stringify(last)})`);
+}
+
+/** Block ids rendered more than once in the DOM (must be empty). */
+export async function duplicateBlocks(page) {
+  return page.evaluate(() => {
+    const seen = new Map();
+    for (const el of document.querySelectorAll("[data-block-id]")) seen.set(el.getAttribute("data-block-id"), (seen.get(el.getAttribute("data-block-id")) ?? 0) + 1);
+    return [...seen].filter(([, n]) => n > 1).map(([id]) => id);
+  });
+}
+
+export { sleep };
