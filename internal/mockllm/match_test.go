@@ -315,12 +315,12 @@ func TestIDsAreDeterministic(t *testing.T) {
 func TestSchemaJSON(t *testing.T) {
 	cases := map[string]string{
 		`{"type":"OBJECT","properties":{"complexity_reasoning":{"type":"STRING"},"complexity_score":{"type":"INTEGER"}}}`: `{"complexity_reasoning":"f","complexity_score":1}`,
-		`{"type":["null","string"]}`:                          `"f"`,
+		`{"type":["null","string"]}`:                         `"f"`,
 		`{"anyOf":[{"type":"boolean"},{"type":"string"}]}`:   `false`,
-		`{"const":"fixed"}`:                                   `"fixed"`,
-		`{"type":"number","default":2.5}`:                     `2.5`,
-		`{"properties":{"a":{"type":"null"}}}`:                `{"a":null}`,
-		`not json`:                                            `{}`,
+		`{"const":"fixed"}`:                                  `"fixed"`,
+		`{"type":"number","default":2.5}`:                    `2.5`,
+		`{"properties":{"a":{"type":"null"}}}`:               `{"a":null}`,
+		`not json`:                                           `{}`,
 		`{"type":"array","minItems":2,"items":{"enum":[3]}}`: `[3,3]`,
 	}
 	for schema, want := range cases {
