@@ -21,9 +21,10 @@
 // writer. busy_timeout only matters when another process opens the same
 // file.
 //
-// AppendEvents of N events is one transaction through one prepared
-// statement, so the event log's group commit costs one commit (and, with
-// synchronous=FULL, one fsync) per batch, not per event.
+// AppendEvents of N events is one transaction through prepared inserts of
+// 32 rows (then single rows for the rest), so the event log's group commit
+// costs one commit (and, with synchronous=FULL, one fsync) per batch, not
+// per event.
 //
 // # Durability: synchronous NORMAL (default) or FULL
 //

@@ -33,10 +33,3 @@ func openTemp(t testing.TB, opts ...sqlite.Option) *sqlite.Store {
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return openTemp(t) })
 }
-
-func TestConformanceSynchronousFull(t *testing.T) {
-	if testing.Short() {
-		t.Skip("second full run")
-	}
-	storetest.Run(t, func(t *testing.T) store.Store { return openTemp(t, sqlite.WithSynchronous(sqlite.SyncFull)) })
-}
