@@ -75,6 +75,9 @@ func TestClaudeFormatsConvertEverySharedFile(t *testing.T) {
 
 func TestClaudeTranscriptGroupsSubagentFiles(t *testing.T) {
 	dir := filepath.Join(claudeTestdata, "claude-session-jsonl")
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("shared test data not available: %v", err)
+	}
 	var out bytes.Buffer
 	_, err := Run(Options{Format: "claude-transcript", Blocks: true, Files: []string{
 		filepath.Join(dir, "ai-systems__subagent-transcript.jsonl"),
