@@ -151,9 +151,14 @@ func (e *turnError) code() string {
 }
 
 type asTokens struct {
-	InputTokens       int64 `json:"inputTokens"`
-	CachedInputTokens int64 `json:"cachedInputTokens"`
-	OutputTokens      int64 `json:"outputTokens"`
+	InputTokens           int64 `json:"inputTokens"`
+	CachedInputTokens     int64 `json:"cachedInputTokens"`
+	CacheWriteInputTokens int64 `json:"cacheWriteInputTokens"`
+	OutputTokens          int64 `json:"outputTokens"`
+}
+
+func (t *asTokens) totals() tokenTotals {
+	return tokenTotals{t.InputTokens, t.CachedInputTokens, t.CacheWriteInputTokens, t.OutputTokens}
 }
 
 type asItem struct {
@@ -453,22 +458,23 @@ func (c *AppServerConverter) tokenUsage(o *out, p *asParams) {
 	}
 	var inc tokenTotals
 	prev, seen := c.totals[p.ThreadID]
-	switch t := p.TokenUsage.Total; {
-	case t != nil && (!seen || (t.InputTokens >= prev.InputTokens && t.OutputTokens >= prev.OutputTokens)):
-		inc = tokenTotals{t.InputTokens - prev.InputTokens, t.CachedInputTokens - prev.CachedInputTokens, t.OutputTokens - prev.OutputTokens}
+	switch {
+	case p.TokenUsage.Total != nil && seen:
+		inc = p.TokenUsage.Total.totals().minus(prev)
+	case p.TokenUsage.Total != nil:
+		inc = p.TokenUsage.Total.totals()
 	case p.TokenUsage.Last != nil:
-		l := p.TokenUsage.Last
-		inc = tokenTotals{l.InputTokens, l.CachedInputTokens, l.OutputTokens}
+		inc = p.TokenUsage.Last.totals()
 	default:
 		return
 	}
 	if t := p.TokenUsage.Total; t != nil {
-		c.totals[p.ThreadID] = tokenTotals{t.InputTokens, t.CachedInputTokens, t.OutputTokens}
+		c.totals[p.ThreadID] = t.totals()
 	}
 	if inc == (tokenTotals{}) {
 		return
 	}
-	o.emit(c.conv(p.ThreadID), conversation.MetadataUpdate{Usage: usage(inc.InputTokens, inc.CachedInputTokens, inc.OutputTokens)})
+	o.emit(c.conv(p.ThreadID), conversation.MetadataUpdate{Usage: inc.usage()})
 }
 
 func (c *AppServerConverter) planUpdated(o *out, p *asParams) {

@@ -360,3 +360,48 @@ func TestParseApprovalRequest(t *testing.T) {
 		t.Fatal("malformed params must not parse")
 	}
 }
+
+// TestCapturedAppServerMatchesRollout: a real codex 0.169 app-server run
+// (two turns against the mock model, one failing command) and the rollout
+// file codex wrote for the same thread give the same blocks: same ids,
+// texts, outputs and error flags, so a thread replayed from its rollout
+// looks as it did live.
+func TestCapturedAppServerMatchesRollout(t *testing.T) {
+	live, events := reduceFile(t, "codex-app-server", "testdata/captured/codex-app-server-two-turns.jsonl")
+	saved, _ := reduceFile(t, "codex-rollout", "testdata/captured/rollout-2026-11-22T01-25-47-01a200db-fe7f-7601-afb2-2a944f609622.jsonl")
+	if len(live.Blocks) != 11 || len(saved.Blocks) != len(live.Blocks) {
+		t.Fatalf("%d live blocks, %d saved", len(live.Blocks), len(saved.Blocks))
+	}
+	for i, a := range live.Blocks {
+		b := saved.Blocks[i]
+		if a.ID != b.ID || a.Type != b.Type || a.Content != b.Content || a.Output != b.Output || a.IsError != b.IsError || a.Status != b.Status {
+			t.Fatalf("block %d:\n live  %+v\n saved %+v", i, a, b)
+		}
+	}
+	fail := findBlock(t, live.Blocks, "call_PGzHQaXsaQ4K4EapIT1ZI6zb-result")
+	if !fail.IsError || fail.Metadata["exitCode"] != float64(1) {
+		t.Fatalf("failed command %+v", fail)
+	}
+	if n := countType(events, conversation.TypeQueryCompleted); n != 2 {
+		t.Fatalf("%d query:completed, want 2", n)
+	}
+	if n := countType(events, conversation.TypePermissionRequest); n != 2 {
+		t.Fatalf("%d permission requests, want 2", n)
+	}
+	if live.Usage != saved.Usage || live.Usage.InputTokens == 0 {
+		t.Fatalf("usage live %+v, saved %+v", live.Usage, saved.Usage)
+	}
+}
+
+func TestCapturedExecFailure(t *testing.T) {
+	st, _ := reduceFile(t, "codex-exec-json", "testdata/captured/codex-exec-fail.jsonl")
+	res := blocksOf(st.Blocks, conversation.BlockToolResult)
+	if len(res) != 1 || !res[0].IsError || res[0].Metadata["exitCode"] != float64(1) || res[0].Status != conversation.StatusError {
+		t.Fatalf("results %+v", res)
+	}
+	// codex reports a missing model catalogue entry as a (non-fatal)
+	// error item, before the turn starts.
+	if e := blocksOf(st.Blocks, conversation.BlockError); len(e) != 1 || !strings.Contains(e[0].Message, "Model metadata") {
+		t.Fatalf("errors %+v", e)
+	}
+}

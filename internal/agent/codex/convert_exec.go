@@ -43,15 +43,11 @@ func NewExecJSONConverter(opts ...Option) *ExecJSONConverter {
 func (c *ExecJSONConverter) ThreadID() string { return c.threadID }
 
 type execLine struct {
-	Type     string    `json:"type"`
-	ThreadID string    `json:"thread_id"`
-	Item     *execItem `json:"item"`
-	Usage    *struct {
-		InputTokens       int64 `json:"input_tokens"`
-		CachedInputTokens int64 `json:"cached_input_tokens"`
-		OutputTokens      int64 `json:"output_tokens"`
-	} `json:"usage"`
-	Error *struct {
+	Type     string       `json:"type"`
+	ThreadID string       `json:"thread_id"`
+	Item     *execItem    `json:"item"`
+	Usage    *tokenTotals `json:"usage"`
+	Error    *struct {
 		Message string `json:"message"`
 	} `json:"error"`
 	Message string `json:"message"`
@@ -119,7 +115,7 @@ func (c *ExecJSONConverter) Convert(line []byte) ([]conversation.Event, error) {
 		}
 	case "turn.completed":
 		if l.Usage != nil {
-			o.emit("", conversation.MetadataUpdate{Usage: usage(l.Usage.InputTokens, l.Usage.CachedInputTokens, l.Usage.OutputTokens)})
+			o.emit("", conversation.MetadataUpdate{Usage: l.Usage.usage()})
 		}
 		o.emit("", conversation.QueryCompleted{})
 	case "turn.failed":

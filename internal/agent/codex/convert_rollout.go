@@ -93,12 +93,6 @@ type contentPart struct {
 	Text string `json:"text"`
 }
 
-type tokenTotals struct {
-	InputTokens       int64 `json:"input_tokens"`
-	CachedInputTokens int64 `json:"cached_input_tokens"`
-	OutputTokens      int64 `json:"output_tokens"`
-}
-
 // Convert converts one rollout line.
 func (c *RolloutConverter) Convert(line []byte) ([]conversation.Event, error) {
 	var l rolloutLine
@@ -128,6 +122,11 @@ func (c *RolloutConverter) Convert(line []byte) ([]conversation.Event, error) {
 	case "compacted":
 		c.blocks.put(o, "", conversation.Block{ID: c.ownID(""), Type: conversation.BlockSystem,
 			Status: conversation.StatusComplete, Subtype: "compaction", Message: str(p.Message)})
+	case "world_state", "token_usage_record", "tool_manifest", "sampling_boundary",
+		"inter_agent_communication", "inter_agent_communication_metadata":
+		// Bookkeeping of newer versions (model-facing state, per-response
+		// usage that token_count events already carry).
+		o.log(conversation.LevelDebug, "codex: rollout "+l.Type, line)
 	default:
 		o.log(conversation.LevelWarn, "codex: unknown rollout line type "+strconv.Quote(l.Type), line)
 	}
@@ -343,13 +342,9 @@ func (c *RolloutConverter) tokenCount(o *out, info json.RawMessage) {
 	}
 	var inc tokenTotals
 	switch {
-	case in.Total != nil && c.lastTotal != nil && in.Total.InputTokens >= c.lastTotal.InputTokens && in.Total.OutputTokens >= c.lastTotal.OutputTokens:
-		inc = tokenTotals{
-			InputTokens:       in.Total.InputTokens - c.lastTotal.InputTokens,
-			CachedInputTokens: in.Total.CachedInputTokens - c.lastTotal.CachedInputTokens,
-			OutputTokens:      in.Total.OutputTokens - c.lastTotal.OutputTokens,
-		}
-	case in.Total != nil && c.lastTotal == nil:
+	case in.Total != nil && c.lastTotal != nil:
+		inc = in.Total.minus(*c.lastTotal)
+	case in.Total != nil:
 		inc = *in.Total
 	case in.Last != nil:
 		inc = *in.Last
@@ -363,7 +358,7 @@ func (c *RolloutConverter) tokenCount(o *out, info json.RawMessage) {
 	if inc == (tokenTotals{}) {
 		return
 	}
-	o.emit("", conversation.MetadataUpdate{Usage: usage(inc.InputTokens, inc.CachedInputTokens, inc.OutputTokens)})
+	o.emit("", conversation.MetadataUpdate{Usage: inc.usage()})
 }
 
 type toolOutput struct {
@@ -374,9 +369,31 @@ type toolOutput struct {
 }
 
 var (
-	exitCodeRe = regexp.MustCompile(`(?m)^(?:Exit code|Process exited with code):? (-?\d+)`)
-	wallTimeRe = regexp.MustCompile(`(?m)^Wall time: ([0-9.]+) seconds`)
+	exitCodeRe   = regexp.MustCompile(`(?m)^(?:Exit code|Process exited with code):? (-?\d+)`)
+	wallTimeRe   = regexp.MustCompile(`(?m)^Wall time: ([0-9.]+) seconds`)
+	headerLineRe = regexp.MustCompile(`^[A-Z][A-Za-z ]+(?::\s.*|\s-?\d+)$`)
 )
+
+// stripHeader removes the "Chunk ID: …\nWall time: …\nProcess exited
+// with code N\n…\nOutput:\n" header codex puts before a command's
+// output for the model (its facts go to the result's metadata), so the
+// result shows what the command printed, as the app-server's does.
+func stripHeader(s string) string {
+	head, body, ok := strings.Cut(s, "Output:\n")
+	if !ok {
+		return s
+	}
+	lines := strings.Split(strings.TrimSuffix(head, "\n"), "\n")
+	if head == "" || len(lines) > 8 {
+		return s
+	}
+	for _, l := range lines {
+		if !headerLineRe.MatchString(l) {
+			return s
+		}
+	}
+	return body
+}
 
 // parseToolOutput reads a function_call_output: a JSON string holding
 // {"output", "metadata":{"exit_code","duration_seconds"}} (shell tool), a
@@ -425,5 +442,6 @@ func parseToolOutput(raw json.RawMessage) toolOutput {
 			r.durationMs = int64(f*1000 + 0.5)
 		}
 	}
+	r.output = stripHeader(s)
 	return r
 }

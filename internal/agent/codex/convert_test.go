@@ -17,10 +17,10 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
 
 // formatFiles maps each format to the test inputs it must convert cleanly.
-var formatFiles = map[string]string{
-	"codex-exec-json":  "testdata/agent-output/*codex-exec-json*.jsonl",
-	"codex-rollout":    "testdata/agent-output/*rollout-*.jsonl",
-	"codex-app-server": "testdata/app-server/*.jsonl",
+var formatFiles = map[string][]string{
+	"codex-exec-json":  {"testdata/agent-output/*codex-exec-json*.jsonl", "testdata/captured/codex-exec-*.jsonl"},
+	"codex-rollout":    {"testdata/agent-output/*rollout-*.jsonl", "testdata/captured/rollout-*.jsonl"},
+	"codex-app-server": {"testdata/app-server/*.jsonl", "testdata/captured/codex-app-server-*.jsonl"},
 }
 
 // runFormat converts file through the registered format, as `agentd
@@ -94,10 +94,14 @@ func checkEvents(t testing.TB, events []conversation.Event) conversation.State {
 }
 
 func TestFormatsConvertTestdata(t *testing.T) {
-	for format, pattern := range formatFiles {
-		files, err := filepath.Glob(pattern)
-		if err != nil || len(files) == 0 {
-			t.Fatalf("%s: no test inputs match %s", format, pattern)
+	for format, patterns := range formatFiles {
+		var files []string
+		for _, pattern := range patterns {
+			m, err := filepath.Glob(pattern)
+			if err != nil || len(m) == 0 {
+				t.Fatalf("%s: no test inputs match %s", format, pattern)
+			}
+			files = append(files, m...)
 		}
 		for _, file := range files {
 			t.Run(format+"/"+filepath.Base(file), func(t *testing.T) {

@@ -3,6 +3,7 @@ package gemini_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -235,5 +236,106 @@ func TestBadInputsAreSkipped(t *testing.T) {
 	}
 	if _, err := convert.Run(convert.Options{Format: "gemini-session", Files: []string{"testdata/missing.json"}}, &bytes.Buffer{}); err == nil {
 		t.Fatal("missing file: want an error")
+	}
+}
+
+// TestCapturedTwoProcesses converts a real Gemini CLI 0.61 run (against
+// the mock model) and its --resume follow-up the way a live runner does,
+// one converter per process with the turn's id as prefix: no block id
+// repeats and each process's stats count once.
+func TestCapturedTwoProcesses(t *testing.T) {
+	var events []conversation.Event
+	for i, f := range []string{"testdata/captured/gemini-stream-list.jsonl", "testdata/captured/gemini-stream-resume.jsonl"} {
+		c := gemini.NewStreamJSONConverter(gemini.WithIDPrefix(fmt.Sprintf("q%d", i+1)))
+		for _, l := range strings.Split(strings.TrimSpace(readFile(t, f)), "\n") {
+			ev, err := c.Convert([]byte(l))
+			if err != nil {
+				t.Fatal(err)
+			}
+			events = append(events, ev...)
+		}
+		if c.SessionID() != "0e06e12e-9bc1-4696-aac8-4d2ec144f6c3" {
+			t.Fatalf("session %q", c.SessionID())
+		}
+	}
+	st := checkEvents(t, events)
+	if r := findBlock(t, st.Blocks, "run_shell_command__run_shell_command_1795310788199_0-result"); r.Output != "a.txt\nb.txt" || r.DurationMs != 538 {
+		t.Fatalf("ls result %+v", r)
+	}
+	var texts []string
+	for _, b := range blocksOf(st.Blocks, conversation.BlockAssistantText) {
+		texts = append(texts, b.ID+"="+b.Content)
+	}
+	if strings.Join(texts, "|") != "q1-2=Listing.|q1-3=There are two files: a.txt and b.txt.|q2-2=Hello from the mock." {
+		t.Fatalf("texts %v", texts)
+	}
+	if st.Usage != (conversation.Usage{InputTokens: 23580 + 11901, OutputTokens: 21 + 5}) {
+		t.Fatalf("usage %+v", st.Usage)
+	}
+}
+
+func TestCapturedSession(t *testing.T) {
+	st, events := reduceFile(t, "gemini-session", "testdata/captured/session-2026-11-22T01-26-0e06e12e.jsonl")
+	users := blocksOf(st.Blocks, conversation.BlockUserMessage)
+	if len(users) != 2 || users[0].Content != "list the files" || users[1].Content != "say hi" {
+		t.Fatalf("user messages %+v (no session context, no tool responses)", users)
+	}
+	if r := findBlock(t, st.Blocks, "run_shell_command__run_shell_command_1795310788199_0-result"); r.Output != "a.txt\nb.txt" || r.IsError {
+		t.Fatalf("ls result %+v", r)
+	}
+	var results []string
+	for _, e := range events {
+		if e.Type == conversation.TypeQueryCompleted {
+			var qc conversation.QueryCompleted
+			_ = json.Unmarshal(e.Payload, &qc)
+			results = append(results, qc.Result)
+		}
+	}
+	if len(results) != 2 || results[0] != "There are two files: a.txt and b.txt." || results[1] != "Hello from the mock." {
+		t.Fatalf("turn ends %q", results)
+	}
+}
+
+func readFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestSessionRewrittenHistory: a history rewritten on resume holds tool
+// calls as functionCall/functionResponse parts only; they still become a
+// tool_use and its result, and the call does not end the turn.
+func TestSessionRewrittenHistory(t *testing.T) {
+	line := `{"$set":{"messages":[` +
+		`{"id":"u1","timestamp":"2026-01-01T00:00:00Z","type":"user","content":[{"text":"go"}]},` +
+		`{"id":"g1","timestamp":"2026-01-01T00:00:01Z","type":"gemini","content":[{"text":"Reading."},{"functionCall":{"id":"c1","name":"read_file","args":{"path":"x"}}}]},` +
+		`{"id":"g1_response","timestamp":"2026-01-01T00:00:02Z","type":"user","content":[{"functionResponse":{"id":"c1","name":"read_file","response":{"error":"no such file"}}}]},` +
+		`{"id":"g2","timestamp":"2026-01-01T00:00:03Z","type":"gemini","content":[{"text":"It is missing."}]}]}}`
+	c := gemini.NewSessionConverter()
+	events, err := c.Convert([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events = append(events, c.Flush()...)
+	st := checkEvents(t, events)
+	if u := findBlock(t, st.Blocks, "c1"); u.ToolName != "read_file" || u.Status != conversation.StatusError {
+		t.Fatalf("tool_use %+v", u)
+	}
+	if r := findBlock(t, st.Blocks, "c1-result"); !r.IsError || r.Output != "no such file" {
+		t.Fatalf("tool_result %+v", r)
+	}
+	var results []string
+	for _, e := range events {
+		if e.Type == conversation.TypeQueryCompleted {
+			var qc conversation.QueryCompleted
+			_ = json.Unmarshal(e.Payload, &qc)
+			results = append(results, qc.Result)
+		}
+	}
+	if len(results) != 1 || results[0] != "It is missing." {
+		t.Fatalf("turn ends %q", results)
 	}
 }

@@ -31,6 +31,7 @@ type SessionConverter struct {
 	model      string
 	n          map[string]int  // message id → blocks allocated
 	usageSeen  map[string]bool // message ids whose tokens were counted
+	ended      map[string]bool // answers whose turn end was emitted
 	finalMsgID string          // the last gemini answer, while its turn is open
 	finalText  string
 	blocks     blocks
@@ -38,7 +39,8 @@ type SessionConverter struct {
 
 // NewSessionConverter returns a converter for one saved session.
 func NewSessionConverter(opts ...Option) *SessionConverter {
-	return &SessionConverter{opts: buildOptions(opts), n: map[string]int{}, usageSeen: map[string]bool{}, blocks: newBlocks()}
+	return &SessionConverter{opts: buildOptions(opts), n: map[string]int{}, usageSeen: map[string]bool{}, ended: map[string]bool{},
+		blocks: newBlocks()}
 }
 
 // SessionID is the session's id once a record named it.
@@ -184,19 +186,32 @@ func (c *SessionConverter) endTurn(o *out) {
 		return
 	}
 	o.emit("", conversation.QueryCompleted{Result: c.finalText})
+	c.ended[c.finalMsgID] = true
 	c.finalMsgID, c.finalText = "", ""
 }
 
 func (c *SessionConverter) message(o *out, m *sessionMessage, raw []byte) {
 	switch m.Type {
 	case "user":
-		c.endTurn(o)
-		if c.opts.omitUserMessages {
-			return
-		}
 		text := partsText(m.DisplayContent)
 		if text == "" {
 			text = partsText(m.Content)
+		}
+		// As Gemini CLI does when it resumes: a user record with no text
+		// carries tool responses (already shown with their calls), and
+		// <session_context>/<hook_context> ones are injected context.
+		trimmed := strings.TrimSpace(text)
+		if trimmed == "" {
+			c.functionResponses(o, m.Content)
+			return
+		}
+		if strings.HasPrefix(trimmed, "<session_context>") || strings.HasPrefix(trimmed, "<hook_context>") {
+			o.log(conversation.LevelDebug, "gemini: context sent to the model", raw)
+			return
+		}
+		c.endTurn(o)
+		if c.opts.omitUserMessages {
+			return
 		}
 		c.blocks.put(o, "", conversation.Block{ID: c.blockID(m.ID, "text"), Type: conversation.BlockUserMessage,
 			Status: conversation.StatusComplete, Content: text})
@@ -236,6 +251,7 @@ func (c *SessionConverter) gemini(o *out, m *sessionMessage) {
 	for i := range m.ToolCalls {
 		c.toolCall(o, m.ID, &m.ToolCalls[i])
 	}
+	calls := c.functionCalls(o, m.Content)
 	if m.Tokens != nil && !c.usageSeen[m.ID] {
 		c.usageSeen[m.ID] = true
 		t := m.Tokens
@@ -247,11 +263,12 @@ func (c *SessionConverter) gemini(o *out, m *sessionMessage) {
 		}
 	}
 	switch {
-	case len(m.ToolCalls) > 0:
+	case len(m.ToolCalls) > 0 || calls > 0:
 		if c.finalMsgID == m.ID {
 			c.finalMsgID, c.finalText = "", ""
 		}
-	case text != "":
+	case text != "" && !c.ended[m.ID]:
+		// A history rewritten on resume repeats answers already ended.
 		c.finalMsgID, c.finalText = m.ID, text
 	}
 }
@@ -271,9 +288,11 @@ func (c *SessionConverter) toolCall(o *out, msgID string, tc *toolCall) {
 	if !done {
 		return
 	}
-	output := functionResponseText(tc.Result)
-	if output == "" {
-		output = partsText(tc.ResultDisplay)
+	// The display text, as stream-json's tool_result shows, when the tool
+	// has one; else what went back to the model.
+	var output string
+	if json.Unmarshal(tc.ResultDisplay, &output) != nil || output == "" {
+		output = functionResponseText(tc.Result)
 	}
 	c.blocks.put(o, "", conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult, Timestamp: parseTime(tc.Timestamp),
 		Status: statusOf(true, isErr), ToolUseID: id, Output: output, IsError: isErr, Metadata: map[string]any{"status": tc.Status}})
@@ -347,4 +366,65 @@ func functionResponseText(raw json.RawMessage) string {
 		}
 	}
 	return sb.String()
+}
+
+type functionPart struct {
+	FunctionCall *struct {
+		ID   string          `json:"id"`
+		Name string          `json:"name"`
+		Args json.RawMessage `json:"args"`
+	} `json:"functionCall"`
+	FunctionResponse *struct {
+		ID       string                     `json:"id"`
+		Name     string                     `json:"name"`
+		Response map[string]json.RawMessage `json:"response"`
+	} `json:"functionResponse"`
+}
+
+func functionParts(raw json.RawMessage) []functionPart {
+	var parts []functionPart
+	_ = json.Unmarshal(raw, &parts)
+	return parts
+}
+
+// functionCalls turns the functionCall parts of a gemini message (the
+// form a history rewritten on resume has, instead of toolCalls) into
+// tool_use blocks, unless toolCalls already did; it returns how many the
+// message has.
+func (c *SessionConverter) functionCalls(o *out, content json.RawMessage) int {
+	n := 0
+	for _, p := range functionParts(content) {
+		fc := p.FunctionCall
+		if fc == nil || fc.ID == "" {
+			continue
+		}
+		n++
+		id := c.blocks.claim("tool:"+fc.ID, fc.ID)
+		if c.blocks.has(id) {
+			continue
+		}
+		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: conversation.StatusPending,
+			ToolName: fc.Name, ToolUseID: id, Input: objectInput(fc.Args)})
+	}
+	return n
+}
+
+// functionResponses completes, from a user record's functionResponse
+// parts, the tool calls that have no result yet.
+func (c *SessionConverter) functionResponses(o *out, content json.RawMessage) {
+	for _, p := range functionParts(content) {
+		fr := p.FunctionResponse
+		if fr == nil || fr.ID == "" {
+			continue
+		}
+		id := c.blocks.lookup("tool:"+fr.ID, fr.ID)
+		rid := conversation.ToolResultID(id)
+		if !c.blocks.has(id) || c.blocks.has(rid) {
+			continue
+		}
+		_, isErr := fr.Response["error"]
+		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: statusOf(true, isErr)})
+		c.blocks.put(o, "", conversation.Block{ID: rid, Type: conversation.BlockToolResult, Status: statusOf(true, isErr),
+			ToolUseID: id, Output: functionResponseText(mustJSON([]functionPart{p})), IsError: isErr})
+	}
 }

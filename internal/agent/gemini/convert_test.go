@@ -18,8 +18,8 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 
 // formatFiles maps each format to the test inputs it must convert cleanly.
 var formatFiles = map[string][]string{
-	"gemini-stream-json": {"testdata/agent-output/*stream-json*.jsonl"},
-	"gemini-session":     {"testdata/agent-output/*session-*.json", "testdata/session-jsonl/*.jsonl"},
+	"gemini-stream-json": {"testdata/agent-output/*stream-json*.jsonl", "testdata/captured/gemini-stream-*.jsonl"},
+	"gemini-session":     {"testdata/agent-output/*session-*.json", "testdata/session-jsonl/*.jsonl", "testdata/captured/session-*.jsonl"},
 	"gemini-json":        {"testdata/agent-output/*output-format-json*.json"},
 }
 

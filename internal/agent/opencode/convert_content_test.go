@@ -229,3 +229,38 @@ func TestEventsNewerProtocol(t *testing.T) {
 		t.Fatalf("user messages despite WithoutUserMessages: %+v", u)
 	}
 }
+
+// TestCapturedServeMatchesExport: a real opencode 1.18.33 `serve` run (two
+// turns against the mock model, a bash call behind a permission prompt)
+// converted from its raw SSE stream gives the same blocks as `opencode
+// export` of the same session afterwards.
+func TestCapturedServeMatchesExport(t *testing.T) {
+	live, events := reduceFile(t, "opencode-events", "testdata/captured/opencode-events.sse.txt")
+	saved, exported := reduceFile(t, "opencode-export", "testdata/captured/opencode-export.json")
+	if len(live.Blocks) != 8 || len(saved.Blocks) != len(live.Blocks) {
+		t.Fatalf("%d live blocks, %d exported", len(live.Blocks), len(saved.Blocks))
+	}
+	for i, a := range live.Blocks {
+		// A live tool block is created at its pending state, which has no
+		// time of its own; the export knows when it ran.
+		b := saved.Blocks[i]
+		a.Timestamp, b.Timestamp = b.Timestamp, b.Timestamp
+		aj, _ := json.Marshal(a)
+		bj, _ := json.Marshal(b)
+		if string(aj) != string(bj) {
+			t.Fatalf("block %d:\n live  %s\n saved %s", i, aj, bj)
+		}
+	}
+	if r := findBlock(t, live.Blocks, "toolu_01qM9DxlfHhWPVrF2GY8OWvb-result"); r.Output != "a.txt\nb.txt\nopencode.json\n" || r.Metadata["exitCode"] != float64(0) {
+		t.Fatalf("bash result %+v", r)
+	}
+	if live.Usage != saved.Usage || live.CostUSD != saved.CostUSD || live.CostUSD == 0 {
+		t.Fatalf("usage live %+v $%v, exported %+v $%v", live.Usage, live.CostUSD, saved.Usage, saved.CostUSD)
+	}
+	if countType(events, conversation.TypeQueryCompleted) != 2 || countType(exported, conversation.TypeQueryCompleted) != 2 {
+		t.Fatal("want two turn ends from each")
+	}
+	if countType(events, conversation.TypePermissionRequest) != 1 || countType(events, conversation.TypePermissionResolved) != 1 || len(live.PendingPermissions) != 0 {
+		t.Fatal("want the bash permission asked and answered")
+	}
+}

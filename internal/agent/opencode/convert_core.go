@@ -255,15 +255,22 @@ func (c *core) part(o *out, p *ocPart, raw []byte) {
 	if !ok {
 		return
 	}
-	if o.ts.IsZero() {
-		var start int64
-		if p.Time != nil {
-			start = p.Time.Start
-		}
-		if p.State != nil && p.State.Time != nil {
-			start = p.State.Time.Start
-		}
-		c.at(o, start, c.msgTime[p.MessageID].UnixMilli())
+	// A part's time is its own start, else its message's creation, else
+	// the event's: the same whatever carries the part (stream or export).
+	var start int64
+	if p.Time != nil {
+		start = p.Time.Start
+	}
+	if p.State != nil && p.State.Time != nil && p.State.Time.Start > 0 {
+		start = p.State.Time.Start
+	}
+	if t := c.msgTime[p.MessageID]; start <= 0 && !t.IsZero() {
+		start = t.UnixMilli()
+	}
+	if start > 0 {
+		c.at(o, start)
+	} else if o.ts.IsZero() {
+		c.at(o)
 	}
 	switch p.Type {
 	case "text":

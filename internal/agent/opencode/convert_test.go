@@ -18,8 +18,8 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 
 // formatFiles maps each format to the test inputs it must convert cleanly.
 var formatFiles = map[string][]string{
-	"opencode-events": {"testdata/agent-output/*sse-events*.jsonl"},
-	"opencode-export": {"testdata/agent-output/*transcript*.json"},
+	"opencode-events": {"testdata/agent-output/*sse-events*.jsonl", "testdata/captured/opencode-events.sse.txt"},
+	"opencode-export": {"testdata/agent-output/*transcript*.json", "testdata/captured/opencode-export.json"},
 }
 
 // runFormat converts file through the registered format, as `agentd
