@@ -244,7 +244,7 @@ func TestCapturedServeMatchesExport(t *testing.T) {
 		// A live tool block is created at its pending state, which has no
 		// time of its own; the export knows when it ran.
 		b := saved.Blocks[i]
-		a.Timestamp, b.Timestamp = b.Timestamp, b.Timestamp
+		a.Timestamp = b.Timestamp
 		aj, _ := json.Marshal(a)
 		bj, _ := json.Marshal(b)
 		if string(aj) != string(bj) {
