@@ -36,6 +36,14 @@ func (c *Client) Ping(ctx context.Context) (PingResult, error) {
 	return r, err
 }
 
+// SetOptions sets options of this connection (conn.options). Binary
+// output needs ConnOptions.AcceptBinary on this side.
+func (c *Client) SetOptions(ctx context.Context, p ConnOptionsParams) (ConnOptionsResult, error) {
+	var r ConnOptionsResult
+	err := c.Call(ctx, MethodConnOptions, p, &r)
+	return r, err
+}
+
 // ExecStart starts a process.
 func (c *Client) ExecStart(ctx context.Context, p ExecStartParams) (ExecStartResult, error) {
 	var r ExecStartResult

@@ -98,6 +98,25 @@ func (lr *lineReader) fill() {
 	}
 }
 
+// readN returns the next n bytes as a new slice (binary frame data).
+func (lr *lineReader) readN(n int) ([]byte, error) {
+	out := make([]byte, n)
+	k := copy(out, lr.buf[lr.start:lr.end])
+	lr.start += k
+	lr.scanned = 0
+	if k == n {
+		return out, nil
+	}
+	if lr.err != nil {
+		return nil, lr.err
+	}
+	if _, err := io.ReadFull(lr.r, out[k:]); err != nil {
+		lr.err = err
+		return nil, err
+	}
+	return out, nil
+}
+
 // discard drops bytes up to and including the next '\n' (or to the end
 // of the input).
 func (lr *lineReader) discard() {
@@ -326,42 +345,76 @@ func plainString(s string) bool {
 // written in one canonical shape without reflection, and a reader that
 // sees exactly that shape decodes it without a generic JSON pass. Any other
 // spelling of the same notification goes through the generic decoder.
+//
+// Binary output frames (opt-in per connection, see MethodConnOptions)
+// replace "data" by "size":N and put the N raw bytes right after the
+// line's '\n', saving the base64 both ways. Only this exact header shape is
+// a binary frame.
 const (
 	outputPrefix = `{"jsonrpc":"2.0","method":"exec.output","params":{"tag":`
 	outStream    = `,"stream":"`
 	outOffset    = `","offset":`
 	outData      = `,"data":"`
 	outSuffix    = `"}}`
+	outSize      = `,"size":`
+	outSizeEnd   = `}}`
 )
 
-// appendOutput encodes an exec.output notification line.
-func appendOutput(dst []byte, tag string, stream sandbox.Stream, offset int64, data []byte) []byte {
+func appendOutputHead(dst []byte, tag string, stream sandbox.Stream, offset int64) []byte {
 	dst = append(dst, outputPrefix...)
 	dst = appendString(dst, tag)
 	dst = append(dst, outStream...)
 	dst = append(dst, stream...)
 	dst = append(dst, outOffset...)
-	dst = strconv.AppendInt(dst, offset, 10)
+	return strconv.AppendInt(dst, offset, 10)
+}
+
+// appendOutput encodes an exec.output notification line.
+func appendOutput(dst []byte, tag string, stream sandbox.Stream, offset int64, data []byte) []byte {
+	dst = appendOutputHead(dst, tag, stream, offset)
 	dst = append(dst, outData...)
 	dst = base64.StdEncoding.AppendEncode(dst, data)
 	dst = append(dst, outSuffix...)
 	return append(dst, '\n')
 }
 
-// parseOutput decodes a line in appendOutput's exact shape; ok is false for
-// anything else (the caller then decodes generically).
-func parseOutput(line []byte) (p ExecOutputParams, ok bool) {
-	rest, ok := bytes.CutPrefix(line, []byte(outputPrefix+`"`))
+// appendOutputFrame encodes a binary output frame: the header line, then
+// the raw data.
+func appendOutputFrame(dst []byte, tag string, stream sandbox.Stream, offset int64, data []byte) []byte {
+	dst = appendOutputHead(dst, tag, stream, offset)
+	dst = append(dst, outSize...)
+	dst = strconv.AppendInt(dst, int64(len(data)), 10)
+	dst = append(dst, outSizeEnd...)
+	dst = append(dst, '\n')
+	return append(dst, data...)
+}
+
+// parseDecimal reads a non-negative JSON integer at the start of b.
+func parseDecimal(b []byte) (v int64, n int, ok bool) {
+	for n < len(b) && n < 19 && b[n] >= '0' && b[n] <= '9' {
+		n++
+	}
+	if n == 0 || n > 1 && b[0] == '0' || n < len(b) && b[n] >= '0' && b[n] <= '9' {
+		return 0, 0, false
+	}
+	v, err := strconv.ParseInt(string(b[:n]), 10, 64)
+	return v, n, err == nil
+}
+
+// parseOutputHead parses the canonical start of an exec.output line, up
+// to the offset; rest is what follows.
+func parseOutputHead(line []byte) (p ExecOutputParams, rest []byte, ok bool) {
+	rest, ok = bytes.CutPrefix(line, []byte(outputPrefix+`"`))
 	if !ok {
-		return p, false
+		return p, nil, false
 	}
 	i := bytes.IndexByte(rest, '"')
 	if i < 0 || !plainString(string(rest[:i])) {
-		return p, false
+		return p, nil, false
 	}
 	p.Tag = string(rest[:i])
 	if rest, ok = bytes.CutPrefix(rest[i+1:], []byte(outStream)); !ok {
-		return p, false
+		return p, nil, false
 	}
 	switch {
 	case bytes.HasPrefix(rest, []byte(sandbox.Stdout)):
@@ -369,24 +422,27 @@ func parseOutput(line []byte) (p ExecOutputParams, ok bool) {
 	case bytes.HasPrefix(rest, []byte(sandbox.Stderr)):
 		p.Stream = sandbox.Stderr
 	default:
-		return p, false
+		return p, nil, false
 	}
 	if rest, ok = bytes.CutPrefix(rest[len(p.Stream):], []byte(outOffset)); !ok {
-		return p, false
+		return p, nil, false
 	}
-	n := 0
-	for n < len(rest) && n < 19 && rest[n] >= '0' && rest[n] <= '9' {
-		n++
-	}
-	if n == 0 || n > 1 && rest[0] == '0' {
-		return p, false
-	}
-	off, err := strconv.ParseInt(string(rest[:n]), 10, 64)
-	if err != nil {
-		return p, false
+	off, n, ok := parseDecimal(rest)
+	if !ok {
+		return p, nil, false
 	}
 	p.Offset = off
-	if rest, ok = bytes.CutPrefix(rest[n:], []byte(outData)); !ok {
+	return p, rest[n:], true
+}
+
+// parseOutput decodes a line in appendOutput's exact shape; ok is false for
+// anything else (the caller then decodes generically).
+func parseOutput(line []byte) (p ExecOutputParams, ok bool) {
+	p, rest, ok := parseOutputHead(line)
+	if !ok {
+		return p, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(outData)); !ok {
 		return p, false
 	}
 	enc, ok := bytes.CutSuffix(rest, []byte(outSuffix))
@@ -400,4 +456,21 @@ func parseOutput(line []byte) (p ExecOutputParams, ok bool) {
 	}
 	p.Data = data[:m]
 	return p, true
+}
+
+// parseOutputFrame recognises a binary frame's header line and returns the
+// size of the raw data that follows it.
+func parseOutputFrame(line []byte) (p ExecOutputParams, size int64, ok bool) {
+	p, rest, ok := parseOutputHead(line)
+	if !ok {
+		return p, 0, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(outSize)); !ok {
+		return p, 0, false
+	}
+	size, n, ok := parseDecimal(rest)
+	if !ok || string(rest[n:]) != outSizeEnd {
+		return p, 0, false
+	}
+	return p, size, true
 }

@@ -74,6 +74,11 @@ type ConnOptions struct {
 	Logger      *slog.Logger
 	// OnCall, when set, is called after each outgoing Call returns.
 	OnCall func(method string, paramsSize int, err error, dur time.Duration)
+	// AcceptBinary makes the reader take binary output frames (see
+	// MethodConnOptions). Only the server side, which asked for them,
+	// sets it. A frame over MaxLine ends the connection (it cannot be
+	// skipped safely).
+	AcceptBinary bool
 }
 
 // Conn is one end of a symmetric JSON-RPC 2.0 connection, one message per
@@ -96,6 +101,7 @@ type Conn struct {
 
 	closeOnce sync.Once
 	nextID    atomic.Int64
+	binaryOut atomic.Bool
 	handlers  sync.WaitGroup
 
 	mu      sync.Mutex
@@ -229,14 +235,23 @@ func (c *Conn) Notify(method string, params any) error {
 	return c.send(outLine{b: line})
 }
 
-// NotifyOutput sends an exec.output notification in the canonical shape.
-// data is copied; the caller may reuse it.
+// SetBinaryOutput switches NotifyOutput to binary frames (for a peer that
+// asked for them) or back to JSON lines.
+func (c *Conn) SetBinaryOutput(on bool) { c.binaryOut.Store(on) }
+
+// NotifyOutput sends an exec.output notification in the canonical shape
+// (a JSON line, or a binary frame after SetBinaryOutput). data is copied;
+// the caller may reuse it.
 func (c *Conn) NotifyOutput(tag string, stream sandbox.Stream, offset int64, data []byte) error {
 	bp, _ := linePool.Get().(*[]byte)
 	if bp == nil {
 		bp = new([]byte)
 	}
-	*bp = appendOutput((*bp)[:0], tag, stream, offset, data)
+	if c.binaryOut.Load() {
+		*bp = appendOutputFrame((*bp)[:0], tag, stream, offset, data)
+	} else {
+		*bp = appendOutput((*bp)[:0], tag, stream, offset, data)
+	}
 	return c.send(outLine{b: *bp, pool: bp})
 }
 
@@ -324,6 +339,22 @@ func (c *Conn) readLoop() {
 		if len(line) == 0 || len(line) == 1 && line[0] == '\r' {
 			continue // blank lines are keep-alives
 		}
+		if c.opts.AcceptBinary && bytes.HasPrefix(line, []byte(outputPrefix)) {
+			if p, size, ok := parseOutputFrame(line); ok {
+				if size > int64(c.opts.MaxLine) {
+					c.shutdown(fmt.Errorf("binary output frame of %d bytes over the limit %d", size, c.opts.MaxLine))
+					return
+				}
+				data, err := lr.readN(int(size))
+				if err != nil {
+					c.shutdown(fmt.Errorf("read output frame: %w", err))
+					return
+				}
+				p.Data = data
+				c.deliverOutput(p)
+				continue
+			}
+		}
 		if !c.handleLine(line) {
 			return
 		}
@@ -332,9 +363,9 @@ func (c *Conn) readLoop() {
 
 // handleLine dispatches one line; false means the connection is closing.
 func (c *Conn) handleLine(line []byte) bool {
-	if oh, ok := c.h.(OutputHandler); ok && bytes.HasPrefix(line, []byte(outputPrefix)) {
+	if _, ok := c.h.(OutputHandler); ok && bytes.HasPrefix(line, []byte(outputPrefix)) {
 		if p, ok := parseOutput(line); ok {
-			c.safely("exec.output", func() { oh.HandleOutput(c, p) })
+			c.deliverOutput(p)
 			return true
 		}
 	}
@@ -362,6 +393,19 @@ func (c *Conn) handleLine(line []byte) bool {
 		go c.serve(m)
 	}
 	return true
+}
+
+// deliverOutput hands decoded output to the handler.
+func (c *Conn) deliverOutput(p ExecOutputParams) {
+	if oh, ok := c.h.(OutputHandler); ok {
+		c.safely(MethodExecOutput, func() { oh.HandleOutput(c, p) })
+		return
+	}
+	params, err := json.Marshal(p)
+	if err != nil {
+		return
+	}
+	c.safely(MethodExecOutput, func() { c.h.HandleNotify(c, MethodExecOutput, params) })
 }
 
 // safely runs a notification handler, turning a panic into a log line.

@@ -462,3 +462,64 @@ func TestDecodeMessageKinds(t *testing.T) {
 		t.Fatalf("error: %+v %v", m, err)
 	}
 }
+
+func TestBinaryOutputFrames(t *testing.T) {
+	a, b := socketPair(t)
+	h := &testHandler{}
+	ca := NewConn(a, &testHandler{}, ConnOptions{})
+	cb := NewConn(b, h, ConnOptions{AcceptBinary: true, MaxLine: 1 << 20})
+	defer func() { ca.Close(); cb.Close(); ca.Wait(); cb.Wait() }()
+	// Raw data with newlines and JSON-looking bytes, mixed with JSON
+	// lines and requests.
+	d1 := []byte("line\n{\"jsonrpc\":\"2.0\"}\n\x00")
+	if err := ca.NotifyOutput("t", sandbox.Stdout, 0, d1); err != nil {
+		t.Fatal(err)
+	}
+	ca.SetBinaryOutput(true)
+	if err := ca.NotifyOutput("t", sandbox.Stdout, int64(len(d1)), d1); err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.NotifyOutput("t", sandbox.Stderr, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte{0xff, '\n'}, 300<<10)
+	if err := ca.NotifyOutput("t", sandbox.Stderr, 0, big); err != nil {
+		t.Fatal(err)
+	}
+	var r map[string]int
+	if err := ca.Call(context.Background(), "echo", map[string]int{"x": 1}, &r); err != nil || r["x"] != 1 {
+		t.Fatalf("call after frames: %v %v", r, err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.outputs) != 4 || !bytes.Equal(h.outputs[0].Data, d1) || !bytes.Equal(h.outputs[1].Data, d1) ||
+		h.outputs[1].Offset != int64(len(d1)) || len(h.outputs[2].Data) != 0 || !bytes.Equal(h.outputs[3].Data, big) {
+		t.Fatalf("outputs %d", len(h.outputs))
+	}
+}
+
+func TestBinaryFrameOverLimitEndsConnection(t *testing.T) {
+	_, p, _ := newRawPair(t, ConnOptions{AcceptBinary: true, MaxLine: 1024})
+	p.send(`{"jsonrpc":"2.0","method":"exec.output","params":{"tag":"t","stream":"stdout","offset":0,"size":5000}}` + "\n")
+	_ = p.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := p.r.ReadBytes('\n'); !errors.Is(err, io.EOF) {
+		t.Fatalf("connection not closed: %v", err)
+	}
+}
+
+func TestBinaryFramesIgnoredWithoutOptIn(t *testing.T) {
+	// A side that did not ask for frames reads a header as an ordinary
+	// notification (and the raw bytes as lines): nothing is mistaken for
+	// a frame.
+	_, p, h := newRawPair(t, ConnOptions{})
+	p.send(`{"jsonrpc":"2.0","method":"exec.output","params":{"tag":"t","stream":"stdout","offset":0,"size":2}}` + "\n")
+	p.send(`{"jsonrpc":"2.0","id":1,"method":"echo","params":{}}` + "\n")
+	if r := p.recv(); string(r.ID) != "1" {
+		t.Fatalf("%+v", r)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.outputs) != 1 || len(h.outputs[0].Data) != 0 {
+		t.Fatalf("outputs %+v", h.outputs)
+	}
+}

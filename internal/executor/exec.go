@@ -28,6 +28,9 @@ type execState struct {
 	proc      sandbox.Process
 	streams   [2]*spool     // stdout, stderr
 	done      chan struct{} // closed once exited and all output spooled
+	// room is poked when spool space may have been freed for the pump
+	// (output sent, subscription changed).
+	room chan struct{}
 
 	mu   sync.Mutex
 	exit *sandbox.ExitStatus
@@ -73,13 +76,34 @@ func (x *execState) wake() {
 	}
 }
 
-// pump moves the process's output into the spools. It never waits for a
-// connection, so the process only ever waits on the executor's disk.
+func (x *execState) pokeRoom() {
+	select {
+	case x.room <- struct{}{}:
+	default:
+	}
+}
+
+// pump moves the process's output into the spools.
+//
+// While a connection receives the output, the spool never overwrites what
+// was not sent yet: the pump waits (and so, through the pipe, the process)
+// — the same back-pressure a local process gets from a slow reader, and
+// no output lost. With nobody attached it never waits: when the spool is
+// full the oldest output is dropped, and a later exec.attach reports where
+// the spool starts.
 func (e *Executor) pump(x *execState) {
 	defer e.bg.Done()
 	for ch := range x.proc.Output() {
-		x.streams[streamIndex(ch.Stream)].write(ch.Offset, ch.Data)
-		x.wake()
+		i := streamIndex(ch.Stream)
+		s := x.streams[i]
+		data, off := ch.Data, ch.Offset
+		for len(data) > 0 {
+			n := min(len(data), int(max(1, s.capacity/2)))
+			e.waitRoom(x, i, off, n)
+			s.write(off, data[:n])
+			x.wake()
+			data, off = data[n:], off+int64(n)
+		}
 	}
 	st, err := x.proc.Wait(context.Background())
 	if err != nil {
@@ -100,6 +124,28 @@ func (e *Executor) pump(x *execState) {
 	x.wake()
 }
 
+// waitRoom waits until n bytes at off fit in stream i's spool without
+// overwriting what the active subscription has not sent.
+func (e *Executor) waitRoom(x *execState, i int, off int64, n int) {
+	s := x.streams[i]
+	for {
+		x.mu.Lock()
+		sub := x.sub
+		x.mu.Unlock()
+		if sub == nil || !sub.active() || off+int64(n)-s.capacity <= sub.sent[i].Load() {
+			return
+		}
+		select {
+		case <-x.room:
+		case <-sub.stopCh:
+		case <-sub.c.closing:
+		case <-sub.exited:
+		case <-e.stopReq:
+			return
+		}
+	}
+}
+
 // subscription sends one process's output to one connection, from given
 // offsets on, then exec.exit. With a window, at most that many bytes are
 // sent beyond what the peer acknowledged with exec.ack.
@@ -116,6 +162,8 @@ type subscription struct {
 	isStopped bool
 
 	acked [2]atomic.Int64
+	// sent mirrors next for the pump (see waitRoom).
+	sent [2]atomic.Int64
 	// next and base are the sender goroutine's own.
 	next [2]int64 // next offset to send
 	base [2]int64 // start of the current contiguous run (after a gap)
@@ -133,6 +181,8 @@ func newSubscription(x *execState, c *Conn, from sandbox.Offsets, window int64) 
 	}
 	s.next = [2]int64{from.Stdout, from.Stderr}
 	s.base = s.next
+	s.sent[0].Store(from.Stdout)
+	s.sent[1].Store(from.Stderr)
 	s.acked[0].Store(from.Stdout)
 	s.acked[1].Store(from.Stderr)
 	return s
@@ -206,9 +256,16 @@ func (s *subscription) stopped() bool {
 	}
 }
 
+// active reports whether the subscription still sends: the pump then
+// waits for it rather than drop what it has not sent.
+func (s *subscription) active() bool {
+	return !isClosed(s.stopCh) && !isClosed(s.c.closing) && !isClosed(s.exited)
+}
+
 // run is the sender goroutine.
 func (s *subscription) run(e *Executor) {
 	defer e.bg.Done()
+	defer s.x.pokeRoom()
 	defer close(s.exited)
 	buf := make([]byte, maxOutputChunk)
 	doneCh := s.x.done
@@ -228,6 +285,7 @@ func (s *subscription) run(e *Executor) {
 				e.log.Warn("executor: output dropped from the spool before it was sent",
 					"tag", s.x.tag, "stream", streamNames[i], "from", s.next[i], "to", start)
 				s.next[i], s.base[i] = start, start
+				s.sent[i].Store(start)
 			}
 			if n == 0 {
 				continue
@@ -239,6 +297,8 @@ func (s *subscription) run(e *Executor) {
 				return
 			}
 			s.next[i] = start + int64(n)
+			s.sent[i].Store(s.next[i])
+			s.x.pokeRoom()
 			progress = true
 		}
 		if progress {
@@ -278,6 +338,7 @@ func (e *Executor) subscribe(x *execState, c *Conn, from sandbox.Offsets, window
 	old := x.sub
 	x.sub = sub
 	x.mu.Unlock()
+	defer x.pokeRoom()
 	if old != nil {
 		exited := old.stop()
 		if old.c == c {

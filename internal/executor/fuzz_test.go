@@ -34,7 +34,15 @@ func FuzzDecode(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Add(bytes.TrimSuffix(appendOutput(nil, "tag", sandbox.Stderr, 12345, []byte("data\n\x00")), []byte("\n")))
+	f.Add([]byte(`{"jsonrpc":"2.0","method":"exec.output","params":{"tag":"t","stream":"stdout","offset":0,"size":3}}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
+		if p, size, ok := parseOutputFrame(line); ok {
+			// A frame header is also a valid notification.
+			m, _, perr := decodeMessage(line)
+			if perr != nil || m.kind != kindNotification || m.method != MethodExecOutput || size < 0 {
+				t.Fatalf("frame header %+v not a valid exec.output: %v", p, perr)
+			}
+		}
 		m, id, perr := decodeMessage(line)
 		if perr != nil {
 			if perr.Code > -32000 || perr.Code < -32700 {
@@ -114,11 +122,15 @@ func FuzzLineReader(f *testing.F) {
 // only with well-formed JSON-RPC responses, never panic, and end once the
 // input ends.
 func FuzzServe(f *testing.F) {
-	f.Add([]byte(strings.Join(fuzzSeeds, "\n")))
-	f.Add([]byte("{\n}\n[\n]\n\"\n"))
-	f.Fuzz(func(t *testing.T, in []byte) {
+	f.Add([]byte(strings.Join(fuzzSeeds, "\n")), false)
+	f.Add([]byte("{\n}\n[\n]\n\"\n"), false)
+	frame := appendOutputFrame(nil, "t", sandbox.Stdout, 0, []byte("raw\n{bytes}\n"))
+	f.Add(append(frame, fuzzSeeds[0]+"\n"...), true)
+	f.Add(frame[:len(frame)-3], true)
+	f.Add([]byte(`{"jsonrpc":"2.0","method":"exec.output","params":{"tag":"t","stream":"stdout","offset":0,"size":999999999}}`+"\n"), true)
+	f.Fuzz(func(t *testing.T, in []byte, binary bool) {
 		a, b := socketPair(t)
-		c := NewConn(a, &testHandler{}, ConnOptions{MaxLine: 4 << 10})
+		c := NewConn(a, &testHandler{}, ConnOptions{MaxLine: 4 << 10, AcceptBinary: binary})
 		go func() {
 			_, _ = b.Write(in)
 			_ = b.CloseWrite()

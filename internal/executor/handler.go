@@ -33,6 +33,14 @@ func (h *handler) HandleCall(ctx context.Context, c *Conn, req *Request) (any, e
 		return nil, Errorf(CodeTerminated, "%s: executor is shutting down", req.Method)
 	}
 	switch req.Method {
+	case MethodConnOptions:
+		var p ConnOptionsParams
+		if err := req.Decode(&p); err != nil {
+			return nil, err
+		}
+		// Output already queued stays JSON; frames start after the reply.
+		req.AfterReply(func() { c.SetBinaryOutput(p.BinaryOutput) })
+		return ConnOptionsResult(p), nil
 	case MethodExecStart:
 		return e.execStart(ctx, c, req)
 	case MethodExecInput:
@@ -182,7 +190,7 @@ func (e *Executor) execStart(ctx context.Context, c *Conn, req *Request) (any, e
 		return nil, Errorf(CodeInvalidParams, "exec.start: negative window")
 	}
 	// Reserve the tag so concurrent starts cannot both take it.
-	x := &execState{argv: p.Argv, stdin: p.Stdin, pty: p.PTY != nil, done: make(chan struct{})}
+	x := &execState{argv: p.Argv, stdin: p.Stdin, pty: p.PTY != nil, done: make(chan struct{}), room: make(chan struct{}, 1)}
 	e.mu.Lock()
 	if p.Tag == "" {
 		e.seq++

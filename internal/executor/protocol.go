@@ -27,6 +27,7 @@ const ProtocolVersion = 1
 // Methods the server calls on the executor.
 const (
 	MethodPing         = "ping"
+	MethodConnOptions  = "conn.options"
 	MethodExecStart    = "exec.start"
 	MethodExecInput    = "exec.input"
 	MethodExecSignal   = "exec.signal"
@@ -137,6 +138,19 @@ type PingResult struct {
 	UID             int       `json:"uid"`
 	GID             int       `json:"gid"`
 	Workspace       string    `json:"workspace"`
+}
+
+// ConnOptionsParams sets options of the calling connection
+// (conn.options). BinaryOutput asks for exec.output as binary frames: a
+// header line `{"jsonrpc":"2.0","method":"exec.output","params":{"tag":…,
+// "stream":…,"offset":N,"size":M}}` followed by M raw bytes.
+type ConnOptionsParams struct {
+	BinaryOutput bool `json:"binaryOutput"`
+}
+
+// ConnOptionsResult reports the options in effect.
+type ConnOptionsResult struct {
+	BinaryOutput bool `json:"binaryOutput"`
 }
 
 // ExecStartParams starts a process (exec.start). Output comes back as

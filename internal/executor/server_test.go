@@ -31,7 +31,7 @@ type testExecutor struct {
 	cancel    context.CancelFunc
 }
 
-func startExecutor(t *testing.T, mod func(*Config)) *testExecutor {
+func startExecutor(t testing.TB, mod func(*Config)) *testExecutor {
 	t.Helper()
 	dir := shortTempDir(t)
 	ws := filepath.Join(dir, "ws")
@@ -791,4 +791,42 @@ func copyFile(from, to string, mode os.FileMode) error {
 		return err
 	}
 	return os.WriteFile(to, b, mode)
+}
+
+// While a connection receives the output, a full spool holds the process
+// up instead of dropping what was not sent: nothing is lost.
+func TestBackpressureWhileAttached(t *testing.T) {
+	const spool = 64 << 10
+	te := startExecutor(t, func(c *Config) { c.SpoolBytes = spool })
+	r := newRecorder(t)
+	c := dialTest(t, te.socket, r)
+	const total = 4 << 20
+	if _, err := c.ExecStart(bg, ExecStartParams{Tag: "b", Argv: []string{"head", "-c", strconv.Itoa(total), "/dev/zero"}, Window: minWindow}); err != nil {
+		t.Fatal(err)
+	}
+	// Without acks the sender stops at the window and the pump at the
+	// spool: the process cannot finish.
+	waitFor(t, func() bool { return len(r.output("b", sandbox.Stdout)) >= minWindow })
+	time.Sleep(100 * time.Millisecond)
+	if l, _ := c.ExecList(bg); len(l) != 1 || !l[0].Running || l[0].End.Stdout > minWindow+spool {
+		t.Fatalf("not held up: %+v", l)
+	}
+	for {
+		n := int64(len(r.output("b", sandbox.Stdout)))
+		if err := c.ExecAck("b", sandbox.Offsets{Stdout: n}); err != nil {
+			t.Fatal(err)
+		}
+		if n == total {
+			break
+		}
+		waitFor(t, func() bool { return int64(len(r.output("b", sandbox.Stdout))) > n })
+	}
+	if x := r.waitExit(t, "b"); x.Code != 0 || x.End.Stdout != total {
+		t.Fatalf("exit %+v", x)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.gaps) != 0 {
+		t.Fatalf("gaps: %q", r.gaps)
+	}
 }

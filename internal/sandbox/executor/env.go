@@ -88,7 +88,7 @@ func (e *Environment) forgetLive(p *process) {
 // connect dials the executor and checks it with ping. On a ping failure
 // the client stays set for the caller to close.
 func (e *Environment) connect(ctx context.Context) error {
-	opts := rpc.ConnOptions{Logger: e.log}
+	opts := rpc.ConnOptions{Logger: e.log, AcceptBinary: true}
 	if f := e.p.opts.OnCall; f != nil {
 		sid := e.spec.SessionID
 		opts.OnCall = func(method string, n int, err error, d time.Duration) { f(sid, method, n, err, d) }
@@ -108,6 +108,12 @@ func (e *Environment) connect(ctx context.Context) error {
 		c.Close()
 		c.Wait()
 		return fmt.Errorf("%w: executor speaks %d, we speak %d", ErrIncompatible, ping.ProtocolVersion, rpc.ProtocolVersion)
+	}
+	// Output as binary frames: no base64 on either side.
+	if _, err := c.SetOptions(ctx, rpc.ConnOptionsParams{BinaryOutput: true}); err != nil {
+		c.Close()
+		c.Wait()
+		return fmt.Errorf("conn.options: %w", err)
 	}
 	e.ping = ping
 	go e.watchConn(c)
