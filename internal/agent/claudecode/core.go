@@ -17,7 +17,8 @@ var ErrMalformed = errors.New("claudecode: malformed line")
 
 // ErrIgnored wraps the error for a line of a kind that carries nothing for
 // the conversation (transcript bookkeeping: summary, file-history-snapshot,
-// queue-operation). The line is skipped.
+// queue-operation, last-prompt, custom-title, ai-title, agent-name,
+// pr-link). The line is skipped.
 var ErrIgnored = errors.New("claudecode: line ignored")
 
 // partKind classifies content blocks for matching a streamed block to the
@@ -156,8 +157,13 @@ func (c *core) convert(l *wireLine, raw []byte, conv string) ([]conversation.Eve
 		c.result(raw, lc)
 	case "error":
 		c.errorLine(raw, lc)
-	case "summary", "file-history-snapshot", "queue-operation":
+	case "summary", "file-history-snapshot", "queue-operation", "last-prompt", "custom-title", "ai-title", "agent-name", "pr-link":
 		err = fmt.Errorf("%w: %s line", ErrIgnored, l.Type)
+	case "attachment":
+		// Context Claude Code attaches to a turn (agent and skill listings,
+		// mentioned files, reminders): what the model saw, not what was
+		// said.
+		c.log(lc, conversation.LevelDebug, "attachment", nil)
 	case "keep_alive", "stream_request_start", "tool_progress", "progress":
 		// Liveness and progress ticks (and, in transcripts, progress lines
 		// that repeat what the subagent files hold): nothing for the
@@ -790,10 +796,9 @@ func (c *core) result(raw []byte, lc lineCtx) {
 		c.lastCost = *r.TotalCostUSD
 		md.CostUSD = &inc
 	}
-	md.Model = c.initModel
-	if md.Model == "" {
-		md.Model = mainModelOf(r.ModelUsage)
-	}
+	// The model that answered in the main conversation; else the one init
+	// announced; else the one that cost the most.
+	md.Model = orElse(c.mainModel, orElse(c.initModel, mainModelOf(r.ModelUsage)))
 	if md.Usage != nil || md.CostUSD != nil || md.Model != "" {
 		c.emit(md, lc)
 	}

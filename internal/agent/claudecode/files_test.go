@@ -36,6 +36,14 @@ func allRuns(t *testing.T) []run {
 		{name: "stream-2plus2", stream: true, files: []string{"claude-stream-json/agentcmd-doc__stream-json__2plus2.jsonl"}, golden: "stream-2plus2"},
 		{name: "single-assistant-message", stream: true, files: []string{"claude-stream-json/gleam-sdk__single-messages/assistant_message.json"}, golden: "single-assistant-message"},
 	}
+	// The recordings of the current CLI kept in this package.
+	for _, r := range []string{"subagent-retry", "skill-error-subagent"} {
+		dir := filepath.Join("testdata", "cli-2.1.197", r)
+		subs, _ := filepath.Glob(filepath.Join(dir, "subagents", "*.jsonl"))
+		runs = append(runs,
+			run{name: r + "-stream", stream: true, files: []string{filepath.Join(dir, "stream.jsonl")}, golden: "cli-2.1.197-" + r + "-stream"},
+			run{name: r + "-transcript", files: append([]string{filepath.Join(dir, "session.jsonl")}, subs...), golden: "cli-2.1.197-" + r + "-transcript"})
+	}
 	// Every file on its own as well.
 	for _, dir := range []string{"claude-stream-json", "claude-session-jsonl"} {
 		err := filepath.WalkDir(filepath.Join(testdataRoot, dir), func(path string, d os.DirEntry, err error) error {
@@ -58,7 +66,10 @@ func (r run) convert(t *testing.T) *recSink {
 	var s recSink
 	var inputs []Input
 	for _, f := range r.files {
-		inputs = append(inputs, fileInput(t, filepath.Join(testdataRoot, f)))
+		if !strings.HasPrefix(f, "testdata"+string(filepath.Separator)) {
+			f = filepath.Join(testdataRoot, f)
+		}
+		inputs = append(inputs, fileInput(t, f))
 	}
 	var err error
 	if r.stream {

@@ -30,7 +30,7 @@ func checkEvents(t *testing.T, events []conversation.Event) {
 
 // seedLines adds every line of the shared Claude Code files as a seed.
 func seedLines(f *testing.F, add func(line []byte)) {
-	for _, dir := range []string{streamDir, sessionDir} {
+	for _, dir := range []string{streamDir, sessionDir, "testdata/cli-2.1.197/*", "testdata/cli-2.1.197/*/subagents"} {
 		paths, _ := filepath.Glob(filepath.Join(dir, "*.json*"))
 		for _, p := range paths {
 			data, err := os.ReadFile(p)

@@ -1,7 +1,10 @@
 package claudecode
 
 import (
+	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,5 +143,113 @@ func TestPartialMessagesDoNotChangeBlocks(t *testing.T) {
 	a, b := mustReduce(t, all), mustReduce(t, without)
 	if !reflect.DeepEqual(a.Blocks, b.Blocks) || !reflect.DeepEqual(a.Subagents, b.Subagents) {
 		t.Fatalf("blocks differ with and without partial messages\nwith:    %v\nwithout: %v", ids(a.Blocks), ids(b.Blocks))
+	}
+}
+
+// TestStreamTranscriptParityCurrentCLI does the same for runs recorded with
+// Claude Code 2.1.197 (testdata/cli-2.1.197, see its README). Normalised:
+//   - timestamps (the stream's assistant lines carry none);
+//   - the prompt: `claude -p` does not echo it on stdout, so the
+//     transcript's first user_message has no stream counterpart;
+//   - the subagent's own text, which the CLI still does not forward on
+//     stdout (only its prompt, tool calls and results), as in 2.0.73.
+//
+// Everything else must be identical: thinking, text, the Skill call and
+// its skill_load, the failed Bash result, the subagent block and the
+// subagent's tool blocks.
+func TestStreamTranscriptParityCurrentCLI(t *testing.T) {
+	for _, run := range []string{"subagent-retry", "skill-error-subagent"} {
+		t.Run(run, func(t *testing.T) {
+			dir := filepath.Join("testdata", "cli-2.1.197", run)
+			var live recSink
+			if err := ConvertStream(fileInput(t, filepath.Join(dir, "stream.jsonl")), &live); err != nil {
+				t.Fatal(err)
+			}
+			if len(live.warnings) != 0 {
+				t.Fatalf("stream warnings: %v", live.warnings)
+			}
+			subs, _ := filepath.Glob(filepath.Join(dir, "subagents", "agent-*.jsonl"))
+			inputs := []Input{fileInput(t, filepath.Join(dir, "session.jsonl"))}
+			for _, s := range subs {
+				inputs = append(inputs, fileInput(t, s))
+			}
+			var saved recSink
+			if err := ConvertTranscripts(inputs, &saved); err != nil {
+				t.Fatal(err)
+			}
+			onlyIgnoredWarnings(t, saved.warnings)
+			ls, ss := mustReduce(t, live.events), mustReduce(t, saved.events)
+
+			clear := func(blocks []conversation.Block) []conversation.Block {
+				out := slices.Clone(blocks)
+				for i := range out {
+					out[i].Timestamp = time.Time{}
+				}
+				return out
+			}
+			sm := clear(ss.Blocks)
+			if len(sm) == 0 || sm[0].Type != conversation.BlockUserMessage || sm[0].Content != "please do the job" {
+				t.Fatalf("transcript does not start with the prompt: %v", ids(sm))
+			}
+			if lm := clear(ls.Blocks); !reflect.DeepEqual(lm, sm[1:]) {
+				t.Errorf("main blocks differ\nlive:  %v\nsaved: %v", ids(lm), ids(sm[1:]))
+				for i := range min(len(lm), len(sm)-1) {
+					if !reflect.DeepEqual(lm[i], sm[i+1]) {
+						t.Errorf("first difference:\nlive  %+v\nsaved %+v", lm[i], sm[i+1])
+						break
+					}
+				}
+			}
+			if len(ls.Subagents) != 1 || len(ss.Subagents) != 1 {
+				t.Fatalf("subagents: live %d, saved %d", len(ls.Subagents), len(ss.Subagents))
+			}
+			la, sa := ls.Subagents[0], ss.Subagents[0]
+			if la.ID != sa.ID || la.AgentID != sa.AgentID || la.AgentID == "" || la.Status != conversation.StatusComplete ||
+				la.Status != sa.Status || la.Output != sa.Output || la.Output != "Subagent finished: sub-ran." || la.DurationMs != sa.DurationMs {
+				t.Errorf("subagent differs\nlive  %+v\nsaved %+v", la, sa)
+			}
+			var kept []conversation.Block
+			for _, b := range sa.Blocks {
+				if b.Type == conversation.BlockAssistantText {
+					continue
+				}
+				kept = append(kept, b)
+			}
+			if lb, sb := clear(la.Blocks), clear(kept); !reflect.DeepEqual(lb, sb) || len(lb) != 3 {
+				t.Errorf("subagent blocks differ\nlive:  %v\nsaved: %v", ids(lb), ids(sb))
+			}
+			// What the run contains, so a converter change that drops it fails.
+			types := map[conversation.BlockType]int{}
+			for _, b := range sm {
+				types[b.Type]++
+			}
+			if types[conversation.BlockThinking] != 1 || types[conversation.BlockSubagent] != 1 || types[conversation.BlockAssistantText] < 2 {
+				t.Errorf("main block types = %v", types)
+			}
+			if run == "skill-error-subagent" {
+				if types[conversation.BlockSkillLoad] != 1 {
+					t.Errorf("no skill_load block: %v", types)
+				}
+				var failed int
+				for _, b := range sm {
+					if b.Type == conversation.BlockToolResult && b.IsError && b.Output == "Exit code 3\nfailing" {
+						failed++
+					}
+				}
+				if failed != 1 {
+					t.Errorf("failed Bash result not found")
+				}
+			}
+			if run == "subagent-retry" {
+				var retried bool
+				for _, e := range ofType(live.events, conversation.TypeLog) {
+					p := payload[conversation.LogEvent](t, e)
+					retried = retried || (p.Level == conversation.LevelWarn && strings.Contains(p.Message, "HTTP 529"))
+				}
+				if !retried {
+					t.Error("the api_retry line gave no warning log")
+				}
+			}
+		})
 	}
 }

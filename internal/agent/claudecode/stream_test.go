@@ -465,6 +465,7 @@ func TestStreamSystemLines(t *testing.T) {
 	events := convertLines(t, init,
 		`{"type":"system","subtype":"status","status":"compacting"}`,
 		`{"type":"system","subtype":"status","status":null}`,
+		`{"type":"system","subtype":"status","status":"requesting"}`,
 		`{"type":"system","subtype":"hook_response","hook_name":"SessionStart:Callback","hook_event":"SessionStart","stdout":"","stderr":""}`,
 		`{"type":"system","subtype":"hook_response","hook_name":"Stop","exit_code":2,"stderr":"denied"}`,
 		`{"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"retry_delay_ms":600,"error_status":529,"error":"overloaded"}`,
@@ -479,6 +480,7 @@ func TestStreamSystemLines(t *testing.T) {
 		{conversation.LevelInfo, "Claude Code 2.1.3 started with model claude-opus"},
 		{conversation.LevelInfo, "status: compacting"},
 		{conversation.LevelInfo, "status cleared"},
+		{conversation.LevelDebug, "status: requesting"},
 		{conversation.LevelDebug, "hook SessionStart:Callback response"},
 		{conversation.LevelWarn, "hook Stop response failed: denied"},
 		{conversation.LevelWarn, "API request failed: overloaded (HTTP 529); retry 1/10 in 600 ms"},
@@ -497,7 +499,7 @@ func TestStreamSystemLines(t *testing.T) {
 	if err := json.Unmarshal(payload[conversation.LogEvent](t, logs[0]).Data, &data); err != nil || data.Version != "2.1.3" || data.SessionID != "sess-1" {
 		t.Fatalf("init data = %+v, %v", data, err)
 	}
-	if d := payload[conversation.LogEvent](t, logs[6]).Data; !strings.Contains(string(d), `"brand_new"`) {
+	if d := payload[conversation.LogEvent](t, logs[7]).Data; !strings.Contains(string(d), `"brand_new"`) {
 		t.Fatalf("unknown subtype log lacks the raw line: %s", d)
 	}
 	st := mustReduce(t, events)

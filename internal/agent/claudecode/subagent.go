@@ -142,12 +142,22 @@ func agentIDFromText(s string) string {
 	return normalizeAgentID(rest)
 }
 
-// stripAgentTrailer removes the "agentId: … (for resuming …)" part Claude
-// Code appends to a Task result's text.
+// stripAgentTrailer removes what Claude Code appends to a Task result's
+// text after the answer: from the last line starting "agentId: " to the end
+// (older CLIs: "agentId: x (for resuming …)"; newer ones add a <usage>
+// block after it).
 func stripAgentTrailer(s string) string {
-	i := strings.LastIndex(s, "agentId: ")
-	if i < 0 || strings.Contains(s[i:], "\n") {
-		return s
+	for i := len(s); i > 0; {
+		i = strings.LastIndex(s[:i], "agentId: ")
+		if i < 0 {
+			break
+		}
+		if i == 0 || s[i-1] == '\n' {
+			if out := strings.TrimRight(s[:i], "\n"); out != "" {
+				return out
+			}
+			break
+		}
 	}
-	return strings.TrimRight(s[:i], "\n")
+	return s
 }

@@ -17,6 +17,13 @@ func TestSubagentIDs(t *testing.T) {
 	if got := stripAgentTrailer(text); got != "Done." {
 		t.Errorf("stripAgentTrailer = %q", got)
 	}
+	newer := "Subagent finished.\nagentId: a981e20f (use SendMessage with to: 'a981e20f' to continue this agent)\n<usage>subagent_tokens: 11778\nduration_ms: 512</usage>"
+	if got := stripAgentTrailer(newer); got != "Subagent finished." {
+		t.Errorf("stripAgentTrailer(newer) = %q", got)
+	}
+	if got := agentIDFromText(newer); got != "a981e20f" {
+		t.Errorf("agentIDFromText(newer) = %q", got)
+	}
 	if got := stripAgentTrailer("agentId: x\nmore text"); got != "agentId: x\nmore text" {
 		t.Errorf("a mid-text mention was stripped: %q", got)
 	}

@@ -111,11 +111,14 @@ func (c *core) system(l *wireLine, raw []byte, lc lineCtx) {
 		}
 		c.log(lc, conversation.LevelInfo, msg, data)
 	case "status":
-		msg := "status cleared"
+		msg, level := "status cleared", conversation.LevelInfo
 		if s.Status != nil && *s.Status != "" {
 			msg = "status: " + *s.Status
+			if *s.Status == "requesting" { // sent before every model request
+				level = conversation.LevelDebug
+			}
 		}
-		c.log(lc, conversation.LevelInfo, msg, nil)
+		c.log(lc, level, msg, nil)
 	case "compact_boundary":
 		msg := "conversation compacted"
 		cm := s.CompactMetadata
@@ -153,6 +156,10 @@ func (c *core) system(l *wireLine, raw []byte, lc lineCtx) {
 			return
 		}
 		c.log(lc, conversation.LevelInfo, "task started: "+orElse(s.Description, s.TaskID), nil)
+	case "thinking_tokens":
+		// A running estimate, several per second while the model thinks.
+	case "task_updated":
+		c.log(lc, conversation.LevelDebug, "task "+s.TaskID+" updated", nil)
 	case "task_progress":
 		c.log(lc, conversation.LevelDebug, "task progress: "+orElse(s.Description, s.TaskID), nil)
 	case "task_notification":
@@ -168,7 +175,11 @@ func (c *core) system(l *wireLine, raw []byte, lc lineCtx) {
 			c.completeSubagent(sa, s.TaskStatus != "completed", s.Summary, dur, lineCtx{conv: sa.parentConv, ts: lc.ts})
 			return
 		}
-		c.log(lc, conversation.LevelInfo, "task "+orElse(s.TaskStatus, "finished")+": "+orElse(s.Summary, s.TaskID), nil)
+		level := conversation.LevelInfo
+		if sa != nil {
+			level = conversation.LevelDebug // the Task result reports the subagent's end
+		}
+		c.log(lc, level, "task "+orElse(s.TaskStatus, "finished")+": "+orElse(s.Summary, s.TaskID), nil)
 	case "turn_duration", "stop_hook_summary", "informational", "away_summary", "files_persisted":
 		msg := s.Subtype
 		if str := s.contentString(); str != "" {
