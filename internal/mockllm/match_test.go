@@ -192,6 +192,11 @@ func TestKindsKeepSideRequestsApart(t *testing.T) {
 			KindStructured, `{"mode":"user","ok":false,"score":5,"tags":["mock-llm"]}`},
 		{"quota", map[string]any{"model": "m", "max_tokens": 1, "messages": []map[string]any{userText("quota")}}, KindQuota, "ok"},
 		{"main", anthropicBody(false, userText("hello")), KindMain, "conversation rule"},
+		// Codex's gpt-6 prompt has no tools field and mentions "title" and
+		// "generated" far apart: still the conversation.
+		{"no tools, long prompt", map[string]any{"model": "m", "max_tokens": 100,
+			"system":   "type ResourceLink = {\n  name: string;\n  title?: string;\n};\n- `generatedImage(result)`: Appends an image.",
+			"messages": []map[string]any{userText("hello")}}, KindMain, "conversation rule"},
 	}
 	for _, c := range cases {
 		got, rec := answerText(t, s, ts.URL, c.body)

@@ -132,6 +132,7 @@ rules:
         - {name: apply_patch, input: "*** Begin Patch\n*** End Patch\n"}
 `)
 	input := []map[string]any{
+		{"type": "additional_tools", "role": "developer", "tools": []map[string]any{{"type": "namespace", "name": "clock", "tools": []map[string]any{{"type": "function", "name": "sleep"}}}}},
 		{"type": "message", "role": "developer", "content": []map[string]any{{"type": "input_text", "text": "rules"}}},
 		{"type": "message", "role": "user", "content": []map[string]any{{"type": "input_text", "text": "<environment_context>cwd</environment_context>"}}},
 		{"type": "message", "role": "user", "content": []map[string]any{{"type": "input_text", "text": "run the probe"}}},
@@ -167,7 +168,7 @@ rules:
 	if !reflect.DeepEqual(rec.UserTexts, []string{"run the probe"}) || rec.Rule != "all" {
 		t.Errorf("recorded %+v", rec)
 	}
-	wantTools := []string{"exec_command", "apply_patch", "spawn_agent", "web_search"}
+	wantTools := []string{"exec_command", "apply_patch", "spawn_agent", "web_search", "sleep"}
 	if !reflect.DeepEqual(rec.Tools, wantTools) {
 		t.Errorf("tools %v", rec.Tools)
 	}

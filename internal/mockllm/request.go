@@ -216,8 +216,11 @@ func stripHarnessContext(s string) string {
 	return strings.TrimSpace(s)
 }
 
-var titleRe = regexp.MustCompile(`(?i)\btitle\b`)
-var generateRe = regexp.MustCompile(`(?i)\bgenerat`)
+// titleRe recognises a title request: "You are a title generator"
+// (OpenCode), "Generate a concise, sentence-case title" (Claude Code),
+// "Generate a title for this conversation". It wants the words close
+// together, because long prompts mention "title" and "generate" apart.
+var titleRe = regexp.MustCompile(`(?i)\btitle generator\b|\bgenerate\b[^.\n]{0,40}\btitle\b`)
 
 // classify decides the request's kind from its shape. It is deliberately
 // conservative: anything not clearly a side request is main.
@@ -229,7 +232,7 @@ func (r *Request) classify() Kind {
 		return KindQuota
 	}
 	prompt := r.System + "\n" + strings.Join(r.UserTexts(), "\n")
-	if titleRe.MatchString(prompt) && generateRe.MatchString(prompt) {
+	if titleRe.MatchString(prompt) {
 		return KindTitle
 	}
 	if len(r.Schema) > 0 {

@@ -46,6 +46,9 @@ type responsesItem struct {
 	Summary   []struct {
 		Text string `json:"text"`
 	} `json:"summary"`
+	// Tools of an "additional_tools" item (Codex's gpt-6 models declare
+	// their tools there instead of in the top-level tools list).
+	Tools []responsesTool `json:"tools"`
 }
 
 func addResponsesTools(r *Request, tools []responsesTool) {
@@ -108,6 +111,8 @@ func parseResponses(body []byte) (*Request, error) {
 			default:
 				return nil, fmt.Errorf("input[%d].role: unexpected role %q", i, it.Role)
 			}
+		case it.Type == "additional_tools":
+			addResponsesTools(r, it.Tools)
 		case it.Type == "reasoning":
 			var b strings.Builder
 			for _, s := range it.Summary {

@@ -206,6 +206,13 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		anthropicCountTokens(w, body)
 	case (p == "/v1/responses" || p == "/responses") && post:
 		s.model(w, r, APIResponses)
+	case (p == "/v1/responses" || p == "/responses") && get:
+		// Codex tries the Responses API over WebSocket first when it talks
+		// to the built-in OpenAI provider; 426 makes it fall back to HTTP
+		// at once (a 404 would fail the turn).
+		const msg = "mock-llm serves the Responses API over HTTP POST only"
+		s.other(w, r, nil, http.StatusUpgradeRequired, msg)
+		writeOpenAIError(w, &apiError{status: http.StatusUpgradeRequired, message: msg}, newIDGen(s.seed, "websocket", 0))
 	case (p == "/v1/chat/completions" || p == "/chat/completions") && post:
 		s.model(w, r, APIChat)
 	case (p == "/v1/models" || p == "/models") && get:
@@ -365,7 +372,8 @@ func (s *Server) model(w http.ResponseWriter, r *http.Request, api API) {
 		Provider: req.Provider, Model: req.Model, Kind: req.Kind, Stream: req.Stream,
 		Turn: req.Turn(), Call: call, Status: http.StatusOK,
 		UserTexts: req.UserTexts(), ToolResults: req.ToolResults(), Tools: req.ToolNames(),
-		Body: validJSON(body),
+		// The body parsed, so it is valid JSON; no second validation pass.
+		Body: json.RawMessage(body),
 	}
 	var reply *Reply
 	var scripted *ErrorReply

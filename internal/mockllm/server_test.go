@@ -80,6 +80,13 @@ func TestProbesAndUnknownRoutes(t *testing.T) {
 	if resp.StatusCode != 404 || json.Unmarshal(body, &oe) != nil || oe.Error.Message == "" {
 		t.Errorf("openai 404: %d %s", resp.StatusCode, body)
 	}
+	// Codex's Responses-over-WebSocket attempt gets 426, its cue to use HTTP.
+	wreq, _ := newGet(ts.URL+"/v1/responses", "Upgrade", "websocket", "Connection", "Upgrade")
+	if resp, err := http.DefaultClient.Do(wreq); err != nil || resp.StatusCode != http.StatusUpgradeRequired {
+		t.Errorf("websocket attempt: %v %v", err, resp)
+	} else {
+		resp.Body.Close()
+	}
 	greq, _ := newGet(ts.URL + "/v1/messages")
 	resp, err = http.DefaultClient.Do(greq)
 	if err != nil || resp.StatusCode != 404 {
@@ -90,7 +97,7 @@ func TestProbesAndUnknownRoutes(t *testing.T) {
 	for _, r := range s.Requests() {
 		paths = append(paths, r.Method+" "+r.Path)
 	}
-	if strings.Join(paths, ",") != "HEAD /,POST /v1/unknown,POST /v1/nothing,GET /v1/messages" {
+	if strings.Join(paths, ",") != "HEAD /,POST /v1/unknown,POST /v1/nothing,GET /v1/responses,GET /v1/messages" {
 		t.Errorf("logged %v", paths)
 	}
 }
