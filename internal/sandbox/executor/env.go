@@ -38,6 +38,7 @@ type Environment struct {
 
 	termOnce sync.Once
 	termErr  error
+	releases sync.WaitGroup // exec.release calls in flight
 
 	mu          sync.Mutex
 	procs       map[string]*process   // by tag, while the connection lives
@@ -360,6 +361,7 @@ func (e *Environment) Terminate(ctx context.Context) error {
 }
 
 func (e *Environment) terminate(ctx context.Context) error {
+	e.releases.Wait()
 	e.mu.Lock()
 	alreadyLost := e.lost != nil
 	e.terminating = true
@@ -418,6 +420,21 @@ func (e *Environment) terminate(ctx context.Context) error {
 	}
 	e.log.Info("executor terminated", "killed", !exited)
 	return nil
+}
+
+// releaseAsync tells the executor it may forget an exited process,
+// without making Wait pay a round trip for it.
+func (e *Environment) releaseAsync(tag string) {
+	e.releases.Add(1)
+	go func() {
+		defer e.releases.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := e.call(ctx, rpc.MethodExecRelease, rpc.TagParams{Tag: tag}, nil); err != nil &&
+			!errors.Is(err, sandbox.ErrTerminated) && !errors.Is(err, sandbox.ErrGone) {
+			e.log.Warn("exec.release", "tag", tag, "err", err)
+		}
+	}()
 }
 
 func newTag() string {

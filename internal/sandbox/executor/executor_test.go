@@ -363,9 +363,20 @@ loop:
 		t.Fatalf("wait: %+v %v", st, err)
 	}
 	checkLines(t, string(consumed)+rest)
-	// Released after Wait: the executor forgot it.
-	if _, err := env2.(sandbox.Attacher).Attach(bg, "count", sandbox.Offsets{}); !errors.Is(err, sandbox.ErrNotFound) {
-		t.Fatalf("attach after release: %v", err)
+	// Released after Wait (in the background): the executor forgets it.
+	relDeadline := time.Now().Add(10 * time.Second)
+	for {
+		l, err := env2.(*Environment).client.ExecList(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l) == 0 {
+			break
+		}
+		if time.Now().After(relDeadline) {
+			t.Fatalf("not released: %+v", l)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

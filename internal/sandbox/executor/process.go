@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -198,7 +197,7 @@ func (p *process) Output() <-chan sandbox.Chunk { return p.out }
 
 // Wait returns the exit status once the process exited and its output was
 // delivered. The first successful Wait tells the executor it may forget
-// the process (exec.release). If the connection to the executor was lost
+// the process (exec.release, sent in the background). If the connection to the executor was lost
 // first, the error wraps sandbox.ErrGone (Recover, then Attach).
 func (p *process) Wait(ctx context.Context) (sandbox.ExitStatus, error) {
 	select {
@@ -215,13 +214,8 @@ func (p *process) Wait(ctx context.Context) (sandbox.ExitStatus, error) {
 		return sandbox.ExitStatus{}, fmt.Errorf("wait %s: %w", p.tag, err)
 	}
 	if release {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		if err := p.env.call(rctx, rpc.MethodExecRelease, rpc.TagParams{Tag: p.tag}, nil); err != nil &&
-			!errors.Is(err, sandbox.ErrTerminated) && !errors.Is(err, sandbox.ErrGone) {
-			p.env.log.Warn("exec.release", "tag", p.tag, "err", err)
-		}
-		cancel()
 		p.env.unregister(p)
+		p.env.releaseAsync(p.tag)
 	}
 	return st, nil
 }
