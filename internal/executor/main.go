@@ -29,7 +29,7 @@ func Main(ctx context.Context, args []string) error {
 		workspace  = fl.String("workspace", "", "the session's workspace folder (required)")
 		session    = fl.String("session", "", "session id, for logs")
 		spoolDir   = fl.String("spool-dir", "", "folder for output spools (default: the temp folder)")
-		spoolBytes = fl.Int64("spool-bytes", DefaultSpoolBytes, "spool size per process and stream; the oldest output is dropped beyond it")
+		spoolBytes = fl.Int64("spool-bytes", DefaultSpoolBytes, "spool size per process and stream (beyond it: back-pressure while a server receives the output, else the oldest output is dropped)")
 		peerUID    = fl.Int("peer-uid", os.Getuid(), "the only uid allowed to connect")
 		maxLine    = fl.Int("max-line", DefaultMaxLine, "largest accepted message in bytes")
 		orphan     = fl.Duration("orphan-timeout", 0, "shut down after no server was connected for this long (0: never)")
