@@ -7,7 +7,7 @@ import {
   type PermissionRequestedPayload,
   type SessionState,
 } from "@agentd/client";
-import { buildItems, ItemView } from "./blocks";
+import { buildItems, ItemView, type Item } from "./blocks";
 import { frameScheduler, stats, useApp, useNow } from "./app-context";
 import { VirtualList } from "./VirtualList";
 import { Workspace } from "./Workspace";
@@ -49,7 +49,11 @@ export function SessionView({ id, onBack }: { id: string; onBack: () => void }) 
         // Resume exactly after the snapshot: the server replays what came since.
         sub = socket.subscribe(id, {
           after: snap.lastSeq,
-          onEvent: (e) => conv.push(e),
+          onEvent: (e) => {
+            stats.events++;
+            if (e.type === "block:delta") stats.deltas++;
+            conv.push(e);
+          },
           onError: (err) => setError(`${err.error} (${err.code})`),
         });
         if (window.__agentd) window.__agentd.conversation = conv;
@@ -187,6 +191,10 @@ function fmtTokens(n: number): string {
   return n >= 10_000 ? `${(n / 1000).toFixed(1)}k` : String(n);
 }
 
+const itemKey = (it: Item) => it.key;
+const estimateItem = (it: Item) => (it.kind === "tool" ? 120 : 56);
+const renderItem = (it: Item) => <ItemView item={it} />;
+
 function ConversationPane({ state }: { state: ConversationState }) {
   const items = useMemo(() => buildItems(state.blocks, state.notices, state.subagents), [state.blocks, state.notices, state.subagents]);
   const running = !!state.activeQueryId;
@@ -195,10 +203,10 @@ function ConversationPane({ state }: { state: ConversationState }) {
       className="conversation"
       testId="conversation"
       label="Conversation"
-      count={items.length}
-      itemKey={(i) => items[i]!.key}
-      estimate={(i) => (items[i]!.kind === "tool" ? 120 : 56)}
-      renderItem={(i) => <ItemView item={items[i]!} />}
+      items={items}
+      itemKey={itemKey}
+      estimate={estimateItem}
+      renderItem={renderItem}
       footer={
         items.length === 0 ? (
           <div className="empty muted">No messages yet. Send one below.</div>

@@ -2,14 +2,17 @@
 // items in (or near) the viewport are mounted, so a 5,000-block conversation
 // costs as much DOM as a 30-block one. It follows the bottom while the user
 // is there (a streaming conversation) and stays put when they scroll up.
+// Scrolling re-renders only when the mounted range changes, and an item
+// re-renders only when its own data object changes.
 import { memo, useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState, type ReactNode } from "react";
 
-export interface VirtualListProps {
-  count: number;
-  itemKey: (index: number) => string;
-  renderItem: (index: number) => ReactNode;
+export interface VirtualListProps<T> {
+  items: readonly T[];
+  itemKey: (item: T) => string;
+  /** Must be pure: an item is re-rendered only when its object changes. */
+  renderItem: (item: T) => ReactNode;
   /** Height guess for an item never measured. */
-  estimate?: (index: number) => number;
+  estimate?: (item: T) => number;
   /** Pixels rendered beyond the viewport on each side. */
   overscan?: number;
   className?: string;
@@ -21,14 +24,14 @@ export interface VirtualListProps {
 
 const BOTTOM_SLACK = 48;
 
-export function VirtualList({ count, itemKey, renderItem, estimate, overscan = 800, className, testId, footer, label }: VirtualListProps) {
+export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan = 600, className, testId, footer, label }: VirtualListProps<T>) {
   const scroller = useRef<HTMLDivElement>(null);
   const heights = useRef(new Map<string, number>());
   const [, setVersion] = useState(0);
-  const [scrollTop, setScrollTop] = useState(0);
-  const [viewport, setViewport] = useState(800);
+  const [range, setRange] = useState<[number, number]>([Math.max(0, items.length - 30), items.length]);
   const atBottom = useRef(true);
   const pending = useRef(false);
+  const offsetsRef = useRef<Float64Array>(new Float64Array(1));
 
   const bump = useCallback(() => {
     if (pending.current) return;
@@ -64,87 +67,103 @@ export function VirtualList({ count, itemKey, renderItem, estimate, overscan = 8
   );
   useEffect(() => () => observer?.disconnect(), [observer]);
 
-  // Prefix sums of item heights: O(count) per render, cheap next to painting.
-  const est = estimate ?? (() => 64);
+  // Prefix sums of item heights: O(items) per render, cheap next to painting.
+  const count = items.length;
   const offsets = new Float64Array(count + 1);
-  for (let i = 0; i < count; i++) offsets[i + 1] = offsets[i]! + (heights.current.get(itemKey(i)) ?? est(i));
+  for (let i = 0; i < count; i++) {
+    const it = items[i]!;
+    offsets[i + 1] = offsets[i]! + (heights.current.get(itemKey(it)) ?? (estimate ? estimate(it) : 64));
+  }
+  offsetsRef.current = offsets;
   const total = offsets[count]!;
 
-  const lo = Math.max(0, scrollTop - overscan);
-  const hi = scrollTop + viewport + overscan;
-  let start = upperBound(offsets, lo) - 1;
-  if (start < 0) start = 0;
-  let end = upperBound(offsets, hi);
-  if (end > count) end = count;
+  // The mounted range for the current scroll position.
+  const computeRange = useCallback(
+    (el: HTMLDivElement): [number, number] => {
+      const offs = offsetsRef.current;
+      const n = offs.length - 1;
+      const top = el.scrollTop;
+      const viewport = el.clientHeight || 800;
+      let start = upperBound(offs, Math.max(0, top - overscan)) - 1;
+      if (start < 0) start = 0;
+      let end = upperBound(offs, top + viewport + overscan);
+      if (end > n) end = n;
+      return [start, end];
+    },
+    [overscan],
+  );
+
+  const sync = useCallback(() => {
+    const el = scroller.current;
+    if (!el) return;
+    const [s, e] = computeRange(el);
+    setRange((r) => (r[0] === s && r[1] === e ? r : [s, e]));
+  }, [computeRange]);
 
   const onScroll = useCallback(() => {
     const el = scroller.current;
     if (!el) return;
     atBottom.current = el.scrollHeight - el.scrollTop - el.clientHeight < BOTTOM_SLACK;
-    setScrollTop(el.scrollTop);
-  }, []);
+    sync();
+  }, [sync]);
 
+  useLayoutEffect(() => {
+    const el = scroller.current;
+    if (!el || typeof ResizeObserver === "undefined") return;
+    const ro = new ResizeObserver(() => {
+      if (el.clientHeight === 0) return; // hidden
+      // Shown again (the browser reset scrollTop while hidden) or resized.
+      if (atBottom.current) el.scrollTop = el.scrollHeight;
+      sync();
+    });
+    ro.observe(el);
+    return () => ro.disconnect();
+  }, [sync]);
+
+  // After every render: stay pinned to the bottom if we were there, and make
+  // sure the mounted range matches the (possibly re-measured) layout.
   useLayoutEffect(() => {
     const el = scroller.current;
     if (!el) return;
-    const ro =
-      typeof ResizeObserver === "undefined"
-        ? null
-        : new ResizeObserver(() => {
-            if (el.clientHeight === 0) return; // hidden
-            setViewport(el.clientHeight);
-            // Shown again: the browser reset scrollTop while hidden.
-            if (atBottom.current) el.scrollTop = el.scrollHeight;
-            setScrollTop(el.scrollTop);
-          });
-    ro?.observe(el);
-    setViewport(el.clientHeight);
-    return () => ro?.disconnect();
-  }, []);
-
-  // Follow the output: after every render, stay pinned to the bottom if we were there.
-  useLayoutEffect(() => {
-    const el = scroller.current;
-    if (el && atBottom.current && el.scrollHeight - el.scrollTop - el.clientHeight > 1) {
-      el.scrollTop = el.scrollHeight;
-      if (el.scrollTop !== scrollTop) setScrollTop(el.scrollTop);
-    }
+    if (atBottom.current && el.scrollHeight - el.scrollTop - el.clientHeight > 1) el.scrollTop = el.scrollHeight;
+    sync();
   });
 
-  const items: ReactNode[] = [];
+  const [start, end] = [Math.min(range[0], count), Math.min(range[1], count)];
+  const mounted: ReactNode[] = [];
   for (let i = start; i < end; i++) {
-    const key = itemKey(i);
-    items.push(
-      <Measured key={key} vkey={key} observer={observer}>
-        {renderItem(i)}
-      </Measured>,
-    );
+    const it = items[i]!;
+    const key = itemKey(it);
+    mounted.push(<Measured key={key} vkey={key} observer={observer} item={it} render={renderItem as (x: unknown) => ReactNode} />);
   }
 
   return (
     <div ref={scroller} className={className} data-testid={testId} onScroll={onScroll} role="log" aria-label={label} aria-live="off">
       <div style={{ height: total, position: "relative" }}>
-        <div style={{ position: "absolute", top: 0, left: 0, right: 0, transform: `translateY(${offsets[start]}px)` }}>{items}</div>
+        <div style={{ position: "absolute", top: offsets[start], left: 0, right: 0 }}>{mounted}</div>
       </div>
       {footer}
     </div>
   );
 }
 
-const Measured = memo(function Measured({ vkey, observer, children }: { vkey: string; observer: ResizeObserver | null; children: ReactNode }) {
-  const ref = useRef<HTMLDivElement>(null);
-  useLayoutEffect(() => {
-    const el = ref.current;
-    if (!el || !observer) return;
-    observer.observe(el);
-    return () => observer.unobserve(el);
-  }, [observer]);
-  return (
-    <div ref={ref} data-vkey={vkey} className="vitem">
-      {children}
-    </div>
-  );
-});
+const Measured = memo(
+  function Measured({ vkey, observer, item, render }: { vkey: string; observer: ResizeObserver | null; item: unknown; render: (x: unknown) => ReactNode }) {
+    const ref = useRef<HTMLDivElement>(null);
+    useLayoutEffect(() => {
+      const el = ref.current;
+      if (!el || !observer) return;
+      observer.observe(el);
+      return () => observer.unobserve(el);
+    }, [observer]);
+    return (
+      <div ref={ref} data-vkey={vkey} className="vitem">
+        {render(item)}
+      </div>
+    );
+  },
+  (a, b) => a.item === b.item && a.vkey === b.vkey && a.observer === b.observer,
+);
 
 /** The first index i with a[i] > x. */
 function upperBound(a: Float64Array, x: number): number {

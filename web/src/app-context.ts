@@ -54,6 +54,9 @@ export const stats = {
   blockRenders: new Map<string, number>(),
   /** Conversation state commits (one per animation frame at most). */
   commits: 0,
+  /** Events received from the socket, and how many of them were block:delta. */
+  events: 0,
+  deltas: 0,
 };
 
 export interface TestHooks {
