@@ -75,14 +75,27 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 	}
 }
 
-// TryNext returns the next event if one is ready without blocking on live
-// events; ok is false when nothing is ready. Used by writers that batch.
+// TryNext returns the next event if one is ready without waiting for live
+// events (it may read the store while catching up); ok is false when
+// nothing is ready. Used by writers that batch before flushing.
 func (s *Subscription) TryNext(ctx context.Context) (r Record, ok bool, err error) {
-	if len(s.pending) > 0 || s.live == nil {
-		r, err = s.Next(ctx)
-		return r, err == nil, err
-	}
 	for {
+		for len(s.pending) > 0 {
+			r = s.pending[0]
+			s.pending = s.pending[1:]
+			if r.Event.Seq > s.last {
+				s.last = r.Event.Seq
+				return r, true, nil
+			}
+		}
+		if s.live == nil {
+			if err := s.catchUp(ctx); err != nil {
+				return Record{}, false, err
+			}
+			if len(s.pending) > 0 || s.live == nil {
+				continue
+			}
+		}
 		select {
 		case r, open := <-s.live:
 			if !open {

@@ -147,7 +147,7 @@ func (s *Store) AppendEvents(ctx context.Context, events []conversation.Event) e
 	}
 	for _, e := range events {
 		id := e.Context.SessionID
-		e.Payload = slices.Clone(e.Payload)
+		e = cloneEvent(e)
 		list := s.events[id]
 		i := sort.Search(len(list), func(i int) bool { return list[i].Seq > e.Seq })
 		s.events[id] = slices.Insert(list, i, e)
@@ -174,7 +174,9 @@ func (s *Store) ReadEvents(ctx context.Context, sessionID string, after int64, l
 		list = list[:limit]
 	}
 	out := make([]conversation.Event, len(list))
-	copy(out, list)
+	for i, e := range list {
+		out[i] = cloneEvent(e)
+	}
 	return out, nil
 }
 
@@ -341,6 +343,15 @@ func (s *Store) ReleaseLease(ctx context.Context, sessionID, holder string) erro
 
 // Close implements store.Store; the data stays readable.
 func (s *Store) Close() error { return nil }
+
+func cloneEvent(e conversation.Event) conversation.Event {
+	e.Payload = slices.Clone(e.Payload)
+	if e.Context.Actor != nil {
+		a := *e.Context.Actor
+		e.Context.Actor = &a
+	}
+	return e
+}
 
 func clone(v store.Session) store.Session {
 	v.SessionOptions = slices.Clone(v.SessionOptions)

@@ -1,0 +1,362 @@
+// Package agentd is the API for running agentd inside a Go program: build a
+// Config (with any store.Store that passes store/storetest), call New, then
+// Serve. cmd/agentd is a thin wrapper around it.
+//
+//	srv, err := agentd.New(ctx, agentd.Config{DataDir: "./data", Store: myStore})
+//	...
+//	err = srv.ListenAndServe(ctx) // returns after a graceful shutdown when ctx ends
+package agentd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/agent/shell"
+	"github.com/agentd/agentd/internal/api"
+	"github.com/agentd/agentd/internal/eventlog"
+	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/sandbox/local"
+	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/profile"
+	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/store/sqlite"
+	"github.com/agentd/agentd/web"
+)
+
+// Version is the agentd version, set at build time with
+// -ldflags "-X github.com/agentd/agentd.Version=…".
+var Version = "dev"
+
+// Commit is the source commit, set at build time.
+var Commit = ""
+
+// Config configures a Server. Zero values take the documented defaults.
+type Config struct {
+	// Addr is the listen address (default 127.0.0.1:8080).
+	Addr string
+	// DataDir holds the SQLite database, workspaces and run files
+	// (default ./data).
+	DataDir string
+	// Store is the persistence; when nil, StoreURL is opened.
+	Store store.Store
+	// StoreURL selects the store when Store is nil (default
+	// sqlite://<DataDir>/agentd.db).
+	StoreURL string
+	// ProfilesDir is a folder of agent profiles (YAML or JSON, one a file).
+	ProfilesDir string
+	// Profiles are added to those of ProfilesDir (they win on id clashes).
+	Profiles []profile.Profile
+	// Sandbox is the sandbox backend: "local" (default). Other backends
+	// register through Sandboxes.
+	Sandbox string
+	// Sandboxes adds sandbox backends by name, for embedding programs.
+	Sandboxes map[string]sandbox.Provider
+	// APIKey, when set, is required on every /api/* route and the WebSocket.
+	APIKey string
+	// IdleTimeout terminates an idle environment (default 15m).
+	IdleTimeout time.Duration
+	// PermissionTimeout denies unanswered permission requests (default 5m).
+	PermissionTimeout time.Duration
+	// MaxBody bounds request bodies (default 1 MiB).
+	MaxBody int64
+	// Env is passed to every sandbox. When nil, the provider settings named
+	// in ProviderEnv are taken from the server's environment; nothing else of
+	// it reaches a sandbox.
+	Env map[string]string
+	// WatchIgnore adds workspace paths the file watcher ignores.
+	WatchIgnore []string
+	// DisableUI serves no web UI at /.
+	DisableUI bool
+	// Registerer receives metrics (default: a fresh registry served at
+	// /metrics).
+	Registerer *prometheus.Registry
+	Logger     *slog.Logger
+}
+
+// ProviderEnv are the variables passed from the server's environment to
+// agents (DESIGN.md: provider settings only).
+var ProviderEnv = []string{
+	"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
+	"GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL",
+}
+
+// Server is a running agentd. Its methods are safe for concurrent use.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	store    store.Store
+	ownStore bool
+	events   *eventlog.Log
+	sessions *session.Manager
+	api      *api.Server
+	handler  http.Handler
+
+	mu       sync.Mutex
+	listener net.Listener
+	closed   bool
+}
+
+// New opens the store, loads profiles and sessions (settling the ones that
+// were active when the previous server stopped) and builds the handler.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:8080"
+	}
+	if cfg.DataDir == "" {
+		cfg.DataDir = "./data"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Sandbox == "" {
+		cfg.Sandbox = "local"
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+		cfg.Registerer.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	if cfg.Env == nil {
+		cfg.Env = map[string]string{}
+		for _, k := range ProviderEnv {
+			if v, ok := os.LookupEnv(k); ok {
+				cfg.Env[k] = v
+			}
+		}
+	}
+	log := cfg.Logger
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	cfg.DataDir = dataDir
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	s := &Server{cfg: cfg, log: log, store: cfg.Store}
+	if s.store == nil {
+		url := cfg.StoreURL
+		if url == "" {
+			url = "sqlite://" + filepath.Join(dataDir, "agentd.db")
+		}
+		st, err := OpenStore(ctx, url, log)
+		if err != nil {
+			return nil, err
+		}
+		s.store, s.ownStore = st, true
+	}
+	fail := func(err error) (*Server, error) {
+		if s.ownStore {
+			s.store.Close()
+		}
+		return nil, err
+	}
+
+	// Profiles: folder files (reported and skipped when malformed), then
+	// those given in code.
+	var folder []profile.Profile
+	if cfg.ProfilesDir != "" {
+		ps, errs := profile.LoadDir(cfg.ProfilesDir)
+		for _, e := range errs {
+			log.Error("skipping agent profile", "err", e)
+		}
+		folder = ps
+		log.Info("agent profiles loaded", "dir", cfg.ProfilesDir, "count", len(ps), "skipped", len(errs))
+	}
+	for _, p := range cfg.Profiles {
+		if err := p.Validate(); err != nil {
+			return fail(fmt.Errorf("profile %q: %w", p.ID, err))
+		}
+		folder = append(folder, p)
+	}
+	profiles := session.NewProfiles(s.store, folder)
+
+	providers := map[string]sandbox.Provider{
+		"local": local.New(local.Options{Ignore: nil}),
+	}
+	for name, p := range cfg.Sandboxes {
+		providers[name] = p
+	}
+	provider, ok := providers[cfg.Sandbox]
+	if !ok {
+		return fail(fmt.Errorf("unknown sandbox %q", cfg.Sandbox))
+	}
+
+	archs := agent.NewRegistry()
+	RegisterArchitectures(archs)
+
+	s.events = eventlog.New(s.store, eventlog.Options{Registerer: cfg.Registerer, Logger: log})
+	s.sessions, err = session.New(session.Config{
+		Store: s.store, Log: s.events, Sandbox: provider, Files: providers["local"],
+		Architectures: archs, Profiles: profiles, DataDir: dataDir,
+		IdleTimeout: cfg.IdleTimeout, PermissionTimeout: cfg.PermissionTimeout,
+		Env: cfg.Env, WatchIgnore: cfg.WatchIgnore, PersistFilesMax: 1 << 20,
+		Logger: log, Metrics: newSessionMetrics(cfg.Registerer),
+	})
+	if err != nil {
+		s.events.Close()
+		return fail(err)
+	}
+	if err := s.sessions.Start(ctx); err != nil {
+		s.events.Close()
+		return fail(err)
+	}
+	var ui http.Handler
+	if !cfg.DisableUI {
+		ui = web.Handler()
+	}
+	s.api, err = api.New(api.Config{
+		Sessions: s.sessions, Log: s.events, Profiles: profiles, Architectures: archs,
+		APIKey: cfg.APIKey, MaxBody: cfg.MaxBody, Gatherer: cfg.Registerer, Registerer: cfg.Registerer,
+		UI: ui, Logger: log, Version: Version,
+	})
+	if err != nil {
+		s.events.Close()
+		return fail(err)
+	}
+	s.handler = s.api
+	return s, nil
+}
+
+// RegisterArchitectures adds every built-in architecture to r.
+func RegisterArchitectures(r *agent.Registry) {
+	r.Register(shell.Architecture{})
+	registerAgentArchitectures(r)
+}
+
+// OpenStore opens a store by URL: sqlite://path (or a plain path).
+func OpenStore(ctx context.Context, url string, log *slog.Logger) (store.Store, error) {
+	switch {
+	case strings.HasPrefix(url, "sqlite:") || !strings.Contains(url, "://"):
+		st, err := sqlite.Open(ctx, url, sqlite.WithLogger(log))
+		if err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		return st, nil
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		return nil, errors.New("open store: the PostgreSQL store is not built yet; use sqlite://")
+	}
+	return nil, fmt.Errorf("open store: unknown store URL %q (use sqlite://PATH)", url)
+}
+
+// Handler returns the HTTP handler (API, WebSocket, SSE, Socket.IO, UI).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Listen binds the configured address; Addr then reports it (useful with
+// port 0).
+func (s *Server) Listen() error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	s.mu.Lock()
+	s.listener = ln
+	s.mu.Unlock()
+	return nil
+}
+
+// Addr returns the bound address after Listen, else the configured one.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.listener != nil {
+		return s.listener.Addr().String()
+	}
+	return s.cfg.Addr
+}
+
+// ListenAndServe serves until ctx ends, then shuts down gracefully: stop
+// accepting connections, finish appending what is in flight, settle the
+// sessions, close subscribers cleanly.
+func (s *Server) ListenAndServe(ctx context.Context) error {
+	s.mu.Lock()
+	ln := s.listener
+	s.mu.Unlock()
+	if ln == nil {
+		if err := s.Listen(); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		ln = s.listener
+		s.mu.Unlock()
+	}
+	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	s.log.Info("agentd listening", "addr", ln.Addr().String(), "sandbox", s.cfg.Sandbox, "data", s.cfg.DataDir, "version", Version)
+	select {
+	case err := <-errc:
+		_ = s.Close(context.Background())
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Stop accepting; long-lived streams are ended by Close below.
+	go func() { _ = hs.Shutdown(sctx) }()
+	err := s.Close(sctx)
+	_ = hs.Close()
+	return err
+}
+
+// Close shuts the server down: sessions (turns end with a reason, or are
+// left running for a sandbox that outlives the server), then the event log
+// (in-flight appends finish), then every stream, then the store.
+func (s *Server) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	var errs []error
+	if err := s.sessions.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close sessions: %w", err))
+	}
+	if err := s.events.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	s.api.Shutdown(ctx)
+	if s.ownStore {
+		if err := s.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close store: %w", err))
+		}
+	}
+	s.log.Info("agentd stopped")
+	return errors.Join(errs...)
+}
+
+// sessionMetrics counts sessions by state.
+type sessionMetrics struct{ g *prometheus.GaugeVec }
+
+func newSessionMetrics(reg prometheus.Registerer) *sessionMetrics {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "agentd_sessions", Help: "Sessions by state."}, []string{"state"})
+	for _, st := range conversation.SessionStatuses {
+		g.WithLabelValues(string(st)).Set(0)
+	}
+	reg.MustRegister(g)
+	return &sessionMetrics{g: g}
+}
+
+func (m *sessionMetrics) StatusChanged(from, to conversation.SessionStatus) {
+	if from != "" {
+		m.g.WithLabelValues(string(from)).Dec()
+	}
+	if to != "" {
+		m.g.WithLabelValues(string(to)).Inc()
+	}
+}

@@ -1,0 +1,188 @@
+// Command agentd runs AI coding agents in sandboxes and serves them over
+// HTTP, WebSocket, SSE and Socket.IO. This file only wires flags to the
+// packages that do the work.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/agentd/agentd"
+	"github.com/agentd/agentd/internal/convert"
+	"github.com/agentd/agentd/internal/executor"
+	"github.com/agentd/agentd/internal/mockllm"
+	"github.com/agentd/agentd/internal/runcli"
+)
+
+type cli struct {
+	LogLevel  string `help:"Log level: debug, info, warn, error." default:"info" env:"AGENTD_LOG_LEVEL" enum:"debug,info,warn,error"`
+	LogFormat string `help:"Log format: text or json." default:"text" env:"AGENTD_LOG_FORMAT" enum:"text,json"`
+
+	Serve    serveCmd    `cmd:"" help:"Run the HTTP API, WebSocket, SSE, Socket.IO and web UI."`
+	Executor executorCmd `cmd:"" help:"Run the isolated executor process (JSON-RPC 2.0 over a Unix socket)."`
+	MockLLM  mockLLMCmd  `cmd:"" name:"mock-llm" help:"Run a scripted model server (Anthropic, OpenAI and Gemini APIs)."`
+	Convert  convertCmd  `cmd:"" help:"Convert agent output files to agentd events or blocks (JSON lines)."`
+	Run      runCmd      `cmd:"" help:"One-shot: create a session, stream the turn to the terminal, exit with its status."`
+	Version  versionCmd  `cmd:"" help:"Print version, commit and supported agent CLI versions."`
+}
+
+type serveCmd struct {
+	Addr              string        `help:"Listen address." default:"127.0.0.1:8080" env:"AGENTD_ADDR"`
+	DataDir           string        `help:"Data folder: database, workspaces, run files." default:"./data" env:"AGENTD_DATA_DIR" type:"path"`
+	Store             string        `help:"Store URL (default sqlite://<data-dir>/agentd.db)." env:"AGENTD_STORE"`
+	Profiles          string        `help:"Folder of agent profiles (YAML or JSON, one a file)." env:"AGENTD_PROFILES" type:"path"`
+	Sandbox           string        `help:"Sandbox backend: local, executor, bwrap." default:"local" env:"AGENTD_SANDBOX"`
+	APIKey            string        `help:"Require this bearer key on /api/* and the WebSocket." env:"AGENTD_API_KEY"`
+	IdleTimeout       time.Duration `help:"Terminate an idle environment after this long." default:"15m" env:"AGENTD_IDLE_TIMEOUT"`
+	PermissionTimeout time.Duration `help:"Deny an unanswered permission request after this long." default:"5m" env:"AGENTD_PERMISSION_TIMEOUT"`
+	MaxBody           int64         `help:"Largest request body in bytes." default:"1048576" env:"AGENTD_MAX_BODY"`
+	NoUI              bool          `help:"Do not serve the web UI." env:"AGENTD_NO_UI"`
+}
+
+func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
+	srv, err := agentd.New(ctx, agentd.Config{
+		Addr: c.Addr, DataDir: c.DataDir, StoreURL: c.Store, ProfilesDir: c.Profiles,
+		Sandbox: c.Sandbox, APIKey: c.APIKey, IdleTimeout: c.IdleTimeout,
+		PermissionTimeout: c.PermissionTimeout, MaxBody: c.MaxBody, DisableUI: c.NoUI, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := srv.Listen(); err != nil {
+		_ = srv.Close(context.Background())
+		return err
+	}
+	// Tests and scripts read the bound address (useful with port 0).
+	fmt.Fprintf(os.Stderr, "agentd listening on http://%s\n", srv.Addr())
+	return srv.ListenAndServe(ctx)
+}
+
+type executorCmd struct {
+	Args []string `arg:"" optional:"" passthrough:"" help:"Executor flags (--socket PATH --workspace DIR …; see agentd executor --help)."`
+}
+
+func (c *executorCmd) Run(ctx context.Context) error { return executor.Main(ctx, c.Args) }
+
+type mockLLMCmd struct {
+	Addr       string `help:"Listen address." default:"127.0.0.1:8089" env:"AGENTD_MOCK_LLM_ADDR"`
+	Script     string `help:"Script file (YAML or JSON); see docs/mock-llm.md." required:"" type:"existingfile"`
+	RequestLog string `help:"Append every request as a JSON line to this file." type:"path"`
+}
+
+func (c *mockLLMCmd) Run(ctx context.Context, log *slog.Logger) error {
+	script, err := mockllm.Load(c.Script)
+	if err != nil {
+		return err
+	}
+	opts := []mockllm.Option{mockllm.WithLogger(log)}
+	if c.RequestLog != "" {
+		f, err := os.OpenFile(c.RequestLog, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return fmt.Errorf("open request log: %w", err)
+		}
+		defer f.Close()
+		opts = append(opts, mockllm.WithRequestLog(f))
+	}
+	fmt.Fprintf(os.Stderr, "mock-llm listening on http://%s\n", c.Addr)
+	return mockllm.New(script, opts...).Serve(ctx, c.Addr)
+}
+
+type convertCmd struct {
+	Format string   `help:"Input format." required:"" short:"f"`
+	Blocks bool     `help:"Print the reduced blocks instead of the events."`
+	Files  []string `arg:"" type:"existingfile" help:"Input files."`
+}
+
+func (c *convertCmd) Run() error {
+	warnings, err := convert.Run(convert.Options{Format: c.Format, Files: c.Files, Blocks: c.Blocks}, os.Stdout)
+	for _, w := range warnings {
+		fmt.Fprintf(os.Stderr, "skipped %s\n", w)
+	}
+	return err
+}
+
+type runCmd struct {
+	Server       string `help:"Server URL." default:"http://127.0.0.1:8080" env:"AGENTD_SERVER"`
+	APIKey       string `help:"API key." env:"AGENTD_API_KEY"`
+	Architecture string `help:"Architecture (shell, claude-code, codex, gemini-cli, opencode)." required:"" short:"a"`
+	Profile      string `help:"Agent profile id." short:"p"`
+	Model        string `help:"Model (sessionOptions.model)." short:"m"`
+	Yes          bool   `help:"Allow every permission request without asking." short:"y"`
+	Keep         bool   `help:"Keep the session's environment after the turn (default: terminate it)."`
+	Prompt       string `arg:"" help:"The message to send."`
+}
+
+func (c *runCmd) Run(ctx context.Context) error {
+	return runcli.Run(ctx, runcli.Options{
+		Server: c.Server, APIKey: c.APIKey, Architecture: c.Architecture, Profile: c.Profile,
+		Model: c.Model, Prompt: c.Prompt, AutoAllow: c.Yes, Keep: c.Keep,
+		In: os.Stdin, Out: os.Stdout, Err: os.Stderr,
+	})
+}
+
+type versionCmd struct{}
+
+func (versionCmd) Run() error {
+	commit := agentd.Commit
+	if commit == "" {
+		if bi, ok := debug.ReadBuildInfo(); ok {
+			for _, s := range bi.Settings {
+				if s.Key == "vcs.revision" {
+					commit = s.Value
+				}
+			}
+		}
+	}
+	fmt.Printf("agentd %s\n", agentd.Version)
+	if commit != "" {
+		fmt.Printf("commit %s\n", commit)
+	}
+	fmt.Println("supported agent CLIs (tested versions):")
+	for _, v := range agentd.SupportedAgents {
+		fmt.Printf("  %-12s %-28s %s\n", v.Architecture, v.Package+"@"+v.Version, v.Command)
+	}
+	return nil
+}
+
+func main() {
+	var c cli
+	kctx := kong.Parse(&c,
+		kong.Name("agentd"),
+		kong.Description("Run AI coding agents in isolated sandboxes and serve them over HTTP, WebSocket, SSE and Socket.IO."),
+		kong.UsageOnError(),
+	)
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.LogLevel))
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})
+	if c.LogFormat == "json" {
+		h = slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})
+	}
+	log := slog.New(h)
+	slog.SetDefault(log)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	kctx.BindTo(ctx, (*context.Context)(nil))
+	kctx.Bind(log)
+	if err := kctx.Run(); err != nil {
+		var exit runcli.ExitError
+		if errors.As(err, &exit) {
+			if msg := strings.TrimSpace(exit.Error()); msg != "" {
+				fmt.Fprintln(os.Stderr, "agentd:", msg)
+			}
+			os.Exit(exit.Code)
+		}
+		fmt.Fprintln(os.Stderr, "agentd:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,187 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/eventlog"
+	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/restapi"
+)
+
+const (
+	defaultPage = 1000
+	maxPage     = 10000
+	ssePing     = 15 * time.Second
+)
+
+// parseCursor reads a non-negative seq from a query value or header.
+func parseCursor(name, v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, cursorError(fmt.Sprintf("%s must be a non-negative integer, got %q", name, v))
+	}
+	return n, nil
+}
+
+type cursorError string
+
+func (e cursorError) Error() string { return string(e) }
+
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, err := s.cfg.Sessions.Get(id); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	after, err := parseCursor("after", r.URL.Query().Get("after"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, CodeInvalidCursor, err.Error())
+		return
+	}
+	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		if v := r.Header.Get("Last-Event-ID"); v != "" {
+			if after, err = parseCursor("Last-Event-ID", v); err != nil {
+				writeError(w, http.StatusBadRequest, CodeInvalidCursor, err.Error())
+				return
+			}
+		}
+		s.serveSSE(w, r, id, after)
+		return
+	}
+	limit := defaultPage
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			writeError(w, http.StatusBadRequest, CodeInvalidCursor, fmt.Sprintf("limit must be a positive integer, got %q", v))
+			return
+		}
+		limit = min(n, maxPage)
+	}
+	evs, err := s.cfg.Log.Read(r.Context(), id, after, limit)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	last, err := s.cfg.Log.LastSeq(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if evs == nil {
+		evs = []conversation.Event{}
+	}
+	writeJSON(w, http.StatusOK, restapi.EventPage{Events: evs, LastSeq: last})
+}
+
+// serveSSE streams events after a seq until the client goes away, the
+// subscriber falls behind (an error event, then the stream ends; the
+// client resumes with Last-Event-ID) or the server shuts down.
+func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, after int64) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.closeCtx, cancel)
+	defer stop()
+	s.connWG.Add(1)
+	defer s.connWG.Done()
+
+	sub, err := s.cfg.Log.Subscribe(ctx, id, after)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer sub.Close()
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 32<<10)
+	_, _ = bw.WriteString("retry: 1000\n\n")
+	if bw.Flush() != nil || rc.Flush() != nil {
+		return
+	}
+	for {
+		// Wait for the next event at most ssePing, then send a keep-alive.
+		nctx, ncancel := context.WithTimeout(ctx, ssePing)
+		rec, err := sub.Next(nctx)
+		ncancel()
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				_, _ = bw.WriteString(": ping\n\n")
+				if bw.Flush() != nil || rc.Flush() != nil {
+					return
+				}
+				continue
+			}
+			if errors.Is(err, eventlog.ErrSlowConsumer) {
+				fmt.Fprintf(bw, "event: error\ndata: {\"code\":%q,\"error\":\"subscriber fell behind; reconnect with Last-Event-ID\"}\n\n", CodeSlowConsumer)
+				_ = bw.Flush()
+				_ = rc.Flush()
+			}
+			return
+		}
+		writeSSE(bw, rec)
+		// Drain what is ready before flushing: one flush per burst.
+		for drained := 0; drained < 256; drained++ {
+			rec, ok, err := sub.TryNext(ctx)
+			if err != nil || !ok {
+				break
+			}
+			writeSSE(bw, rec)
+		}
+		if bw.Flush() != nil || rc.Flush() != nil {
+			return
+		}
+	}
+}
+
+func writeSSE(bw *bufio.Writer, rec eventlog.Record) {
+	bw.WriteString("id: ")
+	bw.WriteString(strconv.FormatInt(rec.Event.Seq, 10))
+	bw.WriteString("\nevent: ")
+	bw.WriteString(string(rec.Event.Type))
+	bw.WriteString("\ndata: ")
+	bw.Write(rec.JSON) // compact JSON: no newlines
+	bw.WriteString("\n\n")
+}
+
+// contentType picks a type by extension, else sniffs text vs binary.
+func contentType(p string, data []byte) string {
+	if t := mime.TypeByExtension(path.Ext(p)); t != "" {
+		return t
+	}
+	if utf8.Valid(data) {
+		return "text/plain; charset=utf-8"
+	}
+	return "application/octet-stream"
+}
+
+// checkFilesPath rejects paths the mux would otherwise clean or redirect:
+// the files API answers INVALID_PATH for them.
+func checkFilesPath(urlPath string) error {
+	_, rest, ok := strings.Cut(urlPath, "/files/")
+	if !ok {
+		return nil
+	}
+	if strings.HasPrefix(rest, "/") {
+		return fmt.Errorf("%w: %q is absolute", sandbox.ErrInvalidPath, rest)
+	}
+	_, err := sandbox.CleanPath(rest)
+	return err
+}

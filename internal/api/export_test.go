@@ -1,0 +1,14 @@
+package api
+
+// RouteInfo is a registered route, for tests.
+type RouteInfo struct{ Method, Pattern string }
+
+// Routes lists the route table (tests check it against openapi.json).
+func Routes() []RouteInfo {
+	var s Server
+	var out []RouteInfo
+	for _, r := range s.table() {
+		out = append(out, RouteInfo{r.method, r.pattern})
+	}
+	return out
+}

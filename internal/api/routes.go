@@ -1,0 +1,267 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/profile"
+	"github.com/agentd/agentd/restapi"
+)
+
+// route is one entry of the route table: it registers the handler and
+// documents it in OpenAPI, so the two cannot drift apart.
+type route struct {
+	method, pattern string
+	summary         string
+	handler         http.HandlerFunc
+	auth            bool // needs the API key when one is set
+	body            bool // has a request body (size-limited)
+	legacy          bool
+	req             any // request body type, for the schema
+	resp            any // success body type, for the schema
+	status          int // success status
+	params          []param
+	kind            string // "", "sse", "ws", "raw"
+}
+
+type param struct {
+	name, in, desc string
+	typ            string // "string" or "integer"
+	required       bool
+}
+
+var (
+	pID      = param{name: "id", in: "path", desc: "Session id", typ: "string", required: true}
+	pReq     = param{name: "requestId", in: "path", desc: "Permission request id", typ: "string", required: true}
+	pPath    = param{name: "path", in: "path", desc: "Workspace-relative file path", typ: "string", required: true}
+	pProfile = param{name: "id", in: "path", desc: "Profile id", typ: "string", required: true}
+	pAfter   = param{name: "after", in: "query", desc: "Return events with seq > after (default 0)", typ: "integer"}
+	pLimit   = param{name: "limit", in: "query", desc: "At most this many events (default 1000, max 10000)", typ: "integer"}
+	pPurge   = param{name: "purge", in: "query", desc: "Also delete history, files and workspace", typ: "boolean"}
+)
+
+func (s *Server) table() []route {
+	return []route{
+		{method: "GET", pattern: "/health", summary: "Liveness; never needs auth", handler: s.handleHealth, resp: restapi.Health{}, status: 200},
+		{method: "GET", pattern: "/metrics", summary: "Prometheus metrics", handler: s.handleMetrics(), status: 200, kind: "raw"},
+		{method: "GET", pattern: "/api/openapi.json", summary: "This document", handler: s.handleOpenAPI, status: 200, kind: "raw"},
+		{method: "GET", pattern: "/api/auth", summary: "Whether an API key is required", handler: s.handleAuth, resp: restapi.AuthInfo{}, status: 200},
+		{method: "GET", pattern: "/api/agent-profiles", summary: "List agent profiles", handler: s.handleProfiles, auth: true, resp: restapi.ProfileList{}, status: 200},
+		{method: "GET", pattern: "/api/agent-profiles/{id}", summary: "One agent profile", handler: s.handleProfile, auth: true, resp: profile.Profile{}, status: 200, params: []param{pProfile}},
+		{method: "GET", pattern: "/api/architectures", summary: "Architectures and whether their agent CLI is available", handler: s.handleArchitectures, auth: true, resp: restapi.ArchitectureList{}, status: 200},
+		{method: "POST", pattern: "/api/sessions", summary: "Create a session", handler: s.handleCreate, auth: true, body: true, req: restapi.CreateSessionRequest{}, resp: restapi.CreateSessionResponse{}, status: 201},
+		{method: "GET", pattern: "/api/sessions", summary: "List sessions", handler: s.handleList, auth: true, resp: restapi.SessionList{}, status: 200},
+		{method: "GET", pattern: "/api/sessions/{id}", summary: "A session's full state", handler: s.handleGet, auth: true, resp: restapi.SessionState{}, status: 200, params: []param{pID}},
+		{method: "DELETE", pattern: "/api/sessions/{id}", summary: "Terminate a session's environment (purge=true also deletes it)", handler: s.handleDelete, auth: true, resp: restapi.Success{}, status: 200, params: []param{pID, pPurge}},
+		{method: "POST", pattern: "/api/sessions/{id}/messages", summary: "Send a user message (starts a turn)", handler: s.handleMessage, auth: true, body: true, req: restapi.MessageRequest{}, resp: restapi.MessageResponse{}, status: 202, params: []param{pID}},
+		{method: "POST", pattern: "/api/sessions/{id}/interrupt", summary: "Interrupt the running turn", handler: s.handleInterrupt, auth: true, body: true, resp: restapi.Success{}, status: 202, params: []param{pID}},
+		{method: "POST", pattern: "/api/sessions/{id}/permissions/{requestId}", summary: "Answer a permission request", handler: s.handlePermission, auth: true, body: true, req: restapi.PermissionAnswer{}, resp: restapi.Success{}, status: 200, params: []param{pID, pReq}},
+		{method: "GET", pattern: "/api/sessions/{id}/files", summary: "List the workspace", handler: s.handleFiles, auth: true, resp: restapi.FileList{}, status: 200, params: []param{pID}},
+		{method: "GET", pattern: "/api/sessions/{id}/files/{path...}", summary: "A workspace file's bytes", handler: s.handleFile, auth: true, status: 200, params: []param{pID, pPath}, kind: "raw"},
+		{method: "GET", pattern: "/api/sessions/{id}/events", summary: "Events after a seq: a JSON page, or SSE with Accept: text/event-stream", handler: s.handleEvents, auth: true, resp: restapi.EventPage{}, status: 200, params: []param{pID, pAfter, pLimit}, kind: "sse"},
+		{method: "GET", pattern: "/api/sessions/{id}/pty", summary: "WebSocket: a terminal in the session's sandbox", handler: s.handlePTY, auth: true, status: 101, params: []param{pID, {name: "rows", in: "query", typ: "integer", desc: "Terminal rows"}, {name: "cols", in: "query", typ: "integer", desc: "Terminal columns"}}, kind: "ws"},
+		{method: "GET", pattern: "/api/ws", summary: "WebSocket: join sessions and receive their events", handler: s.handleWS, auth: true, status: 101, kind: "ws"},
+
+		{method: "POST", pattern: "/sessions/create", summary: "Legacy alias of POST /api/sessions", handler: s.handleCreate, auth: true, body: true, legacy: true, req: restapi.CreateSessionRequest{}, resp: restapi.CreateSessionResponse{}, status: 201},
+		{method: "GET", pattern: "/sessions", summary: "Legacy alias of GET /api/sessions", handler: s.handleList, auth: true, legacy: true, resp: restapi.SessionList{}, status: 200},
+		{method: "GET", pattern: "/sessions/{id}", summary: "Legacy alias of GET /api/sessions/{id}", handler: s.handleGet, auth: true, legacy: true, resp: restapi.SessionState{}, status: 200, params: []param{pID}},
+		{method: "POST", pattern: "/sessions/{id}/message", summary: "Legacy alias of POST /api/sessions/{id}/messages", handler: s.handleMessage, auth: true, body: true, legacy: true, req: restapi.MessageRequest{}, resp: restapi.MessageResponse{}, status: 202, params: []param{pID}},
+		{method: "DELETE", pattern: "/sessions/{id}", summary: "Legacy alias of DELETE /api/sessions/{id}", handler: s.handleDelete, auth: true, legacy: true, resp: restapi.Success{}, status: 200, params: []param{pID, pPurge}},
+	}
+}
+
+func (s *Server) handleProfiles(w http.ResponseWriter, r *http.Request) {
+	ps, err := s.cfg.Profiles.List(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := restapi.ProfileList{Profiles: make([]profile.Summary, 0, len(ps))}
+	for _, p := range ps {
+		out.Profiles = append(out.Profiles, p.Summary())
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
+	p, err := s.cfg.Profiles.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+func (s *Server) handleArchitectures(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := shortCtx(r)
+	defer cancel()
+	infos := s.cfg.Architectures.Describe(ctx)
+	out := restapi.ArchitectureList{Architectures: make([]restapi.ArchitectureInfo, len(infos))}
+	for i, in := range infos {
+		out.Architectures[i] = restapi.ArchitectureInfo(in)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
+	var req restapi.CreateSessionRequest
+	if err := decode(r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rec, err := s.cfg.Sessions.Create(r.Context(), session.CreateRequest(req), Principal(r.Context()))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, restapi.CreateSessionResponse{SessionID: rec.ID, Runtime: rec.Runtime, CreatedAt: rec.CreatedAt, SessionOptions: rec.SessionOptions})
+}
+
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+	list := s.cfg.Sessions.List(r.Context())
+	out := restapi.SessionList{Sessions: make([]restapi.SessionSummary, len(list))}
+	for i, sum := range list {
+		out.Sessions[i] = restapi.SessionSummary(sum)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
+	rec, st, err := s.cfg.Sessions.State(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, restapi.SessionState{
+		SessionID: rec.ID, Type: rec.Architecture, AgentProfileReference: rec.AgentProfileRef, Name: rec.Name,
+		Status: rec.Status, CreatedAt: rec.CreatedAt, LastActivity: rec.LastActivity, SessionOptions: rec.SessionOptions,
+		Blocks: st.Blocks, Subagents: st.Subagents, WorkspaceFiles: st.WorkspaceFiles,
+		Runtime: rec.Runtime, LastSeq: st.LastSeq, Usage: st.Usage, CostUSD: st.CostUSD, Model: st.Model,
+		PendingPermissions: st.PendingPermissions, ActiveQueryID: st.ActiveQueryID,
+	})
+}
+
+func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
+	purge := false
+	if v := r.URL.Query().Get("purge"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			s.fail(w, r, badRequest("purge must be true or false"))
+			return
+		}
+		purge = b
+	}
+	if err := s.cfg.Sessions.Delete(r.Context(), r.PathValue("id"), purge, Principal(r.Context())); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, restapi.Success{Success: true})
+}
+
+func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
+	var req restapi.MessageRequest
+	if err := decode(r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Content == "" {
+		s.fail(w, r, badRequest("content must be a non-empty string"))
+		return
+	}
+	sess, err := s.cfg.Sessions.Get(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ctx, cancel := shortCtx(r)
+	defer cancel()
+	qid, err := sess.Send(ctx, req.Content, Principal(r.Context()))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, restapi.MessageResponse{Success: true, SessionID: sess.ID(), QueryID: qid})
+}
+
+func (s *Server) handleInterrupt(w http.ResponseWriter, r *http.Request) {
+	sess, err := s.cfg.Sessions.Get(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ctx, cancel := shortCtx(r)
+	defer cancel()
+	if err := sess.Interrupt(ctx, Principal(r.Context())); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, restapi.Success{Success: true})
+}
+
+func (s *Server) handlePermission(w http.ResponseWriter, r *http.Request) {
+	var req restapi.PermissionAnswer
+	if err := decode(r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Behavior != conversation.Allow && req.Behavior != conversation.Deny {
+		s.fail(w, r, badRequest(`behavior must be "allow" or "deny"`))
+		return
+	}
+	if len(req.UpdatedInput) > 0 && string(req.UpdatedInput) != "null" {
+		var obj map[string]any
+		if json.Unmarshal(req.UpdatedInput, &obj) != nil {
+			s.fail(w, r, badRequest("updatedInput must be a JSON object"))
+			return
+		}
+	}
+	sess, err := s.cfg.Sessions.Get(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	err = sess.Answer(r.Context(), r.PathValue("requestId"), agent.PermissionDecision{
+		Behavior: req.Behavior, Message: req.Message, UpdatedInput: req.UpdatedInput,
+	}, Principal(r.Context()))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, restapi.Success{Success: true})
+}
+
+func (s *Server) handleFiles(w http.ResponseWriter, r *http.Request) {
+	files, err := s.cfg.Sessions.ListFiles(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := restapi.FileList{Files: make([]restapi.FileEntry, len(files))}
+	for i, f := range files {
+		out.Files[i] = restapi.FileEntry(f)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleFile(w http.ResponseWriter, r *http.Request) {
+	p := r.PathValue("path")
+	if _, err := sandbox.CleanPath(p); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	data, err := s.cfg.Sessions.ReadFile(r.Context(), r.PathValue("id"), p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", contentType(p, data))
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(data)
+}

@@ -1,0 +1,371 @@
+// Package runcli is `agentd run`: create a session, send one prompt, and
+// render the turn live in the terminal (streaming text, each tool call with
+// a spinner while it runs and then its result, permission prompts answered
+// at the keyboard), exiting non-zero when the turn fails.
+package runcli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mattn/go-isatty"
+
+	"github.com/agentd/agentd/client"
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/restapi"
+)
+
+// Options configure Run.
+type Options struct {
+	Server, APIKey  string
+	Architecture    string
+	Profile, Model  string
+	Prompt          string
+	AutoAllow, Keep bool
+	In              io.Reader
+	Out, Err        io.Writer
+	// Color forces ANSI styling on or off; nil means "when Out is a terminal".
+	Color *bool
+}
+
+// ExitError carries the process exit code of a failed turn.
+type ExitError struct {
+	Code int
+	Msg  string
+}
+
+func (e ExitError) Error() string { return e.Msg }
+
+// Run executes one turn.
+func Run(ctx context.Context, o Options) error {
+	c, err := client.New(o.Server, client.WithAPIKey(o.APIKey))
+	if err != nil {
+		return err
+	}
+	var opts json.RawMessage
+	if o.Model != "" {
+		opts, _ = json.Marshal(map[string]string{"model": o.Model})
+	}
+	created, err := c.CreateSession(ctx, restapi.CreateSessionRequest{
+		Architecture: o.Architecture, AgentProfileRef: o.Profile, SessionOptions: opts, Name: firstLine(o.Prompt, 60),
+	})
+	if err != nil {
+		return fmt.Errorf("create session (is agentd serve running at %s?): %w", o.Server, err)
+	}
+	if !o.Keep {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = c.DeleteSession(dctx, created.SessionID, false)
+		}()
+	}
+	stream := c.Stream(ctx, created.SessionID, 0)
+	defer stream.Close()
+	sent, err := c.Send(ctx, created.SessionID, o.Prompt)
+	if err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	color := false
+	if o.Color != nil {
+		color = *o.Color
+	} else if f, ok := o.Out.(*os.File); ok {
+		color = isatty.IsTerminal(f.Fd())
+	}
+	r := &renderer{out: o.Out, errOut: o.Err, color: color, blocks: map[string]*conversation.Block{}}
+	answers := bufio.NewReader(o.In)
+	for {
+		ev, err := stream.Next(ctx)
+		if err != nil {
+			r.stopSpinner()
+			return err
+		}
+		switch ev.Type {
+		case conversation.TypeQueryCompleted, conversation.TypeQueryFailed:
+			p, _ := ev.Decode()
+			switch q := p.(type) {
+			case *conversation.QueryCompleted:
+				if q.QueryID != sent.QueryID {
+					continue
+				}
+				r.finish()
+				if q.Interrupted {
+					return ExitError{Code: 130, Msg: "turn interrupted"}
+				}
+				return nil
+			case *conversation.QueryFailed:
+				if q.QueryID != sent.QueryID {
+					continue
+				}
+				r.finish()
+				return ExitError{Code: 1, Msg: fmt.Sprintf("turn failed (%s): %s", q.Code, q.Error)}
+			}
+		case conversation.TypePermissionRequest:
+			p, _ := ev.Decode()
+			req := p.(*conversation.PermissionRequested)
+			r.stopSpinner()
+			allow := o.AutoAllow
+			if !allow {
+				fmt.Fprintf(r.out, "\n%s %s %s [y/N] ", r.style("1;33", "?"), r.style("1", "allow "+req.ToolName), summarize(req.Input, 80))
+				line, _ := answers.ReadString('\n')
+				allow = strings.HasPrefix(strings.ToLower(strings.TrimSpace(line)), "y")
+			}
+			ans := restapi.PermissionAnswer{Behavior: conversation.Deny, Message: "denied at the terminal"}
+			if allow {
+				ans = restapi.PermissionAnswer{Behavior: conversation.Allow}
+			}
+			if err := c.AnswerPermission(ctx, created.SessionID, req.RequestID, ans); err != nil && !client.IsCode(err, "PERMISSION_ALREADY_RESOLVED") {
+				fmt.Fprintf(r.errOut, "answer permission: %v\n", err)
+			}
+		case conversation.TypeError:
+			p, _ := ev.Decode()
+			e := p.(*conversation.ErrorEvent)
+			r.stopSpinner()
+			fmt.Fprintf(r.errOut, "%s %s\n", r.style("31", "error:"), e.Message)
+		default:
+			r.apply(ev)
+		}
+	}
+}
+
+// renderer prints main-conversation blocks as they stream.
+type renderer struct {
+	out, errOut io.Writer
+	color       bool
+	blocks      map[string]*conversation.Block
+	current     string // block whose text is being streamed
+
+	mu      sync.Mutex // guards spin
+	spin    chan struct{}
+	spinWG  sync.WaitGroup
+	spinFor string
+}
+
+func (r *renderer) style(code, s string) string {
+	if !r.color {
+		return s
+	}
+	return "\x1b[" + code + "m" + s + "\x1b[0m"
+}
+
+func (r *renderer) apply(ev conversation.Event) {
+	if ev.Context.ConversationID != "" && ev.Context.ConversationID != conversation.MainConversation {
+		return // subagent detail stays in the UI; the main thread shows its block
+	}
+	switch ev.Type {
+	case conversation.TypeBlockUpsert:
+		var p conversation.BlockUpsert
+		if json.Unmarshal(ev.Payload, &p) != nil {
+			return
+		}
+		r.upsert(p.Block, ev.Payload)
+	case conversation.TypeBlockDelta:
+		var p conversation.BlockDelta
+		if json.Unmarshal(ev.Payload, &p) != nil {
+			return
+		}
+		b := r.blocks[p.BlockID]
+		if b == nil {
+			return
+		}
+		r.stream(b, p.Delta)
+	}
+}
+
+func (r *renderer) upsert(nb conversation.Block, raw json.RawMessage) {
+	b, seen := r.blocks[nb.ID]
+	if !seen {
+		b = &conversation.Block{}
+		r.blocks[nb.ID] = b
+	}
+	prevStatus, prevLen := b.Status, len(b.Content)+len(b.Output)
+	var wrap struct {
+		Block json.RawMessage `json:"block"`
+	}
+	_ = json.Unmarshal(raw, &wrap)
+	_ = json.Unmarshal(wrap.Block, b)
+	switch b.Type {
+	case conversation.BlockUserMessage:
+		return
+	case conversation.BlockAssistantText, conversation.BlockThinking:
+		// A complete upsert may carry text the deltas did not (no partial
+		// messages): print what is new.
+		if text := b.Content; len(text) > prevLen && seen {
+			r.streamRaw(b, text[prevLen:])
+		} else if !seen && text != "" {
+			r.streamRaw(b, text)
+		}
+	case conversation.BlockToolUse, conversation.BlockSubagent:
+		if !seen {
+			r.endText()
+			label := b.ToolName
+			if b.Type == conversation.BlockSubagent {
+				label = "subagent " + b.Name
+			}
+			r.startSpinner(b.ID, fmt.Sprintf("%s %s", r.style("1", label), summarize(b.Input, 70)))
+		}
+		if b.Status != conversation.StatusPending && prevStatus == conversation.StatusPending && b.Type == conversation.BlockSubagent {
+			r.stopSpinner()
+			fmt.Fprintf(r.out, "%s subagent %s done\n", r.mark(b.Status != conversation.StatusError), b.Name)
+		}
+	case conversation.BlockToolResult:
+		if b.Status != conversation.StatusPending && (prevStatus == conversation.StatusPending || !seen) {
+			r.stopSpinner()
+			if r.current == b.ID {
+				// Its output was streamed already.
+				r.current = ""
+				if !strings.HasSuffix(b.Output, "\n") {
+					fmt.Fprintln(r.out)
+				}
+			} else {
+				r.endText()
+				if b.Output != "" {
+					fmt.Fprint(r.out, indent(clip(b.Output, 4000)))
+				}
+			}
+			code := ""
+			if v, ok := b.Metadata["exitCode"]; ok {
+				code = fmt.Sprintf(" (exit %v)", v)
+			}
+			fmt.Fprintf(r.out, "%s %s%s\n", r.mark(!b.IsError), toolName(r.blocks, b.ToolUseID), code)
+		}
+	case conversation.BlockError:
+		r.endText()
+		fmt.Fprintf(r.errOut, "%s %s\n", r.style("31", "error:"), b.Message)
+	}
+}
+
+func toolName(blocks map[string]*conversation.Block, toolUseID string) string {
+	if b := blocks[toolUseID]; b != nil {
+		return b.ToolName
+	}
+	return "tool"
+}
+
+func (r *renderer) mark(ok bool) string {
+	if ok {
+		return r.style("32", "✓")
+	}
+	return r.style("31", "✗")
+}
+
+func (r *renderer) stream(b *conversation.Block, delta string) {
+	switch b.Type {
+	case conversation.BlockToolResult:
+		b.Output += delta
+		r.stopSpinner()
+		if r.current != b.ID {
+			r.endText()
+			r.current = b.ID
+		}
+		fmt.Fprint(r.out, r.style("2", delta))
+	default:
+		b.Content += delta
+		r.streamRaw(b, delta)
+	}
+}
+
+func (r *renderer) streamRaw(b *conversation.Block, text string) {
+	r.stopSpinner()
+	if r.current != b.ID {
+		r.endText()
+		r.current = b.ID
+	}
+	if b.Type == conversation.BlockThinking {
+		text = r.style("2;3", text)
+	}
+	fmt.Fprint(r.out, text)
+}
+
+func (r *renderer) endText() {
+	if r.current != "" {
+		fmt.Fprintln(r.out)
+		r.current = ""
+	}
+}
+
+func (r *renderer) finish() {
+	r.stopSpinner()
+	r.endText()
+}
+
+var frames = []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}
+
+func (r *renderer) startSpinner(id, label string) {
+	r.stopSpinner()
+	if !r.color {
+		fmt.Fprintf(r.out, "• %s\n", label)
+		return
+	}
+	stop := make(chan struct{})
+	r.mu.Lock()
+	r.spin, r.spinFor = stop, id
+	r.mu.Unlock()
+	r.spinWG.Add(1)
+	go func() {
+		defer r.spinWG.Done()
+		t := time.NewTicker(80 * time.Millisecond)
+		defer t.Stop()
+		for i := 0; ; i++ {
+			fmt.Fprintf(r.out, "\r%s %s", frames[i%len(frames)], label)
+			select {
+			case <-stop:
+				fmt.Fprintf(r.out, "\r• %s\n", label)
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+func (r *renderer) stopSpinner() {
+	r.mu.Lock()
+	stop := r.spin
+	r.spin = nil
+	r.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		r.spinWG.Wait()
+	}
+}
+
+// summarize renders a tool input in one short line.
+func summarize(input json.RawMessage, n int) string {
+	var m map[string]any
+	if json.Unmarshal(input, &m) != nil {
+		return clip(string(input), n)
+	}
+	for _, k := range []string{"command", "file_path", "path", "pattern", "url", "description", "prompt"} {
+		if v, ok := m[k].(string); ok && v != "" {
+			return clip(strings.ReplaceAll(v, "\n", " "), n)
+		}
+	}
+	b, _ := json.Marshal(m)
+	return clip(string(b), n)
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func indent(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if s == "" {
+		return ""
+	}
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ") + "\n"
+}
+
+func firstLine(s string, n int) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return clip(s, n)
+}

@@ -1,0 +1,171 @@
+// Package restapi holds the request and response bodies of agentd's HTTP
+// API, shared by the server and the Go client. Events and blocks are in
+// package conversation.
+package restapi
+
+import (
+	"encoding/json"
+	"io/fs"
+	"time"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/profile"
+)
+
+// Error is every error body: {"error": "...", "code": "UPPER_SNAKE"}.
+type Error struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
+
+// CreateSessionRequest is the body of POST /api/sessions.
+type CreateSessionRequest struct {
+	AgentProfileRef string          `json:"agentProfileRef,omitempty"`
+	Architecture    string          `json:"architecture"`
+	SessionOptions  json.RawMessage `json:"sessionOptions,omitempty"`
+	Name            string          `json:"name,omitempty"`
+}
+
+// CreateSessionResponse answers POST /api/sessions.
+type CreateSessionResponse struct {
+	SessionID      string               `json:"sessionId"`
+	Runtime        conversation.Runtime `json:"runtime"`
+	CreatedAt      time.Time            `json:"createdAt"`
+	SessionOptions json.RawMessage      `json:"sessionOptions"`
+}
+
+// SessionSummary is a session as listed.
+type SessionSummary struct {
+	SessionID             string                     `json:"sessionId"`
+	Type                  string                     `json:"type"`
+	AgentProfileReference string                     `json:"agentProfileReference"`
+	Name                  string                     `json:"name"`
+	Status                conversation.SessionStatus `json:"status"`
+	LastActivity          time.Time                  `json:"lastActivity"`
+	CreatedAt             time.Time                  `json:"createdAt"`
+	LastSeq               int64                      `json:"lastSeq"`
+	Deleted               bool                       `json:"deleted,omitempty"`
+}
+
+// SessionList answers GET /api/sessions.
+type SessionList struct {
+	Sessions []SessionSummary `json:"sessions"`
+}
+
+// SessionState answers GET /api/sessions/{id}.
+type SessionState struct {
+	SessionID             string                             `json:"sessionId"`
+	Type                  string                             `json:"type"`
+	AgentProfileReference string                             `json:"agentProfileReference"`
+	Name                  string                             `json:"name"`
+	Status                conversation.SessionStatus         `json:"status"`
+	CreatedAt             time.Time                          `json:"createdAt"`
+	LastActivity          time.Time                          `json:"lastActivity"`
+	SessionOptions        json.RawMessage                    `json:"sessionOptions"`
+	Blocks                []conversation.Block               `json:"blocks"`
+	Subagents             []conversation.Subagent            `json:"subagents"`
+	WorkspaceFiles        []conversation.WorkspaceFile       `json:"workspaceFiles"`
+	Runtime               conversation.Runtime               `json:"runtime"`
+	LastSeq               int64                              `json:"lastSeq"`
+	Usage                 conversation.Usage                 `json:"usage"`
+	CostUSD               float64                            `json:"costUSD"`
+	Model                 string                             `json:"model,omitempty"`
+	PendingPermissions    []conversation.PermissionRequested `json:"pendingPermissions"`
+	ActiveQueryID         string                             `json:"activeQueryId,omitempty"`
+}
+
+// Success is the body of calls that only succeed.
+type Success struct {
+	Success bool `json:"success"`
+}
+
+// MessageRequest is the body of POST /api/sessions/{id}/messages.
+type MessageRequest struct {
+	Content string `json:"content"`
+}
+
+// MessageResponse answers it.
+type MessageResponse struct {
+	Success   bool   `json:"success"`
+	SessionID string `json:"sessionId"`
+	QueryID   string `json:"queryId"`
+}
+
+// PermissionAnswer is the body of POST …/permissions/{requestId}.
+type PermissionAnswer struct {
+	Behavior     conversation.PermissionBehavior `json:"behavior"`
+	Message      string                          `json:"message,omitempty"`
+	UpdatedInput json.RawMessage                 `json:"updatedInput,omitempty"`
+}
+
+// FileEntry is a workspace entry.
+type FileEntry struct {
+	Path    string      `json:"path"`
+	Size    int64       `json:"size"`
+	Mode    fs.FileMode `json:"mode"`
+	IsDir   bool        `json:"isDir"`
+	ModTime time.Time   `json:"modTime"`
+}
+
+// FileList answers GET /api/sessions/{id}/files.
+type FileList struct {
+	Files []FileEntry `json:"files"`
+}
+
+// EventPage answers GET /api/sessions/{id}/events as JSON.
+type EventPage struct {
+	Events  []conversation.Event `json:"events"`
+	LastSeq int64                `json:"lastSeq"`
+}
+
+// ProfileList answers GET /api/agent-profiles.
+type ProfileList struct {
+	Profiles []profile.Summary `json:"profiles"`
+}
+
+// ArchitectureInfo describes an architecture.
+type ArchitectureInfo struct {
+	Name      string   `json:"name"`
+	Aliases   []string `json:"aliases"`
+	Available bool     `json:"available"`
+	Version   string   `json:"version,omitempty"`
+	Problem   string   `json:"problem,omitempty"`
+}
+
+// ArchitectureList answers GET /api/architectures.
+type ArchitectureList struct {
+	Architectures []ArchitectureInfo `json:"architectures"`
+}
+
+// AuthInfo answers GET /api/auth.
+type AuthInfo struct {
+	Required bool `json:"required"`
+}
+
+// Health answers GET /health.
+type Health struct {
+	Status  string `json:"status"`
+	Version string `json:"version,omitempty"`
+}
+
+// WebSocket frames of /api/ws.
+
+// ClientFrame is a client → server frame.
+type ClientFrame struct {
+	Op        string          `json:"op"`
+	SessionID string          `json:"sessionId,omitempty"`
+	After     *int64          `json:"after,omitempty"`
+	ID        json.RawMessage `json:"id,omitempty"`
+}
+
+// ServerFrame is a server → client frame: ack, event, error, pong or
+// sessions.
+type ServerFrame struct {
+	Op      string              `json:"op"`
+	ID      json.RawMessage     `json:"id,omitempty"`
+	OK      bool                `json:"ok,omitempty"`
+	Error   *Error              `json:"error,omitempty"`
+	LastSeq *int64              `json:"lastSeq,omitempty"`
+	Event   *conversation.Event `json:"event,omitempty"`
+	Session *SessionSummary     `json:"session,omitempty"`
+}
