@@ -71,6 +71,7 @@ func TestExecIDsScopedPerTurnAndPrefix(t *testing.T) {
 		`{"type":"thread.started","thread_id":"th"}`,
 		`{"type":"turn.started"}`,
 		`{"type":"item.completed","item":{"id":"item_0","type":"agent_message","text":"two"}}`,
+		`{"type":"error","message":"quota exceeded"}`,
 		`{"type":"turn.failed","error":{"message":"quota exceeded"}}`,
 	}
 	var events []conversation.Event

@@ -25,11 +25,12 @@ import (
 // WithIDPrefix prefix or else the thread id, and turn counts the
 // turn.started lines this converter has seen.
 type ExecJSONConverter struct {
-	opts     options
-	threadID string
-	turn     int
-	errors   int
-	blocks   blocks
+	opts      options
+	threadID  string
+	turn      int
+	errors    int
+	lastError string // the last error line's message in this turn
+	blocks    blocks
 }
 
 // NewExecJSONConverter returns a converter for one `codex exec --json`
@@ -105,6 +106,7 @@ func (c *ExecJSONConverter) Convert(line []byte) ([]conversation.Event, error) {
 		o.log(conversation.LevelInfo, "codex thread started: "+l.ThreadID, line)
 	case "turn.started":
 		c.turn++
+		c.lastError = ""
 	case "item.started", "item.updated", "item.completed":
 		if err := c.item(o, l.Type == "item.completed", l.Item, line); err != nil {
 			return nil, err
@@ -123,7 +125,11 @@ func (c *ExecJSONConverter) Convert(line []byte) ([]conversation.Event, error) {
 		if l.Error != nil && l.Error.Message != "" {
 			msg = l.Error.Message
 		}
-		c.errorBlock(o, msg)
+		if msg != c.lastError {
+			// codex exec usually sends the fatal error as an error line
+			// first; one block for it is enough.
+			c.errorBlock(o, msg)
+		}
 		o.emit("", conversation.QueryFailed{Error: msg})
 	case "error":
 		c.errorBlock(o, l.Message)
@@ -149,6 +155,7 @@ func (c *ExecJSONConverter) blockID(itemID string) string {
 
 func (c *ExecJSONConverter) errorBlock(o *out, msg string) {
 	c.errors++
+	c.lastError = msg
 	id := c.blocks.claim("error:"+strconv.Itoa(c.errors), c.scope()+"-"+strconv.Itoa(c.turn)+"-error-"+strconv.Itoa(c.errors))
 	c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockError, Status: conversation.StatusError, Message: msg})
 	o.emit("", conversation.ErrorEvent{Message: msg})
