@@ -197,12 +197,19 @@ func (e *Executor) execStart(ctx context.Context, c *Conn, req *Request) (any, e
 		p.Tag = "x" + strconv.Itoa(e.seq)
 	}
 	x.tag = p.Tag
-	if _, ok := e.execs[p.Tag]; ok {
-		e.mu.Unlock()
-		return nil, Errorf(CodeExists, "exec.start: tag %q in use", p.Tag)
+	var stale *execState
+	if old, ok := e.execs[p.Tag]; ok {
+		if old.proc == nil || old.exitStatus() == nil {
+			e.mu.Unlock()
+			return nil, Errorf(CodeExists, "exec.start: tag %q in use", p.Tag)
+		}
+		stale = old // exited: reusing its tag releases it
 	}
 	e.execs[p.Tag] = x
 	e.mu.Unlock()
+	if stale != nil {
+		e.forget(stale, c)
+	}
 	started := false
 	defer func() {
 		if !started {
@@ -454,6 +461,13 @@ func (e *Executor) execRelease(c *Conn, req *Request) (any, error) {
 	}
 	delete(e.execs, p.Tag)
 	e.mu.Unlock()
+	e.forget(x, c)
+	return OKResult{OK: true}, nil
+}
+
+// forget stops an exited process's subscription and frees its spools. It
+// is no longer in e.execs. c is the connection asking.
+func (e *Executor) forget(x *execState, c *Conn) {
 	x.mu.Lock()
 	sub := x.sub
 	x.sub = nil
@@ -461,9 +475,8 @@ func (e *Executor) execRelease(c *Conn, req *Request) (any, error) {
 	if sub != nil {
 		exited := sub.stop()
 		if sub.c == c {
-			<-exited
+			<-exited // nothing of it follows the reply
 		}
 	}
 	x.releaseSpools()
-	return OKResult{OK: true}, nil
 }

@@ -232,6 +232,18 @@ func TestExecOutputExitListRelease(t *testing.T) {
 	if list, _ := c.ExecList(bg); len(list) != 0 {
 		t.Fatalf("list after release %+v", list)
 	}
+	// The tag of an exited process may be reused (that releases it).
+	if _, err := c.ExecStart(bg, ExecStartParams{Tag: "c", Argv: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	r.waitExit(t, "c")
+	r.mu.Lock()
+	delete(r.exits, "c")
+	r.mu.Unlock()
+	if _, err := c.ExecStart(bg, ExecStartParams{Tag: "c", Argv: []string{"echo", "again"}}); err != nil {
+		t.Fatalf("reuse of an exited tag: %v", err)
+	}
+	r.waitExit(t, "c")
 	// The executor picks a tag when none is given.
 	res, err = c.ExecStart(bg, ExecStartParams{Argv: []string{"true"}})
 	if err != nil || res.Tag == "" {

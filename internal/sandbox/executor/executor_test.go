@@ -554,3 +554,70 @@ func TestRunAsUser(t *testing.T) {
 		t.Fatalf("agent user reached the socket: %q", o)
 	}
 }
+
+func TestCreateFailures(t *testing.T) {
+	dir := shortTempDir(t)
+	// An "agentd" that dies at once: Create says why, from its log.
+	bad := filepath.Join(dir, "bad-agentd")
+	if err := os.WriteFile(bad, []byte("#!/bin/sh\necho boom: cannot start >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := testOptions(filepath.Join(dir, "run"))
+	opts.Binary = bad
+	p, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Create(bg, sandbox.Spec{SessionID: "s", Workspace: filepath.Join(dir, "ws")})
+	if err == nil || !strings.Contains(err.Error(), "boom: cannot start") {
+		t.Fatalf("create with a failing binary: %v", err)
+	}
+	if left, _ := os.ReadDir(filepath.Join(dir, "run")); len(left) != 0 {
+		t.Fatalf("run folder not cleaned: %v", left)
+	}
+	// A binary that does not exist.
+	opts.Binary = filepath.Join(dir, "missing")
+	p, _ = New(opts)
+	if _, err := p.Create(bg, sandbox.Spec{SessionID: "s", Workspace: filepath.Join(dir, "ws")}); err == nil {
+		t.Fatal("create with a missing binary succeeded")
+	}
+	// A run folder too deep for a socket path.
+	opts = testOptions(filepath.Join(dir, strings.Repeat("d", 100)))
+	p, _ = New(opts)
+	if _, err := p.Create(bg, sandbox.Spec{SessionID: "s", Workspace: filepath.Join(dir, "ws")}); err == nil || !strings.Contains(err.Error(), "socket path") {
+		t.Fatalf("long socket path: %v", err)
+	}
+	if _, err := p.Create(bg, sandbox.Spec{SessionID: "s"}); err == nil {
+		t.Fatal("create without a workspace succeeded")
+	}
+	if _, err := New(Options{RunAsUser: "no-such-user-xyz"}); err == nil {
+		t.Fatal("unknown RunAsUser accepted")
+	}
+}
+
+// Wrap prefixes the executor's command line (as the bwrap backend will).
+func TestWrap(t *testing.T) {
+	var wrapped []string
+	p, dir := newTestProvider(t, func(o *Options) {
+		o.Wrap = func(argv []string) []string {
+			wrapped = argv
+			return append([]string{"/usr/bin/env", "WRAPPED_BY=test"}, argv...)
+		}
+	})
+	env, _ := createEnv(t, p, dir)
+	if len(wrapped) < 3 || wrapped[1] != "executor" || wrapped[2] != "--listen-fd" {
+		t.Fatalf("argv given to Wrap: %q", wrapped)
+	}
+	var h Handle
+	_ = json.Unmarshal(env.Handle(), &h)
+	environ, err := os.ReadFile("/proc/" + strconv.Itoa(h.PID) + "/environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(environ, []byte("WRAPPED_BY=test\x00")) {
+		t.Fatalf("executor not started through the wrapper: %q", environ)
+	}
+	if o, _, st := run(t, env, sandbox.Cmd{Argv: []string{"echo", "ok"}}); o != "ok\n" || !st.Success() {
+		t.Fatalf("%q %+v", o, st)
+	}
+}

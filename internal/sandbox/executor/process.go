@@ -248,15 +248,19 @@ func (p *process) Signal(sig os.Signal) error {
 	if name == "" {
 		name = strconv.Itoa(int(s))
 	}
-	return p.env.call(context.Background(), rpc.MethodExecSignal, rpc.ExecSignalParams{Tag: p.tag, Signal: name}, nil)
+	err := p.env.call(context.Background(), rpc.MethodExecSignal, rpc.ExecSignalParams{Tag: p.tag, Signal: name}, nil)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return os.ErrProcessDone // exited and released, as the local backend says
+	}
+	return err
 }
 
 // Kill kills the process's group. Killing an exited process is not an
 // error.
 func (p *process) Kill() error {
 	err := p.Signal(syscall.SIGKILL)
-	if errors.Is(err, sandbox.ErrNotFound) {
-		return nil // already exited and released
+	if errors.Is(err, os.ErrProcessDone) {
+		return nil
 	}
 	return err
 }
