@@ -55,7 +55,7 @@ func parseAnthropic(body []byte) (*Request, error) {
 	if ar.Model == "" {
 		return nil, errors.New("model: field required")
 	}
-	if len(ar.Messages) == 0 && ar.Messages != nil {
+	if len(ar.Messages) == 0 {
 		return nil, errors.New("messages: at least one message is required")
 	}
 	r := &Request{
