@@ -1,4 +1,5 @@
 /// <reference types="vitest/config" />
+import { writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import react from "@vitejs/plugin-react";
 import { defineConfig } from "vite";
@@ -8,7 +9,17 @@ import { defineConfig } from "vite";
 const clientSrc = fileURLToPath(new URL("../clients/ts/src/index.ts", import.meta.url));
 
 export default defineConfig({
-  plugins: [react()],
+  plugins: [
+    react(),
+    {
+      // dist/ is emptied on build; keep the placeholder that lets `go build`
+      // embed dist on a fresh clone without node.
+      name: "keep-gitkeep",
+      closeBundle() {
+        writeFileSync(fileURLToPath(new URL("dist/.gitkeep", import.meta.url)), "");
+      },
+    },
+  ],
   resolve: { alias: { "@agentd/client": clientSrc } },
   build: { outDir: "dist", emptyOutDir: true, sourcemap: false, chunkSizeWarningLimit: 1024 },
   server: {

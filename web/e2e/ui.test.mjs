@@ -116,10 +116,19 @@ describe("agentd web UI", () => {
           assert.ok(counts[i] <= 1, `line ${i} at most once`);
         }
         assert.deepEqual(await duplicateBlocks(page), []);
-        // The session still works after the restart.
+        // The session still works after the restart. A crashed server's lease
+        // on the session may still be unexpired (agentd's LeaseTTL, 30 s by
+        // default): the UI then shows "running on another server"; retry.
         await waitIdle(page);
-        await send(page, "echo after-restart");
-        await waitFor(async () => /^after-restart$/m.test(await outputText(page)), { what: "a new turn after the restart" });
+        const deadline = Date.now() + 60_000;
+        for (;;) {
+          await send(page, "echo after-restart");
+          const ok = await waitFor(async () => /^after-restart$/m.test(await outputText(page)) || (await page.locator(".composer [role=alert]").count()) > 0, { what: "a new turn after the restart" });
+          if (/^after-restart$/m.test(await outputText(page))) break;
+          const msg = await page.locator(".composer [role=alert]").innerText();
+          assert.ok(ok && /another server/.test(msg) && Date.now() < deadline, `sending after the restart failed: ${msg}`);
+          await sleep(2000);
+        }
       });
     });
   });
