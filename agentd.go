@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -195,16 +196,23 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return fail(fmt.Errorf("unknown sandbox %q", cfg.Sandbox))
 	}
 
+	// Agent configuration written into workspaces lives under .agentd/; it
+	// is not the user's work, so it is not watched.
+	cfg.WatchIgnore = append(append([]string(nil), cfg.WatchIgnore...), ".agentd")
 	archs := agent.NewRegistry()
 	RegisterArchitectures(archs)
 
+	holder, err := nodeID(dataDir)
+	if err != nil {
+		return fail(err)
+	}
 	s.events = eventlog.New(s.store, eventlog.Options{Registerer: cfg.Registerer, Logger: log})
 	s.sessions, err = session.New(session.Config{
 		Store: s.store, Log: s.events, Sandbox: provider, Files: providers["local"],
 		Architectures: archs, Profiles: profiles, DataDir: dataDir,
 		IdleTimeout: cfg.IdleTimeout, PermissionTimeout: cfg.PermissionTimeout,
 		Env: cfg.Env, WatchIgnore: cfg.WatchIgnore, PersistFilesMax: 1 << 20,
-		Logger: log, Metrics: newSessionMetrics(cfg.Registerer),
+		Logger: log, Metrics: newSessionMetrics(cfg.Registerer), Holder: holder,
 	})
 	if err != nil {
 		s.events.Close()
@@ -229,6 +237,22 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.handler = s.api
 	return s, nil
+}
+
+// nodeID returns this server's stable identity (kept in the data folder),
+// the holder name of its session leases: a server restarted on the same data
+// takes its sessions back at once instead of waiting for its own old leases
+// to expire.
+func nodeID(dataDir string) (string, error) {
+	p := filepath.Join(dataDir, "node-id")
+	if b, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	id := "agentd-" + uuid.NewString()
+	if err := os.WriteFile(p, []byte(id+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("write node id: %w", err)
+	}
+	return id, nil
 }
 
 // RegisterArchitectures adds every built-in architecture to r.

@@ -2,9 +2,15 @@ package agentd
 
 import "github.com/agentd/agentd/internal/agent"
 
-// registerAgentArchitectures registers the architectures that drive external
-// agent CLIs. Each lands with its package.
-func registerAgentArchitectures(r *agent.Registry) {}
+// builtins register the architectures that drive external agent CLIs; each
+// adds itself from its own arch_*.go file.
+var builtins []func(*agent.Registry)
+
+func registerAgentArchitectures(r *agent.Registry) {
+	for _, register := range builtins {
+		register(r)
+	}
+}
 
 // AgentCLI names an agent CLI version agentd is tested with.
 type AgentCLI struct {
