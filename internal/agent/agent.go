@@ -82,6 +82,12 @@ type Host interface {
 	// session id, so a later runner can resume).
 	AgentState() json.RawMessage
 	SaveAgentState(ctx context.Context, state json.RawMessage) error
+	// SaveTranscript stores the agent's own transcript file (e.g. a Claude
+	// Code session .jsonl) with the session, so the agent's conversation can
+	// be restored into a new environment; LoadTranscript reads it back
+	// (store.ErrNotFound when absent).
+	SaveTranscript(ctx context.Context, name string, data []byte) error
+	LoadTranscript(ctx context.Context, name string) ([]byte, error)
 	// SetAgentInfo records the agent's version and its own session id on the
 	// session's runtime.
 	SetAgentInfo(ctx context.Context, version, agentSessionID string) error

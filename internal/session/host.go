@@ -72,6 +72,14 @@ func (h *host) SaveAgentState(ctx context.Context, state json.RawMessage) error 
 	return h.s.m.cfg.Store.UpdateSession(ctx, rec)
 }
 
+func (h *host) SaveTranscript(ctx context.Context, name string, data []byte) error {
+	return h.s.m.cfg.Store.SaveTranscript(ctx, h.s.id, name, data)
+}
+
+func (h *host) LoadTranscript(ctx context.Context, name string) ([]byte, error) {
+	return h.s.m.cfg.Store.LoadTranscript(ctx, h.s.id, name)
+}
+
 func (h *host) SetAgentInfo(ctx context.Context, version, agentSessionID string) error {
 	h.s.mu.Lock()
 	if version != "" {
