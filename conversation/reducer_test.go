@@ -1,0 +1,189 @@
+package conversation_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/agentd/agentd/conversation"
+)
+
+func seq(n int64, e conversation.Event) conversation.Event {
+	e.Seq = n
+	return e
+}
+
+func TestUpsertShallowMergesAndDeltasAppend(t *testing.T) {
+	evs := []conversation.Event{
+		seq(1, conversation.Upsert(conversation.Block{ID: "m-0", Type: conversation.BlockAssistantText, Status: conversation.StatusPending})),
+		seq(2, conversation.Delta("m-0", "Hel")),
+		seq(3, conversation.Delta("m-0", "lo")),
+		// A merge that omits content keeps the streamed text.
+		seq(4, conversation.Upsert(conversation.Block{ID: "m-0", Type: conversation.BlockAssistantText, Status: conversation.StatusComplete, Model: "m"})),
+		seq(5, conversation.Upsert(conversation.Block{ID: "t1", Type: conversation.BlockToolUse, ToolName: "Bash", ToolUseID: "t1", Input: json.RawMessage(`{"command":"ls"}`)})),
+		seq(6, conversation.Upsert(conversation.Block{ID: "t1-result", Type: conversation.BlockToolResult, ToolUseID: "t1", Status: conversation.StatusPending})),
+		seq(7, conversation.Delta("t1-result", "a\n")),
+		seq(8, conversation.Delta("t1-result", "b\n")),
+		seq(9, conversation.Upsert(conversation.Block{ID: "t1-result", Type: conversation.BlockToolResult, Status: conversation.StatusError, IsError: true, Metadata: map[string]any{"exitCode": 2}})),
+	}
+	st, err := conversation.Reduce(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Blocks) != 3 {
+		t.Fatalf("%d blocks", len(st.Blocks))
+	}
+	b := st.Blocks[0]
+	if b.Content != "Hello" || b.Status != conversation.StatusComplete || b.Model != "m" {
+		t.Fatalf("text block %+v", b)
+	}
+	r := st.Blocks[2]
+	if r.Output != "a\nb\n" || !r.IsError || r.Content != "" || r.ToolUseID != "t1" || r.Metadata["exitCode"] != float64(2) {
+		t.Fatalf("result block %+v", r)
+	}
+	if st.LastSeq != 9 {
+		t.Fatalf("last seq %d", st.LastSeq)
+	}
+}
+
+func TestDuplicatesIgnoredAndUnsequencedApply(t *testing.T) {
+	r := conversation.NewReducer()
+	a := seq(1, conversation.Upsert(conversation.Block{ID: "x", Type: conversation.BlockAssistantText}))
+	d := seq(2, conversation.Delta("x", "once"))
+	for _, e := range []conversation.Event{a, d} {
+		if err := r.Apply(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Apply(d); !errors.Is(err, conversation.ErrDuplicate) {
+		t.Fatalf("replayed delta: %v", err)
+	}
+	if err := r.Apply(seq(1, conversation.Delta("x", "again"))); !errors.Is(err, conversation.ErrDuplicate) {
+		t.Fatalf("older event: %v", err)
+	}
+	if got := r.State().Blocks[0].Content; got != "once" {
+		t.Fatalf("content %q: a duplicate was applied", got)
+	}
+	// Unsequenced (converter) events always apply.
+	r.Apply(conversation.Delta("x", "+"))
+	if got := r.State().Blocks[0].Content; got != "once+" {
+		t.Fatalf("content %q", got)
+	}
+}
+
+func TestStateIsASnapshot(t *testing.T) {
+	r := conversation.NewReducer()
+	r.Apply(seq(1, conversation.Upsert(conversation.Block{ID: "x", Type: conversation.BlockAssistantText, Metadata: map[string]any{"a": 1}})))
+	before := r.State()
+	r.Apply(seq(2, conversation.Delta("x", "more")))
+	r.Apply(seq(3, conversation.Upsert(conversation.Block{ID: "x", Type: conversation.BlockAssistantText, Metadata: map[string]any{"b": 2}})))
+	if before.Blocks[0].Content != "" || len(before.Blocks[0].Metadata) != 1 {
+		t.Fatalf("earlier state changed: %+v", before.Blocks[0])
+	}
+}
+
+func TestSubagentsPermissionsFilesUsage(t *testing.T) {
+	cost := 0.5
+	evs := []conversation.Event{
+		conversation.NewEvent(conversation.SubagentSpawned{ToolUseID: "task1", Prompt: "do it", SubagentType: "general"}),
+		conversation.Upsert(conversation.Block{ID: "s-0", Type: conversation.BlockAssistantText, Content: "sub text"}).In("task1"),
+		conversation.NewEvent(conversation.SubagentCompleted{ToolUseID: "task1", Status: conversation.StatusComplete, Output: "done"}),
+		conversation.NewEvent(conversation.PermissionRequested{RequestID: "p1", ToolName: "Bash"}),
+		conversation.NewEvent(conversation.PermissionRequested{RequestID: "p2", ToolName: "Write"}),
+		conversation.NewEvent(conversation.PermissionResolved{RequestID: "p1", Behavior: conversation.Allow, By: conversation.ByUser}),
+		conversation.NewEvent(conversation.FileChange{Kind: conversation.TypeFileCreated, Path: "b.txt"}),
+		conversation.NewEvent(conversation.FileChange{Kind: conversation.TypeFileCreated, Path: "a.txt"}),
+		conversation.NewEvent(conversation.FileChange{Kind: conversation.TypeFileDeleted, Path: "b.txt"}),
+		conversation.NewEvent(conversation.MetadataUpdate{Usage: &conversation.Usage{InputTokens: 10, OutputTokens: 3}, CostUSD: &cost, Model: "m1"}),
+		conversation.NewEvent(conversation.MetadataUpdate{Usage: &conversation.Usage{InputTokens: 5}, CostUSD: &cost}),
+		conversation.NewEvent(conversation.QueryStarted{QueryID: "q1"}),
+	}
+	st, err := conversation.Reduce(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Blocks) != 0 || len(st.Subagents) != 1 {
+		t.Fatalf("main %d blocks, %d subagents", len(st.Blocks), len(st.Subagents))
+	}
+	s := st.Subagents[0]
+	if s.ID != "task1" || s.Prompt != "do it" || s.Status != conversation.StatusComplete || s.Output != "done" || len(s.Blocks) != 1 || s.Blocks[0].Content != "sub text" {
+		t.Fatalf("subagent %+v", s)
+	}
+	if len(st.PendingPermissions) != 1 || st.PendingPermissions[0].RequestID != "p2" {
+		t.Fatalf("pending %+v", st.PendingPermissions)
+	}
+	if len(st.WorkspaceFiles) != 1 || st.WorkspaceFiles[0].Path != "a.txt" {
+		t.Fatalf("files %+v", st.WorkspaceFiles)
+	}
+	if st.Usage.InputTokens != 15 || st.Usage.OutputTokens != 3 || st.CostUSD != 1.0 || st.Model != "m1" {
+		t.Fatalf("usage %+v cost %v model %q", st.Usage, st.CostUSD, st.Model)
+	}
+	if st.ActiveQueryID != "q1" {
+		t.Fatalf("active query %q", st.ActiveQueryID)
+	}
+}
+
+func TestMalformedEventsReportedNotFatal(t *testing.T) {
+	r := conversation.NewReducer()
+	bad := []conversation.Event{
+		{Seq: 1, Type: conversation.TypeBlockUpsert, Payload: json.RawMessage(`{"block":`)},
+		{Seq: 2, Type: conversation.TypeBlockUpsert, Payload: json.RawMessage(`{"block":{"type":"x"}}`)},
+		{Seq: 3, Type: conversation.TypeBlockDelta, Payload: json.RawMessage(`{"blockId":"nope","delta":"x"}`)},
+		{Seq: 4, Type: "weird", Payload: json.RawMessage(`{}`)},
+		{Seq: 5, Type: conversation.TypeMetadataUpdate, Payload: json.RawMessage(`{"usage":"lots"}`)},
+	}
+	for _, e := range bad {
+		if err := r.Apply(e); err == nil {
+			t.Errorf("seq %d: no error for %s", e.Seq, e.Payload)
+		}
+	}
+	if err := r.Apply(seq(6, conversation.Upsert(conversation.Block{ID: "ok", Type: conversation.BlockAssistantText}))); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.State(); len(st.Blocks) != 1 || st.LastSeq != 6 {
+		t.Fatalf("after bad events: %+v", st)
+	}
+}
+
+func TestDecodeRoundTripsEveryType(t *testing.T) {
+	payloads := []conversation.Payload{
+		conversation.BlockUpsert{}, conversation.BlockDelta{}, conversation.MetadataUpdate{}, conversation.StatusChange{},
+		conversation.QueryStarted{}, conversation.QueryCompleted{}, conversation.QueryFailed{},
+		conversation.PermissionRequested{}, conversation.PermissionResolved{},
+		conversation.FileChange{Kind: conversation.TypeFileCreated}, conversation.FileChange{Kind: conversation.TypeFileModified}, conversation.FileChange{Kind: conversation.TypeFileDeleted},
+		conversation.SubagentSpawned{}, conversation.SubagentCompleted{}, conversation.ErrorEvent{}, conversation.LogEvent{}, conversation.SessionIdleEvent{},
+	}
+	seen := map[conversation.EventType]bool{}
+	for _, p := range payloads {
+		e := conversation.NewEvent(p)
+		got, err := e.Decode()
+		if err != nil {
+			t.Fatalf("%s: %v", e.Type, err)
+		}
+		if got.EventType() != e.Type {
+			t.Fatalf("%s decoded as %s", e.Type, got.EventType())
+		}
+		seen[e.Type] = true
+	}
+	for _, ty := range conversation.EventTypes {
+		if !seen[ty] {
+			t.Errorf("event type %s not covered", ty)
+		}
+	}
+}
+
+func FuzzReducer(f *testing.F) {
+	f.Add([]byte(`{"seq":1,"type":"block:upsert","payload":{"block":{"id":"a","type":"assistant_text"}},"context":{"conversationId":"main"}}`))
+	f.Add([]byte(`{"seq":2,"type":"block:delta","payload":{"blockId":"a","delta":"x"},"context":{"conversationId":"sub"}}`))
+	f.Add([]byte(`{"seq":3,"type":"subagent:completed","payload":{"toolUseId":"t"},"context":{}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var e conversation.Event
+		if json.Unmarshal(data, &e) != nil {
+			return
+		}
+		r := conversation.NewReducer()
+		_ = r.Apply(e)
+		_ = r.Apply(e)
+		_ = r.State()
+	})
+}
