@@ -188,7 +188,8 @@ export interface EventContext {
   conversationId: string;
   source: Source;
   timestamp: string;
-  actor: string | null;
+  /** The principal on whose behalf the event happened; null when none did. */
+  actor?: string | null;
 }
 
 export interface BlockUpsertPayload {
@@ -353,7 +354,7 @@ export interface ApiErrorBody {
 export interface AgentProfileSummary {
   id: string;
   name: string;
-  description?: string;
+  description: string;
 }
 
 export interface Architecture {
@@ -361,12 +362,12 @@ export interface Architecture {
   aliases: string[];
   available: boolean;
   version?: string;
+  /** Why the architecture is unavailable, when it is not. */
+  problem?: string;
 }
 
-export interface SessionOptions {
-  model?: string;
-  [key: string]: Json | undefined;
-}
+/** Session creation options; `model` picks the agent's model. */
+export type SessionOptions = { [key: string]: Json };
 
 export interface CreateSessionRequest {
   agentProfileRef?: string;
@@ -379,7 +380,7 @@ export interface CreateSessionResponse {
   sessionId: string;
   runtime: Runtime;
   createdAt: string;
-  sessionOptions?: SessionOptions;
+  sessionOptions: SessionOptions | null;
 }
 
 /** An item of GET /api/sessions and of the live `{"op":"sessions"}` frames. */
@@ -388,11 +389,13 @@ export interface SessionSummary {
   /** The architecture. */
   type: string;
   agentProfileReference: string;
-  name?: string;
+  name: string;
   status: SessionStatus;
   lastActivity: string;
   createdAt: string;
-  lastSeq?: number;
+  lastSeq: number;
+  /** Set on a live-list frame when the session was deleted. */
+  deleted?: boolean;
 }
 
 /** GET /api/sessions/{id}. */
@@ -400,9 +403,10 @@ export interface SessionState extends ReducedState {
   sessionId: string;
   type: string;
   agentProfileReference: string;
-  name?: string;
+  name: string;
   createdAt: string;
   lastActivity: string;
+  sessionOptions: SessionOptions | null;
 }
 
 export interface SendMessageResponse {
@@ -422,6 +426,8 @@ export interface FileEntry {
   size: number;
   isDir: boolean;
   modTime: string;
+  /** Unix permission bits. */
+  mode: number;
 }
 
 export interface EventsPage {

@@ -1,0 +1,99 @@
+// Compile-time proof that the hand-written wire types (src/types.ts) agree
+// with the types generated from the server's OpenAPI document
+// (test/generated/openapi.ts, made by `npm run gen:schema`). `npm test` runs
+// tsc over this file; a disagreement is a type error naming the type and
+// the field.
+//
+// Rules, per pair (Mine, Schema):
+//   - the same property names, and the same ones required;
+//   - each of my property types is assignable to the schema's (the client
+//     never claims a shape the server does not send);
+//   - where the schema lists values (an enum), mine accepts every one of them.
+// Plain strings in the schema (e.g. a status the Go type does not enumerate)
+// may be narrowed by mine; nested named types are checked as their own pair.
+//
+// Known, deliberate differences (each passed as a skipped field below):
+//   - Runtime.status: Go's zero Runtime (the state of a log with no status
+//     event) has status "", which the schema's enum leaves out; the client
+//     admits "". Pairs that embed a Runtime skip it and Runtime is checked
+//     with "" added to the schema's enum.
+//   - CreateSessionRequest.architecture: docs/api.md says it may be omitted
+//     when the profile names one; the schema marks it required.
+//   - Event.payload: typed per event type in the client, `{}` in the schema.
+import type * as S from "./generated/openapi.js";
+import type * as M from "../src/types.js";
+
+// My state is readonly all the way down; the wire shape is the same data.
+type Unro<T> = T extends readonly (infer E)[] ? Unro<E>[] : T extends object ? { -readonly [K in keyof T]: Unro<T[K]> } : T;
+type RequiredKeys<T> = { [K in keyof T]-?: {} extends Pick<T, K> ? never : K }[keyof T];
+type Eq<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+type IsLiteralUnion<T> = [T] extends [string] ? (string extends T ? false : true) : false;
+
+type PropOK<Mine, Schema> = [Unro<Exclude<Mine, undefined>>] extends [Exclude<Schema, undefined>]
+  ? IsLiteralUnion<Exclude<Schema, undefined>> extends true
+    ? [Exclude<Schema, undefined>] extends [Exclude<Mine, undefined>]
+      ? true
+      : "enum value missing"
+    : true
+  : "not assignable to the schema";
+
+type Problems<Mine, Schema, Skip extends string = never> = {
+  [K in Exclude<keyof Mine | keyof Schema, Skip>]: K extends keyof Mine
+    ? K extends keyof Schema
+      ? PropOK<Mine[K], Schema[K]>
+      : "only in the client"
+    : "only in the schema";
+};
+type Bad<P> = { [K in keyof P as P[K] extends true ? never : K]: P[K] };
+
+/** `true` when Mine and Schema agree, else an object naming each bad field. */
+type Agree<Mine, Schema, Skip extends string = never> =
+  Eq<Exclude<RequiredKeys<Mine>, Skip>, Exclude<RequiredKeys<Schema>, Skip>> extends true
+    ? {} extends Bad<Problems<Mine, Schema, Skip>>
+      ? true
+      : Bad<Problems<Mine, Schema, Skip>>
+    : { requiredMine: Exclude<RequiredKeys<Mine>, Skip>; requiredSchema: Exclude<RequiredKeys<Schema>, Skip> };
+
+function check<T extends true>(): T | void {}
+
+// Events: the envelope (payload is typed per event type in the client, `{}` in the schema).
+check<Agree<M.AgentEvent, S.Event, "payload">>();
+check<Eq<M.EventType, S.Event["type"]>>();
+check<Agree<M.EventContext, S.Context>>();
+check<Agree<M.AnyBlock, S.Block>>();
+check<Eq<M.BlockType, S.Block["type"]>>();
+check<Agree<M.BlockUpsertPayload, S.BlockUpsert>>();
+check<Agree<M.BlockDeltaPayload, S.BlockDelta>>();
+check<Agree<M.MetadataUpdatePayload, S.MetadataUpdate>>();
+check<Agree<M.StatusPayload, S.StatusChange, "runtime">>();
+check<Agree<M.QueryStartedPayload, S.QueryStarted>>();
+check<Agree<M.QueryCompletedPayload, S.QueryCompleted>>();
+check<Agree<M.QueryFailedPayload, S.QueryFailed>>();
+check<Agree<M.PermissionRequestedPayload, S.PermissionRequested>>();
+check<Agree<M.PermissionResolvedPayload, S.PermissionResolved>>();
+check<Agree<M.FileChangePayload, S.FileChange>>();
+check<Agree<M.SubagentSpawnedPayload, S.SubagentSpawned>>();
+check<Agree<M.SubagentCompletedPayload, S.SubagentCompleted>>();
+check<Agree<M.ErrorPayload, S.ErrorEvent>>();
+check<Agree<M.LogPayload, S.LogEvent>>();
+check<Agree<M.SessionIdlePayload, S.SessionIdleEvent>>();
+
+// Reduced state and its parts.
+check<Agree<M.Runtime, Omit<S.Runtime, "status"> & { status: S.Runtime["status"] | "" }>>();
+check<Agree<M.Usage, S.Usage>>();
+check<Agree<M.Subagent, S.Subagent>>();
+check<Agree<M.WorkspaceFile, S.WorkspaceFile>>();
+check<Agree<M.ReducedState, S.ConversationState, "runtime">>();
+
+// REST shapes.
+check<Agree<M.SessionState, S.SessionState, "runtime">>();
+check<Agree<M.SessionSummary, S.SessionSummary>>();
+check<Agree<M.CreateSessionRequest, S.CreateSessionRequest, "architecture">>();
+check<Agree<M.CreateSessionResponse, S.CreateSessionResponse, "runtime">>();
+check<Agree<M.SendMessageResponse, S.MessageResponse>>();
+check<Agree<M.PermissionAnswer, S.PermissionAnswer>>();
+check<Agree<M.FileEntry, S.FileEntry>>();
+check<Agree<M.Architecture, S.ArchitectureInfo>>();
+check<Agree<M.AgentProfileSummary, S.ProfileSummary>>();
+check<Agree<M.ApiErrorBody, S.Error>>();
+check<Agree<M.EventsPage, S.EventPage, "events">>();
