@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what agentd's tests need on a fresh Debian machine: Debian
+# packages (bubblewrap, chromium), the pinned agent CLIs and the UI's npm
+# packages (from their lockfiles), and the Go modules. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+apt_pkgs=()
+command -v bwrap >/dev/null 2>&1 || apt_pkgs+=(bubblewrap)
+[ -x /usr/bin/chromium ] || apt_pkgs+=(chromium)
+command -v useradd >/dev/null 2>&1 || apt_pkgs+=(passwd)
+if [ ${#apt_pkgs[@]} -gt 0 ]; then
+  log "installing Debian packages: ${apt_pkgs[*]}"
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${apt_pkgs[@]}" >/dev/null
+fi
+
+# npm ci only when the lockfile changed since the last install.
+npm_ci() {
+  local dir=$1 stamp="$1/node_modules/.agentd-lock-hash" hash
+  hash=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$hash" ]; then
+    return
+  fi
+  log "npm ci in $dir"
+  npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
+  echo "$hash" > "$stamp"
+}
+npm_ci tools/agents
+npm_ci clients/ts
+npm_ci web
+
+log "go mod download"
+go mod download
+log "done"

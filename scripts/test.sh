@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls exactly this):
+# set-up, Go vet and tests (real SQLite, real processes, the real agent CLIs
+# against mock-llm), the TypeScript client and UI unit tests, and browser
+# tests in Debian's chromium against a real server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+start=$(date +%s)
+
+step "setup"
+scripts/setup.sh
+
+step "build (UI embedded)"
+scripts/build.sh
+
+step "go vet"
+go vet ./...
+
+step "go test"
+# Missing agent CLIs fail the run instead of skipping tests.
+export AGENTD_REQUIRE_AGENTS=1
+go test -count=1 -timeout 30m ./...
+
+step "go test -race (core packages)"
+go test -count=1 -race -timeout 20m ./conversation/... ./internal/eventlog/... ./internal/session/... ./internal/api/... ./store/...
+
+step "TypeScript client and UI unit tests"
+npm test --prefix web --silent
+
+step "browser tests (chromium)"
+AGENTD_BIN="$PWD/bin/agentd" npm run e2e --prefix web --silent
+
+echo
+echo "all tests passed in $(( $(date +%s) - start ))s"
