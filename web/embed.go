@@ -18,7 +18,7 @@ var dist embed.FS
 // Handler returns the UI handler over the embedded build. It is safe for
 // concurrent use. Mount it at "/" after the API routes: every path that is
 // not a file of the build gets index.html, so client-side routes such as
-// /sessions/{id} survive a reload.
+// /s/{id} survive a reload.
 func Handler() http.Handler {
 	sub, err := fs.Sub(dist, "dist")
 	if err != nil {

@@ -45,7 +45,7 @@ func TestServesHashedAssetsWithLongCache(t *testing.T) {
 }
 
 func TestClientRoutesFallBackToIndex(t *testing.T) {
-	for _, p := range []string{"/", "/index.html", "/sessions/abc", "/sessions/abc/terminal", "/../../etc/passwd"} {
+	for _, p := range []string{"/", "/index.html", "/s/abc", "/s/abc/terminal", "/../../etc/passwd"} {
 		r := get(t, NewHandler(built), http.MethodGet, p)
 		if r.StatusCode != 200 {
 			t.Fatalf("%s: status %d", p, r.StatusCode)
@@ -80,7 +80,7 @@ func TestRejectsWrites(t *testing.T) {
 
 func TestNotBuiltPage(t *testing.T) {
 	h := NewHandler(fstest.MapFS{".gitkeep": {}})
-	r := get(t, h, http.MethodGet, "/sessions/x")
+	r := get(t, h, http.MethodGet, "/s/x")
 	if r.StatusCode != 200 {
 		t.Fatalf("status %d", r.StatusCode)
 	}

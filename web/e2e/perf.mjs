@@ -59,7 +59,7 @@ try {
   await page.goto(server.url + "/"); // warm the static assets once, as a returning user would
   await page.getByTestId("new-session-button").waitFor();
   const t0 = Date.now();
-  await page.goto(`${server.url}/sessions/${big}`);
+  await page.goto(`${server.url}/s/${big}`);
   await page.waitForFunction(() => document.querySelectorAll('[data-testid="conversation"] .vitem').length > 0, null, { timeout: 60_000 });
   const paintedAt = await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => r(performance.now())))));
   const wall = Date.now() - t0;
@@ -102,7 +102,7 @@ try {
   // ---- one block receiving many deltas --------------------------------------
   const { sessionId: d } = await server.api("POST", "/api/sessions", { architecture: "shell", name: "perf-deltas" });
   const p2 = await openPage(browser, { width: 1280, height: 900 });
-  await p2.goto(`${server.url}/sessions/${d}`);
+  await p2.goto(`${server.url}/s/${d}`);
   await p2.getByTestId("composer-input").waitFor();
   await p2.evaluate(() => {
     window.__perf = { frames: [], last: performance.now(), running: true };

@@ -61,6 +61,13 @@ describe("agentd web UI", () => {
         const item = page.locator(`[data-testid="session-item"][data-session-id="${id}"]`);
         await item.waitFor();
         assert.match(await item.innerText(), /shell/);
+        // A reload lands on the same session (a client route the server must
+        // answer with the UI) and shows the same output from the snapshot.
+        assert.match(page.url(), new RegExp(`/s/${id}$`));
+        await page.reload();
+        await page.getByTestId("session-view").waitFor();
+        await waitFor(async () => /line 20$/m.test(await outputText(page)), { what: "output after reload" });
+        assert.deepEqual(lineCounts(await outputText(page), 20).slice(1), new Array(20).fill(1), "every line exactly once after reload");
       });
     });
   });

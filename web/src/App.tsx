@@ -7,7 +7,9 @@ import { SessionView } from "./SessionView";
 
 const KEY_STORAGE = "agentd.apiKey";
 
-// ---- routing: "/" and "/sessions/{id}", on the History API ------------------
+// ---- routing: "/" and "/s/{id}", on the History API -------------------------
+// Not "/sessions/{id}": the server keeps GET /sessions/{id} as a legacy REST
+// alias, so a reload there would get JSON instead of the UI.
 
 function subscribeLocation(cb: () => void): () => void {
   window.addEventListener("popstate", cb);
@@ -22,7 +24,7 @@ export function navigate(path: string): void {
 
 function useSessionRoute(): string | null {
   const path = useSyncExternalStore(subscribeLocation, () => location.pathname);
-  const m = /^\/sessions\/([^/]+)/.exec(path);
+  const m = /^\/s\/([^/]+)/.exec(path);
   return m ? decodeURIComponent(m[1]!) : null;
 }
 
@@ -153,7 +155,7 @@ function Shell({ app }: { app: AppT }) {
             {conn === "connected" ? "live" : conn === "reconnecting" ? "reconnecting…" : conn === "connecting" ? "connecting…" : "offline"}
           </span>
         </header>
-        <SessionList selected={sessionId} onSelect={(id) => navigate(`/sessions/${encodeURIComponent(id)}`)} onNew={() => setDialog(true)} />
+        <SessionList selected={sessionId} onSelect={(id) => navigate(`/s/${encodeURIComponent(id)}`)} onNew={() => setDialog(true)} />
         <main className="main">
           {sessionId ? (
             <SessionView key={sessionId} id={sessionId} onBack={() => navigate("/")} />
@@ -166,7 +168,7 @@ function Shell({ app }: { app: AppT }) {
             onClose={() => setDialog(false)}
             onCreated={(id) => {
               setDialog(false);
-              navigate(`/sessions/${encodeURIComponent(id)}`);
+              navigate(`/s/${encodeURIComponent(id)}`);
             }}
           />
         )}
