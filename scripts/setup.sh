@@ -33,6 +33,7 @@ npm_ci() {
 npm_ci tools/agents
 npm_ci clients/ts
 npm_ci web
+npm_ci tests/socketio
 
 log "go mod download"
 go mod download

@@ -29,6 +29,9 @@ go test -count=1 -race -timeout 20m ./conversation/... ./internal/eventlog/... .
 step "TypeScript client and UI unit tests"
 npm test --prefix web --silent
 
+step "Socket.IO compatibility (real socket.io-client)"
+AGENTD_BIN="$PWD/bin/agentd" npm test --prefix tests/socketio --silent
+
 step "browser tests (chromium)"
 AGENTD_BIN="$PWD/bin/agentd" npm run e2e --prefix web --silent
 

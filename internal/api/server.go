@@ -5,12 +5,14 @@
 package api
 
 import (
+	"bufio"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -198,6 +200,14 @@ func (m *methodAware) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach Flush and Hijack.
 func (m *methodAware) Unwrap() http.ResponseWriter { return m.ResponseWriter }
+
+// Flush and Hijack are implemented directly too, for libraries that
+// type-assert instead of using http.ResponseController (Socket.IO).
+func (m *methodAware) Flush() { _ = http.NewResponseController(m.ResponseWriter).Flush() }
+
+func (m *methodAware) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(m.ResponseWriter).Hijack()
+}
 
 // Shutdown closes every WebSocket and SSE stream (after the event log has
 // been closed, so they end at a clean point).
