@@ -1,7 +1,7 @@
 // Views of conversation blocks. Each view is memoized on the block object:
 // the reducer replaces a block only when it changes, so a delta re-renders
 // exactly one block, once per animation frame.
-import { memo, useState, type ReactNode } from "react";
+import { memo, useLayoutEffect, useMemo, useRef, useState, type ReactNode } from "react";
 import type { AnyBlock, Json, Notice, Subagent } from "@agentd/client";
 import { diffLines, editsOf, type FileEdit } from "./diff";
 import { Markdown } from "./markdown";
@@ -32,10 +32,44 @@ function StatusDot({ status }: { status: AnyBlock["status"] }) {
   return <span className={`dot dot-${status}`} role="img" aria-label={label} title={label} />;
 }
 
+const CHUNK_LINES = 200;
+
+/** Splits text into chunks of CHUNK_LINES lines; every chunk but the last ends with "\n". */
+export function chunkLines(text: string): string[] {
+  const out: string[] = [];
+  let start = 0;
+  let lines = 0;
+  for (let i = text.indexOf("\n"); i >= 0; i = text.indexOf("\n", i + 1)) {
+    if (++lines === CHUNK_LINES) {
+      out.push(text.slice(start, i + 1));
+      start = i + 1;
+      lines = 0;
+    }
+  }
+  if (start < text.length || out.length === 0) out.push(text.slice(start));
+  return out;
+}
+
+// A finished chunk never changes, so while output streams only the last
+// chunk's text node is replaced: layout work per frame stays small however
+// long the output grows.
+const Chunk = memo(function Chunk({ text }: { text: string }) {
+  return <span>{text}</span>;
+});
+
 export function TerminalOutput({ text, isError, testId }: { text: string; isError?: boolean | undefined; testId?: string }) {
   const [all, setAll] = useState(false);
+  const pre = useRef<HTMLPreElement>(null);
+  const pinned = useRef(true);
   const cut = !all && text.length > OUTPUT_CAP;
-  const shown = cut ? text.slice(text.length - OUTPUT_CAP) : text;
+  // Cut at a line start so chunk boundaries stay stable as more text arrives.
+  const shown = cut ? text.slice(text.indexOf("\n", text.length - OUTPUT_CAP) + 1) : text;
+  const chunks = useMemo(() => chunkLines(shown), [shown]);
+  // Like a terminal: keep showing the newest output unless the reader scrolled up.
+  useLayoutEffect(() => {
+    const el = pre.current;
+    if (el && pinned.current) el.scrollTop = el.scrollHeight;
+  }, [text]);
   return (
     <div className="term-wrap">
       {cut && (
@@ -43,8 +77,18 @@ export function TerminalOutput({ text, isError, testId }: { text: string; isErro
           Show all output ({Math.round(text.length / 1024)} KB; the last {OUTPUT_CAP / 1024} KB are shown)
         </button>
       )}
-      <pre className={`terminal${isError ? " is-error" : ""}`} data-testid={testId}>
-        {shown}
+      <pre
+        ref={pre}
+        className={`terminal${isError ? " is-error" : ""}${text ? "" : " empty"}`}
+        data-testid={testId}
+        onScroll={(e) => {
+          const el = e.currentTarget;
+          pinned.current = el.scrollHeight - el.scrollTop - el.clientHeight < 8;
+        }}
+      >
+        {chunks.map((c, i) => (
+          <Chunk key={i} text={c} />
+        ))}
       </pre>
     </div>
   );

@@ -98,3 +98,17 @@ describe("file tree", () => {
     expect(t[0]!.children[0]!.children[0]!.path).toBe("a/b/c.md");
   });
 });
+
+import { chunkLines } from "../src/blocks";
+describe("terminal output chunks", () => {
+  it("splits at line boundaries without losing or duplicating text", () => {
+    const text = Array.from({ length: 450 }, (_, i) => `line ${i + 1}`).join("\n") + "\npartial";
+    const chunks = chunkLines(text);
+    expect(chunks.join("")).toBe(text);
+    expect(chunks).toHaveLength(3);
+    expect(chunks[0]!.split("\n")).toHaveLength(201); // 200 lines + "" after the last newline
+    expect(chunkLines("")).toEqual([""]);
+    // Appending never changes finished chunks.
+    expect(chunkLines(text + " more\nx").slice(0, 2)).toEqual(chunks.slice(0, 2));
+  });
+});
