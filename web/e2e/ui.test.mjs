@@ -140,6 +140,62 @@ describe("agentd web UI", () => {
     });
   });
 
+  it("interrupts a running turn with the Stop button", async (t) => {
+    await withServer({}, async (server) => {
+      await withPage(t, browser, server, {}, async (page) => {
+        await createShellSession(page, server, "interrupt");
+        await send(page, "echo started; sleep 60; echo never");
+        await waitFor(async () => /^started$/m.test(await outputText(page)), { what: "the command to start" });
+        await page.getByTestId("interrupt-button").click();
+        await waitIdle(page, 20_000);
+        assert.doesNotMatch(await outputText(page), /^never$/m);
+        const notices = await page.locator('[data-testid^="notice-turn_"]').count();
+        assert.ok(notices >= 1, "the interrupted turn is marked");
+      });
+    });
+  });
+
+  it("keeps the workspace tree live and shows files", async (t) => {
+    await withServer({}, async (server) => {
+      await withPage(t, browser, server, {}, async (page) => {
+        await createShellSession(page, server, "files");
+        await page.getByTestId("tab-workspace").click();
+        await page.getByTestId("file-tree").waitFor();
+        // Files created while the tab is open appear without a reload.
+        await page.getByTestId("tab-conversation").click();
+        await send(page, "mkdir -p sub && printf 'hello file\\n' > a.txt && echo nested > sub/b.txt && : > empty.txt");
+        await waitIdle(page);
+        await page.getByTestId("tab-workspace").click();
+        const item = (p) => page.locator(`[data-testid="file-item"][data-path="${p}"]`);
+        await item("a.txt").waitFor({ timeout: 15_000 });
+        await item("sub/b.txt").waitFor({ timeout: 15_000 });
+        await item("empty.txt").waitFor({ timeout: 15_000 });
+        await item("a.txt").click();
+        await page.getByTestId("file-viewer").filter({ hasText: "hello file" }).waitFor();
+        await page.getByTestId("tab-conversation").click();
+        await send(page, "rm a.txt");
+        await waitIdle(page);
+        await page.getByTestId("tab-workspace").click();
+        await item("a.txt").waitFor({ state: "detached", timeout: 15_000 });
+      });
+    });
+  });
+
+  it("shows sessions created elsewhere in the live list", async (t) => {
+    await withServer({}, async (server) => {
+      await withPage(t, browser, server, {}, async (page) => {
+        await page.goto(server.url + "/");
+        await waitFor(async () => (await page.getByTestId("connection-state").getAttribute("data-state")) === "connected", { what: "connected" });
+        const { sessionId } = await server.api("POST", "/api/sessions", { architecture: "shell", name: "from-rest" });
+        const item = page.locator(`[data-testid="session-item"][data-session-id="${sessionId}"]`);
+        await item.waitFor({ timeout: 10_000 });
+        await server.api("POST", `/api/sessions/${sessionId}/messages`, { content: "sleep 1" });
+        await waitFor(async () => /running/.test(await item.innerText()), { what: "status running in the list", timeout: 10_000 });
+        await waitFor(async () => /idle|ready/.test(await item.innerText()), { what: "status back to idle in the list", timeout: 15_000 });
+      });
+    });
+  });
+
   it("runs a shell in the terminal tab", async (t) => {
     await withServer({}, async (server) => {
       await withPage(t, browser, server, {}, async (page) => {
