@@ -38,7 +38,8 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
  * start() starts it again on the same port and data dir.
  */
 export class Agentd {
-  constructor({ dataDir, port, args = [], env = {} } = {}) {
+  constructor({ dataDir, port, args = [], env = {}, bin } = {}) {
+    this.bin = bin;
     this.dataDir = dataDir ?? mkdtempSync(path.join(tmpdir(), "agentd-e2e-"));
     this.port = port;
     this.args = args;
@@ -51,7 +52,7 @@ export class Agentd {
   }
   async start() {
     if (!this.port) this.port = await freePort();
-    const bin = agentdBin();
+    const bin = this.bin ?? agentdBin();
     const proc = spawn(bin, ["serve", "--addr", `127.0.0.1:${this.port}`, "--data-dir", this.dataDir, ...this.args], {
       env: { ...process.env, ...this.env },
       stdio: ["ignore", "pipe", "pipe"],

@@ -66,6 +66,7 @@ func main() {
 
 type session struct {
 	mu       sync.Mutex
+	perms    map[string]chan string
 	Meta     map[string]any `json:"meta"`
 	events   []conversation.Event
 	subs     map[chan conversation.Event]struct{}
@@ -267,6 +268,7 @@ func (s *server) routes(ui http.Handler) http.Handler {
 		ss.mu.Unlock()
 		writeJSON(w, 200, map[string]any{"events": evs, "lastSeq": last})
 	})
+	m.HandleFunc("POST /api/sessions/{id}/permissions/{rid}", s.answer)
 	m.HandleFunc("GET /api/sessions/{id}/pty", s.pty)
 	m.HandleFunc("GET /api/ws", s.ws)
 	m.Handle("/", ui)
@@ -413,7 +415,120 @@ func (s *server) message(w http.ResponseWriter, r *http.Request) {
 	s.emit(id, ss, conversation.NewEvent(conversation.QueryStarted{QueryID: q, Content: req.Content}))
 	s.emit(id, ss, conversation.NewEvent(conversation.StatusChange{Status: conversation.SessionRunning, Runtime: conversation.Runtime{Status: conversation.SessionRunning, Architecture: "shell", ActiveQueryID: q}}))
 	writeJSON(w, 202, map[string]any{"success": true, "sessionId": id, "queryId": q})
-	go s.run(ctx, id, ss, q, req.Content)
+	switch {
+	case req.Content == "demo":
+		go s.demo(ctx, id, ss, q)
+	case strings.HasPrefix(req.Content, "ask:"):
+		go s.ask(ctx, id, ss, q, strings.TrimSpace(strings.TrimPrefix(req.Content, "ask:")))
+	default:
+		go s.run(ctx, id, ss, q, req.Content)
+	}
+}
+
+// finish ends a scripted turn.
+func (s *server) finish(id string, ss *session, q string) {
+	ss.mu.Lock()
+	ss.cancel = nil
+	ss.mu.Unlock()
+	s.emit(id, ss, conversation.NewEvent(conversation.QueryCompleted{QueryID: q}))
+	s.emit(id, ss, conversation.NewEvent(conversation.StatusChange{Status: conversation.SessionIdle, Runtime: conversation.Runtime{Status: conversation.SessionIdle, Architecture: "shell"}}))
+}
+
+// demo emits one of every kind of block, for UI work and rendering tests.
+func (s *server) demo(ctx context.Context, id string, ss *session, q string) {
+	r := func(e conversation.Event) conversation.Event { return e.From(conversation.SourceRunner) }
+	s.emit(id, ss, r(conversation.Upsert(conversation.Block{ID: q + "-think", Type: conversation.BlockThinking, Status: conversation.StatusPending})))
+	for _, part := range []string{"Let me look ", "at the code ", "first."} {
+		s.emit(id, ss, r(conversation.Delta(q+"-think", part)))
+	}
+	s.emit(id, ss, r(conversation.Upsert(conversation.Block{ID: q + "-think", Type: conversation.BlockThinking, Status: conversation.StatusComplete})))
+	md := "## Plan\n\nI will **fix** the `greeting` in [main.go](https://example.com/main.go):\n\n1. edit the file\n2. run the tests\n\n```go\nfmt.Println(\"hi\")\n```\n\n<script>alert(1)</script>"
+	s.emit(id, ss, r(conversation.Upsert(conversation.Block{ID: q + "-text", Type: conversation.BlockAssistantText, Status: conversation.StatusPending, Model: "demo-model"})))
+	for i := 0; i < len(md); i += 16 {
+		s.emit(id, ss, r(conversation.Delta(q+"-text", md[i:min(i+16, len(md))])))
+	}
+	edit, _ := json.Marshal(map[string]string{"file_path": "main.go", "old_string": "fmt.Println(\"hello\")\nreturn", "new_string": "fmt.Println(\"hi\")\nreturn"})
+	s.emit(id, ss, r(conversation.Upsert(conversation.Block{ID: q + "-edit", Type: conversation.BlockToolUse, ToolName: "Edit", ToolUseID: q + "-edit", Input: edit, Status: conversation.StatusComplete})))
+	s.emit(id, ss, r(conversation.Upsert(conversation.Block{ID: q + "-edit-result", Type: conversation.BlockToolResult, ToolUseID: q + "-edit", Output: "The file main.go has been updated.", Status: conversation.StatusComplete})))
+	task, _ := json.Marshal(map[string]string{"description": "Explore the repo", "prompt": "List the Go files"})
+	tu := q + "-task"
+	s.emit(id, ss, r(conversation.Upsert(conversation.Block{ID: tu, Type: conversation.BlockToolUse, ToolName: "Task", ToolUseID: tu, Input: task, Status: conversation.StatusPending})))
+	s.emit(id, ss, r(conversation.NewEvent(conversation.SubagentSpawned{ToolUseID: tu, Prompt: "List the Go files", SubagentType: "explorer", Description: "Explore the repo"})))
+	s.emit(id, ss, r(conversation.Upsert(conversation.Block{ID: q + "-sub-0", Type: conversation.BlockAssistantText, Content: "Found **2** Go files.", Status: conversation.StatusComplete}).In(tu)))
+	s.emit(id, ss, r(conversation.NewEvent(conversation.SubagentCompleted{ToolUseID: tu, Status: conversation.StatusComplete, Output: "main.go, util.go", DurationMs: 1200})))
+	s.emit(id, ss, r(conversation.Upsert(conversation.Block{ID: tu, Type: conversation.BlockToolUse, Status: conversation.StatusComplete})))
+	s.emit(id, ss, r(conversation.Upsert(conversation.Block{ID: q + "-err", Type: conversation.BlockError, Message: "rate limited, retrying", Code: "RATE_LIMIT"})))
+	in, out, cost := int64(1200), int64(340), 0.0123
+	s.emit(id, ss, r(conversation.NewEvent(conversation.MetadataUpdate{Usage: &conversation.Usage{InputTokens: in, OutputTokens: out}, CostUSD: &cost, Model: "demo-model"})))
+	s.finish(id, ss, q)
+}
+
+// ask asks permission to run command, then runs it (allow) or reports the denial.
+func (s *server) ask(ctx context.Context, id string, ss *session, q, command string) {
+	rid := q + "-perm"
+	ch := make(chan string, 1)
+	ss.mu.Lock()
+	if ss.perms == nil {
+		ss.perms = map[string]chan string{}
+	}
+	ss.perms[rid] = ch
+	ss.mu.Unlock()
+	input, _ := json.Marshal(map[string]string{"command": command})
+	s.emit(id, ss, conversation.NewEvent(conversation.PermissionRequested{RequestID: rid, ToolName: "Bash", Input: input, ExpiresAt: time.Now().Add(45 * time.Second)}))
+	var behavior string
+	by := conversation.ByUser
+	select {
+	case behavior = <-ch:
+	case <-time.After(45 * time.Second):
+		behavior, by = "deny", conversation.ByTimeout
+	case <-ctx.Done():
+		behavior, by = "deny", conversation.ByInterrupt
+	}
+	ss.mu.Lock()
+	delete(ss.perms, rid)
+	ss.mu.Unlock()
+	s.emit(id, ss, conversation.NewEvent(conversation.PermissionResolved{RequestID: rid, Behavior: conversation.PermissionBehavior(behavior), By: by}))
+	if behavior == "allow" {
+		ss.mu.Lock()
+		ss.cancel = nil
+		ss.mu.Unlock()
+		// run takes over the turn (and its end events).
+		ctx2, cancel := context.WithCancel(context.Background())
+		ss.mu.Lock()
+		ss.cancel = cancel
+		ss.mu.Unlock()
+		s.run(ctx2, id, ss, q, command)
+		return
+	}
+	s.emit(id, ss, conversation.Upsert(conversation.Block{ID: q + "-denied", Type: conversation.BlockAssistantText, Content: "Permission denied; not running it.", Status: conversation.StatusComplete}).From(conversation.SourceRunner))
+	s.finish(id, ss, q)
+}
+
+func (s *server) answer(w http.ResponseWriter, r *http.Request) {
+	ss := s.get(w, r)
+	if ss == nil {
+		return
+	}
+	var req struct {
+		Behavior string `json:"behavior"`
+	}
+	if json.NewDecoder(r.Body).Decode(&req) != nil || (req.Behavior != "allow" && req.Behavior != "deny") {
+		fail(w, 400, "BAD_REQUEST", "behavior must be allow or deny")
+		return
+	}
+	ss.mu.Lock()
+	ch := ss.perms[r.PathValue("rid")]
+	ss.mu.Unlock()
+	if ch == nil {
+		fail(w, 404, "PERMISSION_NOT_FOUND", "no such pending request")
+		return
+	}
+	select {
+	case ch <- req.Behavior:
+		writeJSON(w, 200, map[string]bool{"success": true})
+	default:
+		fail(w, 409, "PERMISSION_ALREADY_RESOLVED", "already answered")
+	}
 }
 
 func (s *server) run(ctx context.Context, id string, ss *session, q, command string) {
