@@ -109,23 +109,29 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 	defer cancel()
 	connected := make(chan error, 1)
 	go func() { connected <- e.connect(sctx) }()
+	exitedEarly := false
 	select {
 	case err = <-connected:
 	case <-reaped:
+		exitedEarly = true
 		cancel()
-		<-connected
-		err = fmt.Errorf("executor exited at start: %s", logTail(dir))
+		err = <-connected
 	}
-	if err != nil {
+	if err != nil || exitedEarly {
 		if e.client != nil {
 			e.client.Close()
 			e.client.Wait()
-			if e.ping.PID != 0 { // connected: watchConn runs
+			if err == nil { // connected: watchConn runs
 				<-e.connEnded
 			}
 		}
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-reaped
+		why := "exited at start"
+		if err != nil {
+			why = err.Error()
+		}
+		err = fmt.Errorf("%s; executor log: %s", why, logTail(dir))
 		cleanup()
 		return nil, fmt.Errorf("create executor: %w", err)
 	}
