@@ -1,11 +1,13 @@
 // Performance figures for the web UI (prints numbers; asserts nothing about
 // time). Needs AGENTD_BIN. Run: AGENTD_BIN=/tmp/agentd npm run perf
 //   PERF_BLOCKS=5000  blocks to seed (shell turns are sent until the session has them)
-//   PERF_DELTAS_CMD   the command whose output streams into one block (default: seq 1 10000)
+//   PERF_DELTAS_CMD   the command whose output streams into one block
 import { Agentd, launch, openPage, sleep, waitFor } from "./harness.mjs";
 
 const BLOCKS = Number(process.env.PERF_BLOCKS ?? 5000);
-const DELTAS_CMD = process.env.PERF_DELTAS_CMD ?? "seq 1 10000";
+// `seq 1 10000` alone reaches the server as one or a few output chunks; the
+// sleep makes each line its own delta, so the block really gets ~10,000.
+const DELTAS_CMD = process.env.PERF_DELTAS_CMD ?? "for i in $(seq 1 10000); do echo $i; sleep 0.001; done";
 
 function pct(xs, p) {
   if (!xs.length) return 0;
