@@ -7,6 +7,8 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { Agentd, agentdBin, freePort, here, send, sleep, waitFor, withPage } from "./harness.mjs";
 
+// Each call's result tells the two "done" rules apart: an allowed call runs
+// and prints its marker; a denied one comes back as an error result.
 const SCRIPT = `
 rules:
   - name: allow-call
@@ -14,20 +16,20 @@ rules:
     reply:
       content:
         - name: Bash
-          input: { command: "echo allowed-ran > allowed.txt", description: "write allowed.txt" }
+          input: { command: "echo allowed-ran | tee allowed.txt", description: "write allowed.txt" }
       stopReason: tool_use
   - name: allow-done
-    match: { toolResult: { name: Bash } , userContains: "PERM-ALLOW" }
+    match: { toolResult: { name: Bash, contains: "allowed-ran" } }
     reply: { text: "finished the allowed call" }
   - name: deny-call
     match: { userContains: "PERM-DENY", noToolResult: true }
     reply:
       content:
         - name: Bash
-          input: { command: "echo denied-ran > denied.txt", description: "write denied.txt" }
+          input: { command: "echo denied-ran | tee denied.txt", description: "write denied.txt" }
       stopReason: tool_use
   - name: deny-done
-    match: { toolResult: { name: Bash } }
+    match: { toolResult: { name: Bash, isError: true } }
     reply: { text: "finished the denied call" }
 default:
   text: "ok"
