@@ -316,7 +316,9 @@ func (c *core) assistant(l *wireLine, lc lineCtx) {
 func (c *core) assistantText(l *wireLine, lc lineCtx, msgID, text string) {
 	n := c.index(lc.conv, msgID, kindText)
 	b := conversation.Block{ID: blockID(msgID, n), Timestamp: lc.ts, Status: conversation.StatusComplete}
-	if l.IsAPIErrorMessage {
+	// Transcripts mark API error messages isApiErrorMessage; stream-json
+	// gives only the error code on the synthetic message that carries it.
+	if l.IsAPIErrorMessage || (l.Error != "" && l.Message.Model == "<synthetic>") {
 		b.Type = conversation.BlockError
 		b.Message = text
 		b.Code = l.Error

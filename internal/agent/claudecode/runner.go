@@ -1,0 +1,360 @@
+package claudecode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/agent/agentproc"
+	"github.com/agentd/agentd/internal/sandbox"
+)
+
+// agentState is what the runner saves with the session (Host.SaveAgentState)
+// to resume the CLI's conversation in a later process.
+type agentState struct {
+	ClaudeSessionID string `json:"claudeSessionId,omitempty"`
+	// ProjectDir is the projects/ sub-folder the CLI used (from its cwd).
+	ProjectDir string `json:"projectDir,omitempty"`
+	Version    string `json:"version,omitempty"`
+}
+
+// transcriptName is the name a Claude session's transcript is saved under
+// with Host.SaveTranscript.
+func transcriptName(claudeSessionID string) string { return claudeSessionID + ".jsonl" }
+
+// runner runs the turns of one session. The session calls Turn and Close
+// from its owner goroutine and Interrupt from any goroutine; the fields
+// below mu are shared with those calls and with the process's reader.
+type runner struct {
+	opts Options
+	host agent.Host
+	m    materialized
+
+	mu          sync.Mutex // guards the fields below; never held across I/O
+	proc        *process
+	turnDone    chan struct{} // closed when the running Turn returns; nil when idle
+	interrupted bool          // the running turn was interrupted
+	closed      bool
+	state       agentState
+}
+
+var _ agent.Runner = (*runner)(nil)
+
+func newRunner(opts Options, h agent.Host, m materialized) *runner {
+	r := &runner{opts: opts, host: h, m: m}
+	if raw := h.AgentState(); len(raw) > 0 {
+		if err := json.Unmarshal(raw, &r.state); err != nil {
+			h.Logger().Warn("ignoring unreadable Claude Code state", "err", err)
+		}
+	}
+	return r
+}
+
+func (r *runner) wasInterrupted() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.interrupted
+}
+
+func (r *runner) currentState() agentState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state
+}
+
+// Turn implements agent.Runner: it sends the message to the CLI (starting
+// it first if needed, resuming the Claude session the last process had)
+// and returns when the CLI's result line for it arrived, the CLI exited, or
+// ctx ended.
+func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, error) {
+	done := make(chan struct{})
+	r.mu.Lock()
+	switch {
+	case r.closed:
+		r.mu.Unlock()
+		return agent.TurnResult{}, agent.Fail(agent.CodeInternal, "claude-code runner is closed")
+	case r.turnDone != nil:
+		r.mu.Unlock()
+		return agent.TurnResult{}, agent.Fail(agent.CodeInternal, "a turn is already running")
+	}
+	r.turnDone, r.interrupted = done, false
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.turnDone = nil
+		r.mu.Unlock()
+		close(done)
+	}()
+
+	fresh := false
+	for attempt := 0; ; attempt++ {
+		p, err := r.ensureProcess(ctx, fresh)
+		if err != nil {
+			return agent.TurnResult{}, err
+		}
+		if r.wasInterrupted() {
+			return agent.TurnResult{}, agent.ErrInterrupted
+		}
+		end := p.runTurn(ctx, t)
+		if end.retryFresh && attempt == 0 {
+			// The CLI could not resume its session (it answered the resume
+			// with an error and exited): start a new Claude session rather
+			// than fail every turn from now on.
+			<-p.done
+			r.emitLog(ctx, conversation.LevelWarn, "Claude Code could not resume its earlier session; starting a new conversation (the model will not see the earlier turns)", nil)
+			fresh = true
+			continue
+		}
+		if end.err != nil {
+			return agent.TurnResult{}, end.err
+		}
+		return agent.TurnResult{Result: end.result}, nil
+	}
+}
+
+// ensureProcess returns the running CLI, starting one when there is none
+// or the last one exited. fresh starts without resuming.
+func (r *runner) ensureProcess(ctx context.Context, fresh bool) (*process, error) {
+	r.mu.Lock()
+	p := r.proc
+	r.mu.Unlock()
+	if p != nil {
+		select {
+		case <-p.exitedCh:
+			<-p.done // its reader finished: transcript saved, state recorded
+		default:
+			return p, nil
+		}
+	}
+	p, err := r.start(ctx, fresh)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.proc = p
+	r.mu.Unlock()
+	return p, nil
+}
+
+// start launches the CLI.
+func (r *runner) start(ctx context.Context, fresh bool) (*process, error) {
+	st := r.currentState()
+	resume := ""
+	if st.ClaudeSessionID != "" && !fresh {
+		if err := r.prepareResume(ctx, st); err != nil {
+			r.emitLog(ctx, conversation.LevelWarn, fmt.Sprintf("cannot resume Claude Code session %s (%v); starting a new conversation", st.ClaudeSessionID, err), nil)
+		} else {
+			resume = st.ClaudeSessionID
+		}
+	}
+	argv := r.argv(resume)
+	env := map[string]string{}
+	for _, kv := range cliEnv(r.m.configDir) {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	pr, err := agentproc.Start(ctx, r.host.Env(), r.opts.Command, sandbox.Cmd{Argv: argv, Env: env})
+	if err != nil {
+		return nil, err
+	}
+	msg := "starting Claude Code"
+	if resume != "" {
+		msg += " (resuming session " + resume + ")"
+	}
+	data, _ := json.Marshal(map[string]any{"argv": argv})
+	r.emitLog(ctx, conversation.LevelInfo, msg, data)
+	p := newProcess(r, pr, resume != "")
+	p.begin()
+	return p, nil
+}
+
+// argv is the CLI's command line. Values use the --flag=value form so a
+// value starting with '-' cannot be read as a flag.
+func (r *runner) argv(resume string) []string {
+	argv := []string{r.opts.Command,
+		"--input-format", "stream-json", "--output-format", "stream-json",
+		"--verbose", "--include-partial-messages",
+		// Permission requests come to agentd as can_use_tool control
+		// requests (this also works as root, where
+		// --dangerously-skip-permissions is refused).
+		"--permission-prompt-tool", "stdio",
+	}
+	if model := r.host.Options().Model; model != "" {
+		argv = append(argv, "--model="+model)
+	}
+	argv = append(argv, r.m.args...)
+	if resume != "" {
+		argv = append(argv, "--resume="+resume)
+	}
+	return append(argv, r.opts.ExtraArgs...)
+}
+
+// projectsRel is the workspace path of the CLI's projects/ folder.
+var projectsRel = path.Join(configRel, "projects")
+
+// prepareResume makes sure the transcript of the Claude session to resume
+// is where the CLI will look for it: the projects/ folder named after the
+// workspace as the CLI sees it. A workspace that lost it (a new
+// environment, or one restored elsewhere) gets it back from the store.
+func (r *runner) prepareResume(ctx context.Context, st agentState) error {
+	env := r.host.Env()
+	dir := projectDirName(env.WorkDir())
+	name := transcriptName(st.ClaudeSessionID)
+	want := path.Join(projectsRel, dir, name)
+	if fileExists(ctx, env, path.Join(projectsRel, dir), name) {
+		return nil
+	}
+	if st.ProjectDir != "" && st.ProjectDir != dir {
+		// The workspace moved: the CLI kept it under its old name.
+		if data, err := env.ReadFile(ctx, path.Join(projectsRel, st.ProjectDir, name)); err == nil {
+			return env.WriteFile(ctx, want, data, 0o600)
+		}
+	}
+	data, err := r.host.LoadTranscript(ctx, name)
+	if err != nil {
+		return fmt.Errorf("no saved transcript: %w", err)
+	}
+	if err := env.WriteFile(ctx, want, data, 0o600); err != nil {
+		return fmt.Errorf("restore transcript: %w", err)
+	}
+	r.emitLog(ctx, conversation.LevelInfo, "restored Claude Code session "+st.ClaudeSessionID+" from the store", nil)
+	return nil
+}
+
+// fileExists reports whether dir holds a file called name.
+func fileExists(ctx context.Context, env sandbox.Environment, dir, name string) bool {
+	list, err := env.List(ctx, dir, false)
+	if err != nil {
+		return false
+	}
+	want := path.Join(dir, name)
+	for _, f := range list {
+		if !f.IsDir && (f.Path == want || path.Base(f.Path) == name && path.Dir(f.Path) == dir) {
+			return true
+		}
+	}
+	return false
+}
+
+// Interrupt implements agent.Runner with escalation: the control
+// protocol's interrupt; if the turn has not ended after InterruptTimeout,
+// SIGINT to the CLI's process group; after KillTimeout more, SIGKILL. The
+// turn then ends with agent.ErrInterrupted and the next one resumes the
+// Claude session in a new process.
+func (r *runner) Interrupt(ctx context.Context) error {
+	r.mu.Lock()
+	done, p := r.turnDone, r.proc
+	if done != nil {
+		r.interrupted = true
+	}
+	r.mu.Unlock()
+	if done == nil || p == nil {
+		// Nothing running, or the CLI is still starting: Turn sees the
+		// flag before it sends the message.
+		return nil
+	}
+	if err := p.sendControl("interrupt"); err == nil && waitClosed(ctx, done, r.opts.InterruptTimeout) {
+		return nil
+	}
+	r.emitLog(ctx, conversation.LevelWarn, fmt.Sprintf("Claude Code did not stop within %s of the interrupt; sending SIGINT", r.opts.InterruptTimeout), nil)
+	_ = p.proc.Signal(syscall.SIGINT)
+	if waitClosed(ctx, done, r.opts.KillTimeout) {
+		return nil
+	}
+	r.emitLog(ctx, conversation.LevelWarn, fmt.Sprintf("Claude Code did not stop within %s of SIGINT; killing it", r.opts.KillTimeout), nil)
+	_ = p.proc.Kill()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("interrupt: turn did not end: %w", ctx.Err())
+	}
+}
+
+// waitClosed waits up to d for ch to close (false when it did not, or ctx
+// ended).
+func waitClosed(ctx context.Context, ch <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Close implements agent.Runner: it closes the CLI's stdin (the CLI then
+// finishes writing its transcript and exits), stops it if it does not exit
+// within CloseTimeout, and waits for the last transcript save.
+func (r *runner) Close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	p := r.proc
+	r.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	p.closing.Store(true)
+	_ = p.proc.CloseStdin()
+	if !waitClosed(ctx, p.exitedCh, r.opts.CloseTimeout) {
+		p.proc.Stop(ctx, r.opts.KillTimeout)
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("close claude: %w", ctx.Err())
+	}
+}
+
+// emitLog emits a log event from agentd (source server).
+func (r *runner) emitLog(ctx context.Context, level conversation.LogLevel, msg string, data json.RawMessage) {
+	ev := conversation.NewEvent(conversation.LogEvent{Level: level, Message: msg, Data: data}).From(conversation.SourceServer)
+	if err := r.host.Emit(context.WithoutCancel(ctx), ev); err != nil {
+		r.host.Logger().Warn("record log event", "err", err, "message", msg)
+	}
+}
+
+// recordSession notes the CLI's version and Claude session id from its
+// init line: on the session's runtime and in the resume state.
+func (r *runner) recordSession(ctx context.Context, in Init) {
+	r.mu.Lock()
+	st := r.state
+	changed := st.ClaudeSessionID != in.SessionID || st.Version != in.Version ||
+		(in.Cwd != "" && st.ProjectDir != projectDirName(in.Cwd))
+	if in.SessionID != "" {
+		st.ClaudeSessionID = in.SessionID
+	}
+	if in.Version != "" {
+		st.Version = in.Version
+	}
+	if in.Cwd != "" {
+		st.ProjectDir = projectDirName(in.Cwd)
+	}
+	r.state = st
+	r.mu.Unlock()
+	if !changed {
+		return
+	}
+	if err := r.host.SetAgentInfo(ctx, in.Version, in.SessionID); err != nil {
+		r.host.Logger().Warn("record Claude Code version", "err", err)
+	}
+	raw, _ := json.Marshal(st)
+	if err := r.host.SaveAgentState(ctx, raw); err != nil {
+		r.host.Logger().Warn("save Claude Code state", "err", err)
+	}
+}
+
+// errProcessGone is returned by writes to a CLI that exited.
+var errProcessGone = errors.New("claude process exited")
