@@ -155,6 +155,11 @@ function Live({
           {error}
         </div>
       )}
+      {state.status === "error" && state.runtime.lastError && (
+        <div className="error-box small" role="alert" data-testid="session-error">
+          Session error: {state.runtime.lastError}
+        </div>
+      )}
       <div className="tab-body" hidden={tab !== "conversation"} role="tabpanel">
         <ConversationPane state={state} />
         <Permissions sessionId={id} pending={state.pendingPermissions} />
