@@ -1,0 +1,356 @@
+package gemini
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/agent/agentproc"
+	"github.com/agentd/agentd/internal/sandbox"
+)
+
+// State is what the runner saves with host.SaveAgentState.
+type State struct {
+	// SessionID is the Gemini chat session the next turn resumes.
+	SessionID string `json:"sessionId"`
+	// Chat is the session's chat file, relative to the workspace, saved
+	// with host.SaveTranscript after every turn.
+	Chat string `json:"chat,omitempty"`
+}
+
+// TranscriptName is the name of the chat file saved with the session.
+const TranscriptName = "gemini-chat.jsonl"
+
+func isNotExist(err error) bool {
+	return errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, fs.ErrNotExist)
+}
+
+// runner runs one process per turn. Turn, Interrupt and Close follow
+// agent.Runner's rules.
+type runner struct {
+	arch Architecture
+	host agent.Host
+	args []string // approval flags
+
+	mu          sync.Mutex // guards the fields below
+	proc        *agentproc.Proc
+	interrupted bool
+	closed      bool
+	pending     string // session id chosen for a first turn that has not started a session yet
+}
+
+func newRunner(a Architecture, h agent.Host, args []string) *runner {
+	return &runner{arch: a, host: h, args: args}
+}
+
+func (r *runner) state() State {
+	var st State
+	if raw := r.host.AgentState(); len(raw) > 0 {
+		_ = json.Unmarshal(raw, &st)
+	}
+	return st
+}
+
+// Turn implements agent.Runner.
+func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, error) {
+	st := r.state()
+	argv := []string{r.arch.command(), "--output-format", "stream-json"}
+	resume := st.SessionID != ""
+	sessionID := st.SessionID
+	if resume {
+		r.restoreChat(ctx, st)
+		argv = append(argv, "--resume", sessionID)
+	} else {
+		r.mu.Lock()
+		if r.pending == "" {
+			r.pending = uuid.NewString()
+		}
+		sessionID = r.pending
+		r.mu.Unlock()
+		argv = append(argv, "--session-id", sessionID)
+	}
+	argv = append(argv, r.args...)
+	if m := r.host.Options().Model; m != "" {
+		argv = append(argv, "--model", m)
+	}
+	// The prompt goes on stdin (no size limit, not visible in ps); -p
+	// selects headless mode and is appended to it.
+	argv = append(argv, "--prompt", "")
+
+	env := r.host.Env()
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return agent.TurnResult{}, agent.Fail(agent.CodeInternal, "gemini-cli runner is closed")
+	}
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.interrupted = false
+		r.mu.Unlock()
+	}()
+	proc, err := agentproc.Start(ctx, env, "gemini", sandbox.Cmd{
+		Argv: argv,
+		Env: map[string]string{
+			"GEMINI_CLI_HOME":            path.Join(env.WorkDir(), HomeDir),
+			"GEMINI_CLI_TRUST_WORKSPACE": "true",
+		},
+	})
+	if err != nil {
+		return agent.TurnResult{}, err
+	}
+	r.mu.Lock()
+	r.proc = proc
+	intr := r.interrupted
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.proc = nil
+		r.mu.Unlock()
+	}()
+	if intr {
+		proc.Stop(context.WithoutCancel(ctx), r.arch.stopGrace())
+	}
+	if err := proc.Write([]byte(t.Content)); err == nil {
+		_ = proc.CloseStdin()
+	}
+	stop := context.AfterFunc(ctx, func() { proc.Stop(context.Background(), r.arch.stopGrace()) })
+	defer stop()
+
+	conv := NewStreamJSONConverter(WithIDPrefix(t.QueryID), WithoutUserMessages())
+	var end conversation.Payload
+	started := false
+	for l := range proc.Lines() {
+		if l.Truncated {
+			r.logLine(l.Data, "gemini-cli: stream-json line too long; dropped")
+			continue
+		}
+		line := l.Data
+		if len(strings.TrimSpace(string(line))) == 0 {
+			continue
+		}
+		if line[0] != '{' {
+			// Gemini prints some notices on stdout; keep them as logs.
+			r.logLine(line, "gemini-cli output")
+			continue
+		}
+		evs, err := conv.Convert(line)
+		if err != nil {
+			r.logLine(line, err.Error())
+			continue
+		}
+		if !started && conv.SessionID() != "" {
+			started = true
+			r.sessionStarted(ctx, conv.SessionID(), st)
+		}
+		out := evs[:0]
+		for _, e := range evs {
+			if e.Type == conversation.TypeQueryCompleted || e.Type == conversation.TypeQueryFailed {
+				if p, err := e.Decode(); err == nil {
+					end = deref(p)
+				}
+				continue
+			}
+			out = append(out, e)
+		}
+		r.emit(out...)
+	}
+	status, werr := proc.Exit()
+	r.emit(conv.blocks.settlePending(time.Now().UTC().Truncate(time.Millisecond))...)
+	if started {
+		r.saveChat(context.WithoutCancel(ctx))
+	}
+
+	r.mu.Lock()
+	intr = r.interrupted
+	r.mu.Unlock()
+	if intr || ctx.Err() != nil {
+		if intr {
+			return agent.TurnResult{}, agent.ErrInterrupted
+		}
+		return agent.TurnResult{}, ctx.Err()
+	}
+	switch e := end.(type) {
+	case conversation.QueryCompleted:
+		return agent.TurnResult{}, nil
+	case conversation.QueryFailed:
+		if e.Interrupted {
+			return agent.TurnResult{}, agent.ErrInterrupted
+		}
+		if e.Code != "" {
+			return agent.TurnResult{}, agent.Fail(agent.CodeModelError, "gemini-cli: %s (%s)", e.Error, e.Code)
+		}
+		return agent.TurnResult{}, agent.Fail(agent.CodeModelError, "gemini-cli: %s", e.Error)
+	}
+	if werr == nil && status.Success() {
+		return agent.TurnResult{}, agent.Fail(agent.CodeAgentProtocol, "gemini-cli exited without a result line: %s", lastLine(proc.Stderr()))
+	}
+	return agent.TurnResult{}, proc.ExitError()
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if s == "" {
+		return "no output"
+	}
+	return s
+}
+
+func deref(p conversation.Payload) conversation.Payload {
+	switch v := p.(type) {
+	case *conversation.QueryCompleted:
+		return *v
+	case *conversation.QueryFailed:
+		return *v
+	}
+	return p
+}
+
+// sessionStarted records the Gemini session once its init line is seen,
+// so the next turn (or a later runner) resumes it.
+func (r *runner) sessionStarted(ctx context.Context, id string, st State) {
+	r.mu.Lock()
+	r.pending = ""
+	r.mu.Unlock()
+	if id != st.SessionID {
+		st = State{SessionID: id}
+		b, _ := json.Marshal(st)
+		if err := r.host.SaveAgentState(context.WithoutCancel(ctx), b); err != nil {
+			r.host.Logger().Error("save gemini session id", "err", err)
+		}
+	}
+	if err := r.host.SetAgentInfo(context.WithoutCancel(ctx), "", id); err != nil {
+		r.host.Logger().Warn("record gemini session id", "err", err)
+	}
+}
+
+// chatDir is where Gemini keeps chat files (one folder per project).
+const chatDir = HomeDir + "/.gemini/tmp"
+
+// findChat returns the chat file of session id: Gemini names it
+// session-<time>-<first 8 characters of the id>.jsonl.
+func (r *runner) findChat(ctx context.Context, id string) string {
+	if len(id) < 8 {
+		return ""
+	}
+	files, err := r.host.Env().List(ctx, chatDir, true)
+	if err != nil {
+		return ""
+	}
+	var found []string
+	for _, f := range files {
+		if !f.IsDir && path.Base(path.Dir(f.Path)) == "chats" && strings.HasSuffix(f.Path, "-"+id[:8]+".jsonl") {
+			found = append(found, f.Path)
+		}
+	}
+	sort.Strings(found)
+	if len(found) == 0 {
+		return ""
+	}
+	return found[len(found)-1]
+}
+
+// saveChat stores the session's chat file with the session.
+func (r *runner) saveChat(ctx context.Context) {
+	st := r.state()
+	if st.SessionID == "" {
+		return
+	}
+	chat := r.findChat(ctx, st.SessionID)
+	if chat == "" {
+		return
+	}
+	data, err := r.host.Env().ReadFile(ctx, chat)
+	if err != nil {
+		r.host.Logger().Debug("read gemini chat", "err", err)
+		return
+	}
+	if err := r.host.SaveTranscript(ctx, TranscriptName, data); err != nil {
+		r.host.Logger().Warn("save gemini chat", "err", err)
+		return
+	}
+	if chat != st.Chat {
+		st.Chat = chat
+		b, _ := json.Marshal(st)
+		if err := r.host.SaveAgentState(ctx, b); err != nil {
+			r.host.Logger().Warn("save gemini chat path", "err", err)
+		}
+	}
+}
+
+// restoreChat writes the saved chat file back when the workspace lost it
+// (restored elsewhere without .agentd), so --resume finds it.
+func (r *runner) restoreChat(ctx context.Context, st State) {
+	if st.Chat == "" {
+		return
+	}
+	if _, err := r.host.Env().ReadFile(ctx, st.Chat); err == nil || !isNotExist(err) {
+		return
+	}
+	data, err := r.host.LoadTranscript(ctx, TranscriptName)
+	if err != nil || len(data) == 0 {
+		return
+	}
+	if err := r.host.Env().WriteFile(ctx, st.Chat, data, 0o600); err != nil {
+		r.host.Logger().Warn("restore gemini chat", "err", err)
+	}
+}
+
+// Interrupt implements agent.Runner: SIGINT, then SIGKILL after the grace.
+func (r *runner) Interrupt(ctx context.Context) error {
+	r.mu.Lock()
+	r.interrupted = true
+	p := r.proc
+	r.mu.Unlock()
+	if p != nil {
+		p.Stop(ctx, r.arch.stopGrace())
+	}
+	return nil
+}
+
+// Close implements agent.Runner.
+func (r *runner) Close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	p := r.proc
+	r.mu.Unlock()
+	if p != nil {
+		p.Stop(ctx, r.arch.stopGrace())
+	}
+	return nil
+}
+
+func (r *runner) emit(evs ...conversation.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.host.Emit(ctx, evs...); err != nil {
+		r.host.Logger().Error("record gemini events", "err", err)
+	}
+}
+
+// logLine keeps a line agentd cannot convert as a log event.
+func (r *runner) logLine(line []byte, msg string) {
+	data := json.RawMessage(nil)
+	if json.Valid(line) {
+		data = append(data, line...)
+	} else {
+		data, _ = json.Marshal(string(line))
+	}
+	r.emit(conversation.NewEvent(conversation.LogEvent{Level: conversation.LevelWarn, Message: msg, Data: data}))
+}
