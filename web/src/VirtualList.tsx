@@ -30,6 +30,7 @@ export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan 
   const [, setVersion] = useState(0);
   const [range, setRange] = useState<[number, number]>([Math.max(0, items.length - 30), items.length]);
   const atBottom = useRef(true);
+  const [away, setAway] = useState(false);
   const pending = useRef(false);
   const offsetsRef = useRef<Float64Array>(new Float64Array(1));
 
@@ -104,8 +105,17 @@ export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan 
     const el = scroller.current;
     if (!el) return;
     atBottom.current = el.scrollHeight - el.scrollTop - el.clientHeight < BOTTOM_SLACK;
+    setAway(!atBottom.current);
     sync();
   }, [sync]);
+
+  const toBottom = useCallback(() => {
+    const el = scroller.current;
+    if (!el) return;
+    atBottom.current = true;
+    setAway(false);
+    el.scrollTop = el.scrollHeight;
+  }, []);
 
   useLayoutEffect(() => {
     const el = scroller.current;
@@ -143,6 +153,11 @@ export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan 
         <div style={{ position: "absolute", top: offsets[start], left: 0, right: 0 }}>{mounted}</div>
       </div>
       {footer}
+      {away && count > 0 && (
+        <button type="button" className="jump-latest" data-testid="jump-latest" onClick={toBottom}>
+          ↓ Latest
+        </button>
+      )}
     </div>
   );
 }
