@@ -3,7 +3,10 @@ package executor
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // DefaultSpoolBytes is the default spool size per stream of each process.
@@ -16,10 +19,12 @@ const DefaultSpoolBytes = 16 << 20
 // a reader asking for a dropped offset is moved to first.
 //
 // One goroutine writes (the exec's pump); any number read concurrently. The
-// file is unlinked at creation, so it disappears with the executor.
+// file is created on the first write, without a name (O_TMPFILE, or
+// unlinked at once), so it disappears with the executor.
 type spool struct {
-	f        *os.File
+	dir      string
 	capacity int64
+	f        *os.File // nil until the first write; set under mu
 
 	mu     sync.Mutex
 	first  int64 // oldest byte still held
@@ -32,6 +37,23 @@ func newSpool(dir string, capacity int64) (*spool, error) {
 	if capacity <= 0 {
 		capacity = DefaultSpoolBytes
 	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("spool folder: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("spool folder %s: not a folder", dir)
+	}
+	return &spool{dir: dir, capacity: capacity}, nil
+}
+
+// createFile makes the spool's nameless file.
+func createFile(dir string) (*os.File, error) {
+	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err == nil {
+		return os.NewFile(uintptr(fd), filepath.Join(dir, "spool")), nil
+	}
+	// File systems without O_TMPFILE: a named file, unlinked at once.
 	f, err := os.CreateTemp(dir, "spool-*")
 	if err != nil {
 		return nil, fmt.Errorf("create spool: %w", err)
@@ -40,7 +62,7 @@ func newSpool(dir string, capacity int64) (*spool, error) {
 		f.Close()
 		return nil, fmt.Errorf("unlink spool: %w", err)
 	}
-	return &spool{f: f, capacity: capacity}, nil
+	return f, nil
 }
 
 // write stores p as the bytes at offset off. Normally off == end; a gap
@@ -70,7 +92,18 @@ func (s *spool) write(off int64, p []byte) {
 	s.first = max(s.first, newEnd-s.capacity)
 	s.mu.Unlock()
 
-	err := s.writeRing(off, p)
+	var err error
+	if s.f == nil { // only the writer sets it
+		var f *os.File
+		if f, err = createFile(s.dir); err == nil {
+			s.mu.Lock()
+			s.f = f
+			s.mu.Unlock()
+		}
+	}
+	if err == nil {
+		err = s.writeRing(off, p)
+	}
 
 	s.mu.Lock()
 	if err != nil {
@@ -116,14 +149,14 @@ func (s *spool) state() (first, end int64, closed bool) {
 func (s *spool) read(off int64, p []byte) (start int64, n int, err error) {
 	for {
 		s.mu.Lock()
-		first, end := s.first, s.end
+		first, end, f := s.first, s.end, s.f
 		s.mu.Unlock()
 		start = max(off, first)
 		if start >= end || len(p) == 0 {
 			return start, 0, nil
 		}
 		n = int(min(int64(len(p)), end-start))
-		if err := s.readRing(start, p[:n]); err != nil {
+		if err := readRing(f, s.capacity, start, p[:n]); err != nil {
 			return start, 0, fmt.Errorf("read spool: %w", err)
 		}
 		s.mu.Lock()
@@ -137,19 +170,26 @@ func (s *spool) read(off int64, p []byte) (start int64, n int, err error) {
 	}
 }
 
-func (s *spool) readRing(off int64, p []byte) error {
-	pos := off % s.capacity
-	n := min(int64(len(p)), s.capacity-pos)
-	if _, err := s.f.ReadAt(p[:n], pos); err != nil {
+func readRing(f *os.File, capacity, off int64, p []byte) error {
+	pos := off % capacity
+	n := min(int64(len(p)), capacity-pos)
+	if _, err := f.ReadAt(p[:n], pos); err != nil {
 		return err
 	}
 	if n < int64(len(p)) {
-		if _, err := s.f.ReadAt(p[n:], 0); err != nil {
+		if _, err := f.ReadAt(p[n:], 0); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// release frees the file.
-func (s *spool) release() error { return s.f.Close() }
+// release frees the file. Reads after it fail.
+func (s *spool) release() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return nil
+	}
+	return s.f.Close()
+}
