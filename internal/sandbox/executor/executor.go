@@ -217,9 +217,11 @@ func (p *Provider) Recover(ctx context.Context, spec sandbox.Spec, handle json.R
 		return nil, fmt.Errorf("recover executor: pid %d: %w", h.PID, sandbox.ErrGone)
 	}
 	e := newEnvironment(p, spec, h)
-	if err := e.connect(ctx); err != nil {
+	cctx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
+	defer cancel()
+	if err := e.connect(cctx); err != nil {
 		var pe *rpc.Error
-		if errors.Is(err, ErrIncompatible) || errors.As(err, &pe) || ctx.Err() != nil {
+		if errors.Is(err, ErrIncompatible) || errors.As(err, &pe) || cctx.Err() != nil {
 			return nil, fmt.Errorf("recover executor: %w", err)
 		}
 		return nil, fmt.Errorf("recover executor: %w: %v", sandbox.ErrGone, err)
