@@ -625,7 +625,13 @@ func (p *process) saveTranscript(wait bool) {
 		if !wait || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(25 * time.Millisecond)
+		select {
+		case <-time.After(25 * time.Millisecond):
+		case <-p.exitedCh:
+			// The CLI exited: the file is final; the saver saves it once
+			// more anyway.
+			wait = false
+		}
 	}
 	if data == nil {
 		return

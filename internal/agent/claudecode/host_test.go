@@ -1,0 +1,206 @@
+package claudecode
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/sandbox/local"
+	"github.com/agentd/agentd/profile"
+	"github.com/agentd/agentd/store"
+)
+
+// testHost is an agent.Host for runner tests: it keeps events, state and
+// transcripts in memory and answers permission requests with answer.
+type testHost struct {
+	env  sandbox.Environment
+	prof profile.Profile
+	opts agent.Options
+
+	mu          sync.Mutex
+	events      []conversation.Event
+	state       json.RawMessage
+	transcripts map[string][]byte
+	version     string
+	agentSess   string
+	answer      func(ctx context.Context, req agent.PermissionRequest) (agent.PermissionDecision, error)
+	requests    []agent.PermissionRequest
+	notify      chan struct{}
+}
+
+func newTestHost(t *testing.T, path string) *testHost {
+	t.Helper()
+	if path != "" {
+		path += ":" + os.Getenv("PATH")
+	} else {
+		path = "/usr/bin:/bin"
+	}
+	env, err := local.New(local.Options{Path: path}).Create(context.Background(),
+		sandbox.Spec{SessionID: "s1", Workspace: t.TempDir(), Env: map[string]string{"ANTHROPIC_API_KEY": "test-key"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.Terminate(context.Background()) })
+	return &testHost{env: env, transcripts: map[string][]byte{}, notify: make(chan struct{}, 1),
+		prof: profile.Default()}
+}
+
+var _ agent.Host = (*testHost)(nil)
+
+func (h *testHost) SessionID() string        { return "s1" }
+func (h *testHost) Env() sandbox.Environment { return h.env }
+func (h *testHost) Profile() profile.Profile { return h.prof }
+func (h *testHost) Options() agent.Options   { return h.opts }
+func (h *testHost) Logger() *slog.Logger     { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func (h *testHost) Emit(ctx context.Context, events ...conversation.Event) error {
+	h.mu.Lock()
+	for _, e := range events {
+		if !e.Type.Valid() || !json.Valid(e.Payload) {
+			h.mu.Unlock()
+			panic("invalid event " + string(e.Type) + " " + string(e.Payload))
+		}
+		h.events = append(h.events, e)
+	}
+	h.mu.Unlock()
+	select {
+	case h.notify <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (h *testHost) RequestPermission(ctx context.Context, req agent.PermissionRequest) (agent.PermissionDecision, error) {
+	h.mu.Lock()
+	h.requests = append(h.requests, req)
+	answer := h.answer
+	h.mu.Unlock()
+	if answer == nil {
+		return agent.PermissionDecision{Behavior: conversation.Allow, By: conversation.ByPolicy}, nil
+	}
+	return answer(ctx, req)
+}
+
+func (h *testHost) AgentState() json.RawMessage {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.state
+}
+
+func (h *testHost) SaveAgentState(ctx context.Context, state json.RawMessage) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.state = append(json.RawMessage(nil), state...)
+	return nil
+}
+
+func (h *testHost) SaveTranscript(ctx context.Context, name string, data []byte) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.transcripts[name] = append([]byte(nil), data...)
+	return nil
+}
+
+func (h *testHost) LoadTranscript(ctx context.Context, name string) ([]byte, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if b, ok := h.transcripts[name]; ok {
+		return b, nil
+	}
+	return nil, store.ErrNotFound
+}
+
+func (h *testHost) SetAgentInfo(ctx context.Context, version, agentSessionID string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.version, h.agentSess = version, agentSessionID
+	return nil
+}
+
+func (h *testHost) allEvents() []conversation.Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]conversation.Event(nil), h.events...)
+}
+
+func (h *testHost) reduce(t *testing.T) conversation.State {
+	t.Helper()
+	st, err := conversation.Reduce(h.allEvents())
+	if err != nil {
+		t.Fatalf("reduce: %v", err)
+	}
+	return st
+}
+
+// logs returns the messages of the log events containing s.
+func (h *testHost) logs(s string) []string {
+	var out []string
+	for _, e := range h.allEvents() {
+		if e.Type != conversation.TypeLog {
+			continue
+		}
+		var l conversation.LogEvent
+		_ = json.Unmarshal(e.Payload, &l)
+		if strings.Contains(l.Message, s) {
+			out = append(out, l.Message)
+		}
+	}
+	return out
+}
+
+func (h *testHost) ofType(typ conversation.EventType) []conversation.Event {
+	var out []conversation.Event
+	for _, e := range h.allEvents() {
+		if e.Type == typ {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// fakeStarts reads the fake CLI's start records.
+func fakeStarts(t *testing.T, h *testHost) []struct {
+	Argv []string
+	Env  map[string]string
+} {
+	t.Helper()
+	data, err := h.env.ReadFile(context.Background(), configRel+"/fake-starts.jsonl")
+	if err != nil {
+		return nil
+	}
+	var out []struct {
+		Argv []string
+		Env  map[string]string
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var s struct {
+			Argv []string
+			Env  map[string]string
+		}
+		if json.Unmarshal([]byte(l), &s) == nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
