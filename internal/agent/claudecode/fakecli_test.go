@@ -281,7 +281,9 @@ func (f *fakeCLI) result(text string, isError bool) {
 // streamText streams a text message and completes it.
 func (f *fakeCLI) streamText(text string, late bool) {
 	msgID := f.id("msg_")
-	ev := func(e map[string]any) { f.emit(map[string]any{"type": "stream_event", "event": e, "session_id": f.sid, "parent_tool_use_id": nil, "uuid": f.id("uuid-s")}) }
+	ev := func(e map[string]any) {
+		f.emit(map[string]any{"type": "stream_event", "event": e, "session_id": f.sid, "parent_tool_use_id": nil, "uuid": f.id("uuid-s")})
+	}
 	ev(map[string]any{"type": "message_start", "message": map[string]any{"id": msgID, "model": f.model, "role": "assistant", "content": []any{}}})
 	ev(map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
 	for i := 0; i < len(text); i += 3 {
