@@ -201,7 +201,11 @@ const estimateItem = (it: Item) => (it.kind === "tool" ? 120 : 56);
 const renderItem = (it: Item) => <ItemView item={it} />;
 
 function ConversationPane({ state }: { state: ConversationState }) {
-  const items = useMemo(() => buildItems(state.blocks, state.notices, state.subagents), [state.blocks, state.notices, state.subagents]);
+  const items = useMemo(() => {
+    const awaiting = new Set<string>();
+    for (const p of state.pendingPermissions) if (p.toolUseId) awaiting.add(p.toolUseId);
+    return buildItems(state.blocks, state.notices, state.subagents, awaiting);
+  }, [state.blocks, state.notices, state.subagents, state.pendingPermissions]);
   const running = !!state.activeQueryId;
   return (
     <VirtualList

@@ -122,13 +122,16 @@ interface ToolProps {
   block: AnyBlock;
   result: AnyBlock | undefined;
   sub: Subagent | undefined;
+  awaiting?: boolean | undefined;
 }
 
-const ToolUseView = memo(function ToolUseView({ block, result, sub }: ToolProps) {
+const ToolUseView = memo(function ToolUseView({ block, result, sub, awaiting }: ToolProps) {
   countRender(block.id);
   const cmd = commandOf(block);
   const edits = cmd === null ? editsOf(block.input) : null;
-  const status = result ? (result.isError ? "error" : result.status ?? "complete") : block.status;
+  // A tool_use block is "complete" once its input is; the call itself is
+  // done only when its result is there.
+  const status = result ? (result.isError ? "error" : result.status ?? "complete") : block.status === "error" ? "error" : "pending";
   const title = block.displayName || block.toolName || "tool";
   return (
     <div className={`block tool${result?.isError ? " is-error" : ""}`} data-testid="block-tool_use" data-block-id={block.id} data-tool={block.toolName}>
@@ -137,6 +140,11 @@ const ToolUseView = memo(function ToolUseView({ block, result, sub }: ToolProps)
         <span className="tool-name">{title}</span>
         {block.description && <span className="muted"> — {block.description}</span>}
         {result?.durationMs ? <span className="muted small"> {fmtMs(result.durationMs)}</span> : null}
+        {awaiting && !result ? (
+          <span className="awaiting small" data-testid="awaiting-permission">
+            awaiting permission
+          </span>
+        ) : null}
       </div>
       {cmd !== null ? (
         <div className="shell">
@@ -290,7 +298,7 @@ export const NoticeView = memo(function NoticeView({ notice }: { notice: Notice 
 
 export type Item =
   | { key: string; kind: "block"; block: AnyBlock }
-  | { key: string; kind: "tool"; block: AnyBlock; result: AnyBlock | undefined; sub: Subagent | undefined }
+  | { key: string; kind: "tool"; block: AnyBlock; result: AnyBlock | undefined; sub: Subagent | undefined; awaiting?: boolean }
   | { key: string; kind: "notice"; notice: Notice }
   | { key: string; kind: "subagent"; sub: Subagent };
 
@@ -299,7 +307,12 @@ export type Item =
  * a subagent thread inside the tool call that spawned it, notices after the
  * block they followed, and threads with no parent block at the end.
  */
-export function buildItems(blocks: readonly AnyBlock[], notices: readonly Notice[], subagents: readonly Subagent[]): Item[] {
+export function buildItems(
+  blocks: readonly AnyBlock[],
+  notices: readonly Notice[],
+  subagents: readonly Subagent[],
+  awaitingPermission: ReadonlySet<string> = new Set(),
+): Item[] {
   const toolUses = new Set<string>();
   for (const b of blocks) if (b.type === "tool_use") toolUses.add(b.toolUseId || b.id);
   const results = new Map<string, AnyBlock>();
@@ -322,7 +335,9 @@ export function buildItems(blocks: readonly AnyBlock[], notices: readonly Notice
       const id = b.toolUseId || b.id;
       const sub = subs.get(id);
       if (sub) placed.add(sub.id);
-      items.push({ key: b.id, kind: "tool", block: b, result: results.get(id), sub });
+      const item: Item = { key: b.id, kind: "tool", block: b, result: results.get(id), sub };
+      if (awaitingPermission.has(id)) item.awaiting = true;
+      items.push(item);
       return;
     }
     items.push({ key: b.id, kind: "block", block: b });
@@ -337,7 +352,7 @@ export function ItemView({ item }: { item: Item }): ReactNode {
     case "block":
       return <BlockView block={item.block} />;
     case "tool":
-      return <ToolUseView block={item.block} result={item.result} sub={item.sub} />;
+      return <ToolUseView block={item.block} result={item.result} sub={item.sub} awaiting={item.awaiting} />;
     case "notice":
       return <NoticeView notice={item.notice} />;
     case "subagent":
