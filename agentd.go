@@ -30,6 +30,7 @@ import (
 	"github.com/agentd/agentd/internal/api"
 	"github.com/agentd/agentd/internal/eventlog"
 	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/sandbox/executor"
 	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/profile"
@@ -66,6 +67,9 @@ type Config struct {
 	Sandbox string
 	// Sandboxes adds sandbox backends by name, for embedding programs.
 	Sandboxes map[string]sandbox.Provider
+	// RunAsUser runs the executor sandbox's processes as this Unix user
+	// (needs root).
+	RunAsUser string
 	// APIKey, when set, is required on every /api/* route and the WebSocket.
 	APIKey string
 	// IdleTimeout terminates an idle environment (default 15m).
@@ -193,7 +197,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	provider, ok := providers[cfg.Sandbox]
 	if !ok {
-		return fail(fmt.Errorf("unknown sandbox %q", cfg.Sandbox))
+		p, err := s.builtinSandbox(cfg.Sandbox, dataDir)
+		if err != nil {
+			return fail(err)
+		}
+		provider = p
 	}
 
 	// Agent configuration written into workspaces lives under .agentd/; it
@@ -237,6 +245,22 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.handler = s.api
 	return s, nil
+}
+
+// builtinSandbox builds the sandbox backends that need configuration.
+func (s *Server) builtinSandbox(name, dataDir string) (sandbox.Provider, error) {
+	switch name {
+	case "executor":
+		p, err := executor.New(executor.Options{
+			RunAsUser: s.cfg.RunAsUser,
+			Logger:    s.log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("executor sandbox: %w", err)
+		}
+		return p, nil
+	}
+	return nil, fmt.Errorf("unknown sandbox %q (local, executor)", name)
 }
 
 // nodeID returns this server's stable identity (kept in the data folder),

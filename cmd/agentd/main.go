@@ -42,6 +42,7 @@ type serveCmd struct {
 	Store             string        `help:"Store URL (default sqlite://<data-dir>/agentd.db)." env:"AGENTD_STORE"`
 	Profiles          string        `help:"Folder of agent profiles (YAML or JSON, one a file)." env:"AGENTD_PROFILES" type:"path"`
 	Sandbox           string        `help:"Sandbox backend: local, executor, bwrap." default:"local" env:"AGENTD_SANDBOX"`
+	RunAsUser         string        `help:"With --sandbox executor: run agents as this Unix user (needs root)." env:"AGENTD_RUN_AS_USER"`
 	APIKey            string        `help:"Require this bearer key on /api/* and the WebSocket." env:"AGENTD_API_KEY"`
 	IdleTimeout       time.Duration `help:"Terminate an idle environment after this long." default:"15m" env:"AGENTD_IDLE_TIMEOUT"`
 	PermissionTimeout time.Duration `help:"Deny an unanswered permission request after this long." default:"5m" env:"AGENTD_PERMISSION_TIMEOUT"`
@@ -52,7 +53,7 @@ type serveCmd struct {
 func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
 	srv, err := agentd.New(ctx, agentd.Config{
 		Addr: c.Addr, DataDir: c.DataDir, StoreURL: c.Store, ProfilesDir: c.Profiles,
-		Sandbox: c.Sandbox, APIKey: c.APIKey, IdleTimeout: c.IdleTimeout,
+		Sandbox: c.Sandbox, RunAsUser: c.RunAsUser, APIKey: c.APIKey, IdleTimeout: c.IdleTimeout,
 		PermissionTimeout: c.PermissionTimeout, MaxBody: c.MaxBody, DisableUI: c.NoUI, Logger: log,
 	})
 	if err != nil {

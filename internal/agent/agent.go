@@ -119,3 +119,23 @@ type PermissionDecision struct {
 	// Actor is the principal who answered (ByUser).
 	Actor string
 }
+
+// Resumer is implemented by runners that can take over a turn that was
+// running when the server stopped, when the environment survived the
+// restart (a sandbox.Recoverer backend). Resume continues the turn from
+// what the log already holds (st is the session's reduced conversation) so
+// that nothing is emitted twice and nothing is lost, and returns like Turn.
+type Resumer interface {
+	Resume(ctx context.Context, t Turn, st conversation.State) (TurnResult, error)
+}
+
+// ErrDetached is returned by Runner.Turn after Detach: the turn goes on in
+// the environment and a later server resumes it (Resumer).
+var ErrDetached = errors.New("agent: turn detached")
+
+// Detacher is implemented by runners whose turns can outlive the server
+// (with a sandbox whose environments survive it): Detach makes a running
+// Turn return ErrDetached at once without stopping the agent.
+type Detacher interface {
+	Detach()
+}

@@ -18,16 +18,55 @@ import (
 
 // startEnvironment brings a session's environment up: sandbox, workspace
 // contents (restored from the store, or the profile's default files for a
-// new workspace), the workspace watcher, the lease renewal, and the
-// architecture's runner. ctx stays alive as long as the environment.
+// new workspace), then attachEnvironment. ctx stays alive as long as the
+// environment.
 func (m *Manager) startEnvironment(ctx context.Context, s *Session, rec store.Session, actor string) (sandbox.Environment, agent.Runner, *host, error) {
-	arch, ok := m.cfg.Architectures.Lookup(rec.Architecture)
-	if !ok {
-		return nil, nil, nil, agent.Fail(agent.CodeInternal, "architecture %q is not available on this server", rec.Architecture)
-	}
 	prof, err := m.cfg.Profiles.Get(ctx, rec.AgentProfileRef)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	spec := m.spec(rec, prof)
+	_, statErr := os.Stat(spec.Workspace)
+	fresh := errors.Is(statErr, os.ErrNotExist)
+	start := time.Now()
+	e, err := m.cfg.Sandbox.Create(ctx, spec)
+	if err != nil {
+		return nil, nil, nil, agent.Fail(agent.CodeSandboxError, "start %s sandbox: %v", m.cfg.Sandbox.Name(), err)
+	}
+	if fresh {
+		if err := m.populate(ctx, e, rec.ID, prof.DefaultWorkspaceFiles); err != nil {
+			terminateQuietly(e)
+			return nil, nil, nil, agent.Fail(agent.CodeSandboxError, "prepare workspace: %v", err)
+		}
+	}
+	runner, h, err := m.attachEnvironment(ctx, s, e, rec, actor)
+	if err != nil {
+		terminateQuietly(e)
+		return nil, nil, nil, err
+	}
+	m.log.Info("environment up", "session", rec.ID, "sandbox", m.cfg.Sandbox.Name(), "ms", time.Since(start).Milliseconds())
+	return e, runner, h, nil
+}
+
+// spec is the sandbox specification of a session.
+func (m *Manager) spec(rec store.Session, prof profile.Profile) sandbox.Spec {
+	env := make(map[string]string, len(m.cfg.Env)+len(prof.EnvironmentVariables))
+	maps.Copy(env, m.cfg.Env)
+	maps.Copy(env, prof.EnvironmentVariables)
+	return sandbox.Spec{SessionID: rec.ID, Workspace: m.workspace(rec.ID), Env: env, Ignore: m.cfg.WatchIgnore}
+}
+
+// attachEnvironment makes an environment that is up (new, or recovered
+// after a restart) the session's: it records the sandbox's handle, starts
+// the workspace watcher and the lease renewal, and starts the runner.
+func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.Environment, rec store.Session, actor string) (agent.Runner, *host, error) {
+	arch, ok := m.cfg.Architectures.Lookup(rec.Architecture)
+	if !ok {
+		return nil, nil, agent.Fail(agent.CodeInternal, "architecture %q is not available on this server", rec.Architecture)
+	}
+	prof, err := m.cfg.Profiles.Get(ctx, rec.AgentProfileRef)
+	if err != nil {
+		return nil, nil, err
 	}
 	var opts agent.Options
 	_ = json.Unmarshal(rec.SessionOptions, &opts)
@@ -35,40 +74,21 @@ func (m *Manager) startEnvironment(ctx context.Context, s *Session, rec store.Se
 	if opts.Model == "" {
 		opts.Model = prof.Model
 	}
-
-	ws := m.workspace(rec.ID)
-	_, statErr := os.Stat(ws)
-	fresh := errors.Is(statErr, os.ErrNotExist)
-	env := make(map[string]string, len(m.cfg.Env)+len(prof.EnvironmentVariables))
-	maps.Copy(env, m.cfg.Env)
-	maps.Copy(env, prof.EnvironmentVariables)
-	spec := sandbox.Spec{SessionID: rec.ID, Workspace: ws, Env: env, Ignore: m.cfg.WatchIgnore}
-
-	start := time.Now()
-	e, err := m.cfg.Sandbox.Create(ctx, spec)
-	if err != nil {
-		return nil, nil, nil, agent.Fail(agent.CodeSandboxError, "start %s sandbox: %v", m.cfg.Sandbox.Name(), err)
-	}
-	fail := func(err error) (sandbox.Environment, agent.Runner, *host, error) {
-		tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = e.Terminate(tctx)
-		return nil, nil, nil, err
-	}
-	if h, ok := e.(sandbox.Handler); ok {
+	if hd, ok := e.(sandbox.Handler); ok {
 		s.mu.Lock()
-		s.rec.SandboxState = h.Handle()
+		s.rec.SandboxState = hd.Handle()
+		rec := s.rec
 		s.mu.Unlock()
-	}
-	if fresh {
-		if err := m.populate(ctx, e, rec.ID, prof.DefaultWorkspaceFiles); err != nil {
-			return fail(agent.Fail(agent.CodeSandboxError, "prepare workspace: %v", err))
+		// Recorded before anything runs: a server killed from here on finds
+		// the environment again.
+		if err := m.cfg.Store.UpdateSession(ctx, rec); err != nil {
+			return nil, nil, fmt.Errorf("record sandbox handle: %w", err)
 		}
 	}
 	// Watch before the agent starts so nothing it writes is missed.
 	changes, err := e.Watch(ctx)
 	if err != nil {
-		return fail(agent.Fail(agent.CodeSandboxError, "watch workspace: %v", err))
+		return nil, nil, agent.Fail(agent.CodeSandboxError, "watch workspace: %v", err)
 	}
 	go m.forwardChanges(ctx, s, e, changes)
 	go m.renewLease(ctx, rec.ID)
@@ -77,10 +97,15 @@ func (m *Manager) startEnvironment(ctx context.Context, s *Session, rec store.Se
 	h.setTurn(actor, rec.Runtime.ActiveQueryID)
 	runner, err := arch.Start(ctx, h)
 	if err != nil {
-		return fail(err)
+		return nil, nil, err
 	}
-	m.log.Info("environment up", "session", rec.ID, "sandbox", m.cfg.Sandbox.Name(), "ms", time.Since(start).Milliseconds())
-	return e, runner, h, nil
+	return runner, h, nil
+}
+
+func terminateQuietly(e sandbox.Environment) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = e.Terminate(ctx)
 }
 
 // populate fills a new workspace: the files saved in the store for this

@@ -135,7 +135,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		m.sessions[rec.ID] = s
 		m.mu.Unlock()
 		if rec.Status.Active() {
-			if err := m.settle(ctx, s); err != nil {
+			if err := m.recoverOrSettle(ctx, s); err != nil {
 				m.log.Error("settle session after restart", "session", rec.ID, "err", err)
 			}
 		}

@@ -355,6 +355,13 @@ func (o *owner) finishTurn(res agent.TurnResult, err error) {
 		return
 	}
 	o.turn = nil
+	if o.detach && errors.Is(err, agent.ErrDetached) {
+		// Shutting down with the turn still running in the environment:
+		// record nothing; the next server resumes it.
+		t.cancel()
+		o.terminate(o.terminating, o.terminateActor)
+		return
+	}
 	t.cancel()
 	if t.graceTimer != nil {
 		t.graceTimer.Stop()
@@ -396,6 +403,15 @@ func (o *owner) finishTurn(res agent.TurnResult, err error) {
 
 // terminate stops the environment now, or after the running turn ends.
 func (o *owner) terminate(reason, actor string) {
+	if o.turn != nil && o.detach {
+		if d, ok := o.runner.(agent.Detacher); ok {
+			// The turn goes on in the environment; finishTurn sees
+			// ErrDetached and comes back here.
+			o.terminating, o.terminateActor = reason, actor
+			d.Detach()
+			return
+		}
+	}
 	if o.turn != nil {
 		o.terminating, o.terminateActor = reason, actor
 		_ = o.interrupt(actor)

@@ -11,7 +11,9 @@ package shell
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -47,9 +49,43 @@ type runner struct {
 	host agent.Host
 	max  int
 
-	mu          sync.Mutex // guards proc, interrupted
+	mu          sync.Mutex // guards proc, interrupted, detach
 	proc        sandbox.Process
 	interrupted bool
+	detach      chan struct{} // closed by Detach
+}
+
+// Detach implements agent.Detacher: the running Turn stops following its
+// command (which keeps running in the environment) and returns
+// agent.ErrDetached.
+func (r *runner) Detach() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.detach == nil {
+		r.detach = make(chan struct{})
+	}
+	select {
+	case <-r.detach:
+	default:
+		close(r.detach)
+	}
+}
+
+func (r *runner) detached() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.detach == nil {
+		r.detach = make(chan struct{})
+	}
+	return r.detach
+}
+
+// Argv is the command line of a turn: the message run by sh with its
+// standard error merged into standard output at the source, so the output
+// is one byte stream whose content does not depend on read timing (what
+// makes a turn resumable exactly after a server restart).
+func Argv(command string) []string {
+	return []string{"sh", "-c", `exec sh -c "$1" 2>&1`, "sh", command}
 }
 
 // ToolUseID is the tool_use id of a turn's command.
@@ -74,11 +110,48 @@ func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 		return agent.TurnResult{}, err
 	}
 
-	p, err := h.Env().Exec(ctx, sandbox.Cmd{Argv: []string{"sh", "-c", t.Content}, Tag: t.QueryID})
+	p, err := h.Env().Exec(ctx, sandbox.Cmd{Argv: Argv(t.Content), Tag: t.QueryID})
 	if err != nil {
 		r.finish(context.WithoutCancel(ctx), toolID, resultID, start, -1, "", err.Error())
 		return agent.TurnResult{}, agent.Fail(agent.CodeSandboxError, "start command: %v", err)
 	}
+	return r.follow(ctx, p, toolID, resultID, start, 0)
+}
+
+// Resume implements agent.Resumer: it re-attaches to the turn's command in
+// an environment that survived a server restart, replays its output from
+// the first byte, skips what the log already holds and streams the rest.
+func (r *runner) Resume(ctx context.Context, t agent.Turn, st conversation.State) (agent.TurnResult, error) {
+	toolID := ToolUseID(t.QueryID)
+	resultID := conversation.ToolResultID(toolID)
+	var emitted *conversation.Block
+	for i := range st.Blocks {
+		if st.Blocks[i].ID == resultID {
+			emitted = &st.Blocks[i]
+		}
+	}
+	if emitted == nil {
+		// The server stopped before the command started: run it now.
+		return r.Turn(ctx, t)
+	}
+	at, ok := r.host.Env().(sandbox.Attacher)
+	if !ok {
+		return agent.TurnResult{}, agent.Fail(agent.CodeServerRestarted, "the %s sandbox cannot re-attach to a running command", "current")
+	}
+	p, err := at.Attach(ctx, t.QueryID, sandbox.Offsets{})
+	if err != nil {
+		return agent.TurnResult{}, agent.Fail(agent.CodeServerRestarted, "re-attach to the running command: %v", err)
+	}
+	start := emitted.Timestamp
+	if start.IsZero() {
+		start = time.Now()
+	}
+	return r.follow(ctx, p, toolID, resultID, start, len(emitted.Output))
+}
+
+// follow streams p's output into the result block, skipping the first skip
+// bytes of text (already in the log), and finishes the turn.
+func (r *runner) follow(ctx context.Context, p sandbox.Process, toolID, resultID string, start time.Time, skip int) (agent.TurnResult, error) {
 	r.mu.Lock()
 	r.proc = p
 	r.interrupted = false
@@ -94,7 +167,11 @@ func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 	stop := context.AfterFunc(ctx, func() { _ = p.Kill() })
 	defer stop()
 
-	outErr := r.stream(context.WithoutCancel(ctx), p, resultID)
+	outErr := r.stream(context.WithoutCancel(ctx), p, resultID, skip)
+	if errors.Is(outErr, agent.ErrDetached) {
+		stop() // the command must outlive this server
+		return agent.TurnResult{}, outErr
+	}
 	status, werr := p.Wait(context.WithoutCancel(ctx))
 	ectx := context.WithoutCancel(ctx)
 	if werr != nil {
@@ -112,14 +189,41 @@ func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 }
 
 // stream forwards output as deltas. It drains whatever chunks are ready into
-// one delta, so a fast producer costs one append per batch, not per read,
-// and carries an incomplete UTF-8 sequence over to the next delta.
-func (r *runner) stream(ctx context.Context, p sandbox.Process, resultID string) error {
+// one delta, so a fast producer costs one append per batch, not per read.
+// The text it emits depends only on the bytes, never on how they were cut
+// into chunks (an incomplete UTF-8 sequence waits for the next chunk, each
+// invalid byte becomes U+FFFD), which is what lets Resume skip exactly the
+// first skip bytes of text that an earlier server already stored.
+func (r *runner) stream(ctx context.Context, p sandbox.Process, resultID string, skip int) error {
 	var carry []byte
 	written, dropped := 0, 0
+	emit := func(text string) error {
+		if skip > 0 {
+			n := min(skip, len(text))
+			skip -= n
+			written += n
+			text = text[n:]
+		}
+		if room := r.max - written; len(text) > room {
+			dropped += len(text) - max(room, 0)
+			text = text[:max(room, 0)]
+		}
+		if text == "" {
+			return nil
+		}
+		written += len(text)
+		return r.host.Emit(ctx, conversation.Delta(resultID, text))
+	}
 	out := p.Output()
-	for {
-		c, ok := <-out
+	detached := r.detached()
+	for out != nil {
+		var c sandbox.Chunk
+		var ok bool
+		select {
+		case c, ok = <-out:
+		case <-detached:
+			return agent.ErrDetached
+		}
 		if !ok {
 			break
 		}
@@ -137,33 +241,38 @@ func (r *runner) stream(ctx context.Context, p sandbox.Process, resultID string)
 				break drain
 			}
 		}
-		text, rest := splitUTF8(buf)
+		whole, rest := splitUTF8(buf)
 		carry = append([]byte(nil), rest...)
-		if room := r.max - written; len(text) > room {
-			dropped += len(text) - max(room, 0)
-			text = text[:max(room, 0)]
-		}
-		if len(text) > 0 {
-			written += len(text)
-			if err := r.host.Emit(ctx, conversation.Delta(resultID, string(text))); err != nil {
-				return err
-			}
-		}
-		if out == nil {
-			break
+		if err := emit(validText(whole)); err != nil {
+			return err
 		}
 	}
-	tail := string(carry)
-	if len(carry) > 0 {
-		tail = string([]rune(tail)) // invalid bytes become U+FFFD
+	if err := emit(validText(carry)); err != nil {
+		return err
 	}
 	if dropped > 0 {
-		tail += fmt.Sprintf("\n[agentd: output truncated, %d bytes not shown]\n", dropped)
-	}
-	if tail != "" {
-		return r.host.Emit(ctx, conversation.Delta(resultID, tail))
+		return r.host.Emit(ctx, conversation.Delta(resultID, fmt.Sprintf("\n[agentd: output truncated, %d bytes not shown]\n", dropped)))
 	}
 	return nil
+}
+
+// validText decodes b as UTF-8, turning each invalid byte into U+FFFD.
+func validText(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	var sb strings.Builder
+	sb.Grow(len(b) + 8)
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		if r == utf8.RuneError && size == 1 {
+			sb.WriteRune(utf8.RuneError)
+		} else {
+			sb.Write(b[:size])
+		}
+		b = b[size:]
+	}
+	return sb.String()
 }
 
 // splitUTF8 splits b before a trailing incomplete UTF-8 sequence.
