@@ -37,7 +37,7 @@ type testHost struct {
 	notify      chan struct{}
 }
 
-func newTestHost(t *testing.T, path string) *testHost {
+func newTestHost(t testing.TB, path string) *testHost {
 	t.Helper()
 	if path != "" {
 		path += ":" + os.Getenv("PATH")

@@ -1,0 +1,117 @@
+package claudecode
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/internal/agent/agentproc"
+	"github.com/agentd/agentd/internal/sandbox"
+)
+
+// stubProc is a CLI that is never run: the fuzz tests feed the process's
+// line handler directly.
+type stubProc struct{ writes bytes.Buffer }
+
+func (s *stubProc) Lines() <-chan agentproc.Line { return nil }
+func (s *stubProc) Write(b []byte) error {
+	if !json.Valid(bytes.TrimSpace(b)) {
+		panic("agentd wrote invalid JSON to the CLI: " + string(b))
+	}
+	s.writes.Write(b)
+	return nil
+}
+func (s *stubProc) CloseStdin() error                   { return nil }
+func (s *stubProc) Signal(syscall.Signal) error         { return nil }
+func (s *stubProc) Kill() error                         { return nil }
+func (s *stubProc) Stop(context.Context, time.Duration) {}
+func (s *stubProc) Stderr() string                      { return "" }
+func (s *stubProc) Exit() (sandbox.ExitStatus, error)   { return sandbox.ExitStatus{}, nil }
+func (s *stubProc) ExitError() error                    { return nil }
+
+// FuzzProcessLines feeds arbitrary stdout lines (newline-separated) to the
+// runner's line handler: whatever the CLI prints, agentd must not panic,
+// every event it emits must be valid (testHost.Emit checks), and every line
+// it writes back must be JSON.
+func FuzzProcessLines(f *testing.F) {
+	var prev []byte
+	seedLines(f, func(line []byte) {
+		f.Add(append(append(bytes.Clone(prev), '\n'), line...))
+		prev = line
+	})
+	f.Add([]byte(`{"type":"control_request","request_id":"r1","request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"ls"},"tool_use_id":"t1"}}`))
+	f.Add([]byte(`{"type":"control_request","request_id":"r2","request":{"subtype":"hook_callback"}}` + "\n" + `{"type":"control_cancel_request","request_id":"r1"}`))
+	f.Add([]byte(`{"type":"system","subtype":"init","session_id":"s","cwd":"/w","claude_code_version":"1"}` + "\n" + lineTask + "\n" +
+		`{"type":"system","subtype":"task_started","task_id":"a1","tool_use_id":"toolu_task"}` + "\n" + lineSubPrompt + "\n" + lineTaskDone + "\n" +
+		`{"type":"result","subtype":"success","is_error":true,"result":"x"}`))
+	f.Add([]byte("garbage\n\xff\xfe\n[1]\n{\"type\":\"control_response\",\"response\":{}}"))
+	h := newTestHost(f, "")
+	h.answer = nil // allow everything at once
+	opts := Options{FlushTimeout: time.Millisecond, SubagentPoll: time.Millisecond, MaxBadLines: 5}.withDefaults()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := newRunner(opts, h, materialized{})
+		sp := &stubProc{}
+		p := newProcess(r, sp, false)
+		for _, ln := range strings.Split(string(data), "\n") {
+			p.handleLine(agentproc.Line{Data: []byte(ln)})
+		}
+		p.flush()
+		p.cancel()
+		p.perms.Wait()
+		h.mu.Lock()
+		h.events = h.events[:0]
+		h.mu.Unlock()
+	})
+}
+
+// FuzzParseControl: the control message parser never panics and accepts
+// only what it can use.
+func FuzzParseControl(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"control_request","request_id":"a","request":{"subtype":"can_use_tool"}}`,
+		`{"type":"control_response","response":{"subtype":"success","request_id":"x"}}`,
+		`{"type":"control_cancel_request","request_id":"a"}`,
+		`{"type":"control_request"}`, `{"type":"assistant"}`, `[]`, `{`, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := parseControl(data)
+		if err != nil {
+			return
+		}
+		switch m.Type {
+		case typeControlRequest:
+			if m.RequestID == "" || len(m.Request) == 0 {
+				t.Fatalf("accepted %q", data)
+			}
+		case typeControlResponse:
+			if len(m.Response) == 0 {
+				t.Fatalf("accepted %q", data)
+			}
+		case typeControlCancel:
+			if m.RequestID == "" {
+				t.Fatalf("accepted %q", data)
+			}
+		default:
+			t.Fatalf("accepted type %q", m.Type)
+		}
+	})
+}
+
+// FuzzParseVersion: any --version output gives a version without spaces.
+func FuzzParseVersion(f *testing.F) {
+	f.Add("2.1.197 (Claude Code)\n")
+	f.Add("")
+	f.Add("   \n\t")
+	f.Fuzz(func(t *testing.T, out string) {
+		v := parseVersion(out)
+		if strings.ContainsAny(v, " \t\n") || (v == "" && strings.TrimSpace(out) != "") {
+			t.Fatalf("parseVersion(%q) = %q", out, v)
+		}
+	})
+}
