@@ -1,0 +1,228 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/eventlog"
+	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/store/sqlite"
+)
+
+// appendRun is one run of the append scenario: appenders goroutines, each
+// the runner of its own session, calling eventlog.Log.Append with perAppend
+// events at a time, total appends in all.
+type appendRun struct {
+	appenders, perAppend, appends int
+	sync                          sqlite.Synchronous
+}
+
+type appendResult struct {
+	events  int
+	elapsed time.Duration
+	cpu     time.Duration
+	commits uint64 // store transactions (group commits)
+	stored  uint64 // events in them, from the log's own metrics
+	// From the timing wrapper around the store: the duration of each
+	// AppendEvents call, the events in each, and their total time (the
+	// single writer goroutine's time in the store).
+	commit    Summary
+	batch     intSummary
+	storeBusy time.Duration
+}
+
+func (r appendResult) eventsPerSec() float64 { return float64(r.events) / r.elapsed.Seconds() }
+func (r appendResult) batchMean() float64 {
+	if r.commits == 0 {
+		return 0
+	}
+	return float64(r.stored) / float64(r.commits)
+}
+
+// setupAppend opens a SQLite store in a temporary folder with one session
+// per appender and an event log over it. start runs the appends and
+// returns what they did; the store and log close when tb ends.
+func setupAppend(tb testing.TB, cfg appendRun) (start func() appendResult) {
+	tb.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, tb.TempDir()+"/agentd.db", sqlite.WithSynchronous(cfg.sync), sqlite.WithLogger(quietLogger()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	ts := &timedStore{EventStore: st}
+	lg := eventlog.New(ts, eventlog.Options{Registerer: reg, Logger: quietLogger()})
+	tb.Cleanup(func() {
+		lg.Close()
+		st.Close()
+	})
+	ids := make([]string, cfg.appenders)
+	now := time.Now().UTC()
+	for i := range ids {
+		ids[i] = fmt.Sprintf("append-%d", i)
+		rec := store.Session{ID: ids[i], Architecture: "shell", Status: conversation.SessionCreated,
+			Runtime: conversation.Runtime{Status: conversation.SessionCreated, Architecture: "shell"}, CreatedAt: now, LastActivity: now}
+		if err := st.CreateSession(ctx, rec); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	// A realistic streamed-output event: a delta of about 70 characters.
+	proto := conversation.Delta("shell-q1-result", "The quick brown fox jumps over the lazy dog; the lazy dog sleeps on.\n")
+	return func() appendResult {
+		before := commitStats(tb, reg)
+		ts.reset()
+		cpu0 := processCPU()
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		errs := make(chan error, cfg.appenders)
+		for a := range cfg.appenders {
+			n := cfg.appends / cfg.appenders
+			if a < cfg.appends%cfg.appenders {
+				n++
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				evs := make([]conversation.Event, cfg.perAppend)
+				for range n {
+					for i := range evs {
+						evs[i] = proto // Append fills seq and context in place
+					}
+					if _, err := lg.Append(ctx, ids[a], evs...); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		elapsed := time.Since(t0)
+		cpu := processCPU() - cpu0
+		close(errs)
+		for err := range errs {
+			tb.Fatalf("append: %v", err)
+		}
+		after := commitStats(tb, reg)
+		commitTimes, batches, busy := ts.take()
+		return appendResult{
+			events: cfg.appends * cfg.perAppend, elapsed: elapsed, cpu: cpu,
+			commits: after.count - before.count, stored: uint64(after.sum - before.sum),
+			commit: Summarize(commitTimes), batch: summarizeInts(batches), storeBusy: busy,
+		}
+	}
+}
+
+// timedStore times every AppendEvents call of the log's writer goroutine.
+type timedStore struct {
+	store.EventStore
+	mu      sync.Mutex
+	times   []time.Duration
+	batches []int
+	busy    time.Duration
+}
+
+func (s *timedStore) AppendEvents(ctx context.Context, events []conversation.Event) error {
+	t0 := time.Now()
+	err := s.EventStore.AppendEvents(ctx, events)
+	d := time.Since(t0)
+	s.mu.Lock()
+	s.times = append(s.times, d)
+	s.batches = append(s.batches, len(events))
+	s.busy += d
+	s.mu.Unlock()
+	return err
+}
+
+func (s *timedStore) reset() {
+	s.mu.Lock()
+	s.times, s.batches, s.busy = nil, nil, 0
+	s.mu.Unlock()
+}
+
+func (s *timedStore) take() ([]time.Duration, []int, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.times, s.batches, s.busy
+}
+
+type intSummary struct{ p50, max int }
+
+func summarizeInts(v []int) intSummary {
+	if len(v) == 0 {
+		return intSummary{}
+	}
+	slices.Sort(v)
+	return intSummary{p50: v[(len(v)-1)/2], max: v[len(v)-1]}
+}
+
+type histo struct {
+	count uint64
+	sum   float64
+}
+
+// commitStats reads the log's group-commit histogram (events per store
+// transaction) from its registry.
+func commitStats(tb testing.TB, reg *prometheus.Registry) histo {
+	tb.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "agentd_event_commit_batch_size" {
+			h := mf.GetMetric()[0].GetHistogram()
+			return histo{count: h.GetSampleCount(), sum: h.GetSampleSum()}
+		}
+	}
+	tb.Fatal("agentd_event_commit_batch_size not registered")
+	return histo{}
+}
+
+// BenchmarkEventAppend: events/s through eventlog.Log.Append into SQLite
+// (WAL, the server's default synchronous=NORMAL, and FULL for reference)
+// with group commit. One op is one Append call; events/s counts events
+// durably stored and published, events/commit is the mean group-commit
+// batch, cpu-µs/event the process CPU per event.
+//
+// Target (issue 2): >= 50,000 events/s sustained on the 2-core machine.
+func BenchmarkEventAppend(b *testing.B) {
+	for _, sync := range []sqlite.Synchronous{sqlite.SyncNormal, sqlite.SyncFull} {
+		for _, appenders := range []int{1, 8, 64} {
+			for _, per := range []int{1, 16} {
+				name := fmt.Sprintf("sync=%s/appenders=%d/events=%d", sync, appenders, per)
+				b.Run(name, func(b *testing.B) {
+					start := setupAppend(b, appendRun{appenders: appenders, perAppend: per, appends: b.N, sync: sync})
+					b.ResetTimer()
+					r := start()
+					b.StopTimer()
+					b.ReportMetric(r.eventsPerSec(), "events/s")
+					b.ReportMetric(r.batchMean(), "events/commit")
+					b.ReportMetric(float64(r.cpu.Microseconds())/float64(r.events), "cpu-µs/event")
+					b.ReportMetric(float64(r.batch.p50), "batch-p50")
+					b.ReportMetric(float64(r.batch.max), "batch-max")
+					b.ReportMetric(float64(r.commit.P50.Microseconds()), "commit-p50-µs")
+					b.ReportMetric(float64(r.commit.P99.Microseconds()), "commit-p99-µs")
+					b.ReportMetric(100*r.storeBusy.Seconds()/r.elapsed.Seconds(), "store-busy-%")
+				})
+			}
+		}
+	}
+}
+
+func TestAppendSmoke(t *testing.T) {
+	start := setupAppend(t, appendRun{appenders: 8, perAppend: 4, appends: 200})
+	r := start()
+	if r.events != 800 || r.stored != 800 {
+		t.Fatalf("events %d, stored %d; want 800", r.events, r.stored)
+	}
+	if r.commits == 0 || r.commits > 200 {
+		t.Fatalf("%d commits for 200 appends", r.commits)
+	}
+}
