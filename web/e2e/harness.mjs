@@ -164,7 +164,8 @@ export async function createShellSession(page, server, name = "e2e") {
   await page.getByTestId("new-session-button").click();
   const dialog = page.getByTestId("new-session-dialog");
   await dialog.waitFor();
-  await page.getByTestId("architecture-select").selectOption("shell");
+  // Architectures can take seconds to list (the server probes each agent CLI).
+  await page.getByTestId("architecture-select").selectOption("shell", { timeout: 90_000 });
   await page.getByTestId("name-input").fill(name);
   await page.getByTestId("create-session").click();
   await page.getByTestId("session-view").waitFor();

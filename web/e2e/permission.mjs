@@ -83,7 +83,7 @@ export async function permissionTest(t, browser) {
     await withPage(t, browser, server, {}, async (page) => {
       await page.goto(server.url + "/");
       await page.getByTestId("new-session-button").click();
-      await page.getByTestId("architecture-select").selectOption(cc.name);
+      await page.getByTestId("architecture-select").selectOption(cc.name, { timeout: 90_000 });
       await page.getByTestId("create-session").click();
       await page.getByTestId("session-view").waitFor();
 

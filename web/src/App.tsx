@@ -1,7 +1,7 @@
 import { useCallback, useEffect, useRef, useState, useSyncExternalStore } from "react";
 import { AgentdClient, EventSocket } from "@agentd/client";
 import { AppContext, stats, useConnectionState, type App as AppT } from "./app-context";
-import { NewSessionDialog } from "./NewSessionDialog";
+import { NewSessionDialog, prefetchArchitectures } from "./NewSessionDialog";
 import { SessionList } from "./SessionList";
 import { SessionView } from "./SessionView";
 
@@ -133,6 +133,9 @@ function Connected({ apiKey, onUnauthorized }: { apiKey: string | undefined; onU
 }
 
 function Shell({ app }: { app: AppT }) {
+  useEffect(() => {
+    prefetchArchitectures(app.client).catch(() => {});
+  }, [app.client]);
   const sessionId = useSessionRoute();
   const [dialog, setDialog] = useState(false);
   const conn = useConnectionState(app.socket);

@@ -1,11 +1,26 @@
 import { useEffect, useRef, useState } from "react";
-import type { AgentProfileSummary, Architecture } from "@agentd/client";
+import type { AgentdClient, AgentProfileSummary, Architecture } from "@agentd/client";
 import { useApp } from "./app-context";
+
+// GET /api/architectures can take seconds (the server asks each agent CLI
+// for its version), so the app asks once at start and the dialog reuses it.
+const archCache = new WeakMap<AgentdClient, Promise<Architecture[]>>();
+
+export function prefetchArchitectures(client: AgentdClient): Promise<Architecture[]> {
+  let p = archCache.get(client);
+  if (!p) {
+    p = client.listArchitectures();
+    p.catch(() => archCache.delete(client)); // retry on the next open
+    archCache.set(client, p);
+  }
+  return p;
+}
 
 export function NewSessionDialog({ onClose, onCreated }: { onClose: () => void; onCreated: (id: string) => void }) {
   const { client } = useApp();
   const [profiles, setProfiles] = useState<AgentProfileSummary[]>([]);
   const [archs, setArchs] = useState<Architecture[]>([]);
+  const [archsLoaded, setArchsLoaded] = useState(false);
   const [profile, setProfile] = useState("default");
   const [arch, setArch] = useState("");
   const [model, setModel] = useState("");
@@ -16,15 +31,22 @@ export function NewSessionDialog({ onClose, onCreated }: { onClose: () => void; 
 
   useEffect(() => {
     first.current?.focus();
-    Promise.all([client.listProfiles(), client.listArchitectures()])
-      .then(([p, a]) => {
+    const fail = (e: unknown) => setErr(e instanceof Error ? e.message : String(e));
+    client
+      .listProfiles()
+      .then((p) => {
         setProfiles(p);
-        setArchs(a);
         if (p.length && !p.some((x) => x.id === "default")) setProfile(p[0]!.id);
-        const preferred = a.find((x) => x.available && x.name !== "shell") ?? a.find((x) => x.available);
-        if (preferred) setArch(preferred.name);
       })
-      .catch((e: unknown) => setErr(e instanceof Error ? e.message : String(e)));
+      .catch(fail);
+    prefetchArchitectures(client)
+      .then((a) => {
+        setArchs(a);
+        setArchsLoaded(true);
+        const preferred = a.find((x) => x.available && x.name !== "shell") ?? a.find((x) => x.available);
+        if (preferred) setArch((cur) => cur || preferred.name);
+      })
+      .catch(fail);
   }, [client]);
 
   const create = async () => {
@@ -72,7 +94,8 @@ export function NewSessionDialog({ onClose, onCreated }: { onClose: () => void; 
         </label>
         <label>
           Architecture
-          <select data-testid="architecture-select" value={arch} onChange={(e) => setArch(e.target.value)}>
+          <select data-testid="architecture-select" value={arch} onChange={(e) => setArch(e.target.value)} aria-busy={!archsLoaded}>
+            {!archsLoaded && <option value="">Loading…</option>}
             {archs.map((a) => (
               <option key={a.name} value={a.name} disabled={!a.available}>
                 {a.name}
