@@ -121,6 +121,13 @@ type pendingPath struct {
 	first, due time.Time
 }
 
+// eventBuffer is the fsnotify channel's size. The kernel's own queue
+// (fs.inotify.max_queued_events, 16384 by default) absorbs bursts, and an
+// overflow is handled by a rescan, so this only smooths the hand-off: at
+// 4096 events (40 bytes each) it cost every session with a watched
+// workspace 160 KiB of heap (bench.BenchmarkSessionMemory).
+const eventBuffer = 128
+
 // New starts watching root, an existing folder. Changes are reported from
 // the moment New returns; what exists then is the baseline, not reported.
 func New(root string, opts Options) (*Watcher, error) {
@@ -152,7 +159,7 @@ func New(root string, opts Options) (*Watcher, error) {
 	w.timer.Stop()
 	if opts.Poll {
 		w.startPolling(errors.New("polling requested"))
-	} else if w.fsw, err = fsnotify.NewBufferedWatcher(4096); err != nil {
+	} else if w.fsw, err = fsnotify.NewBufferedWatcher(eventBuffer); err != nil {
 		w.fsw = nil
 		w.startPolling(err)
 	}
