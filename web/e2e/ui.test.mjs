@@ -196,6 +196,33 @@ describe("agentd web UI", () => {
     });
   });
 
+  it("batches deltas per frame: a block does not re-render per delta", async (t) => {
+    await withServer({}, async (server) => {
+      await withPage(t, browser, server, {}, async (page) => {
+        await createShellSession(page, server, "batching");
+        await page.evaluate(() => {
+          window.__agentd.stats.deltas = 0;
+          window.__agentd.stats.blockRenders.clear();
+        });
+        await send(page, "for i in $(seq 1 1500); do echo $i; sleep 0.001; done");
+        await waitFor(async () => /^1500$/m.test(await outputText(page)), { what: "the last line", timeout: 60_000 });
+        await waitIdle(page);
+        const { deltas, renders } = await page.evaluate(() => ({
+          deltas: window.__agentd.stats.deltas,
+          renders: Math.max(0, ...window.__agentd.stats.blockRenders.values()),
+        }));
+        t.diagnostic(`${deltas} deltas, ${renders} renders of the busiest block`);
+        if (deltas < 100) {
+          t.skip(`the server coalesced the output into ${deltas} deltas; nothing to batch`);
+          return;
+        }
+        assert.ok(renders < deltas / 2, `${renders} renders for ${deltas} deltas`);
+        const lines = (await outputText(page)).split("\n").filter(Boolean);
+        assert.equal(lines.length, 1500);
+      });
+    });
+  });
+
   it("runs a shell in the terminal tab", async (t) => {
     await withServer({}, async (server) => {
       await withPage(t, browser, server, {}, async (page) => {

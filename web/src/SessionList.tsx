@@ -40,7 +40,7 @@ function newer(a: SessionSummary, b: SessionSummary): boolean {
   return (a.lastActivity ?? "") >= (b.lastActivity ?? "");
 }
 
-function upsert(list: SessionSummary[], s: SessionSummary & { deleted?: boolean }): SessionSummary[] {
+export function upsert(list: SessionSummary[], s: SessionSummary & { deleted?: boolean }): SessionSummary[] {
   const i = list.findIndex((x) => x.sessionId === s.sessionId);
   if (s.deleted) return i < 0 ? list : list.filter((x) => x.sessionId !== s.sessionId);
   const next = list.slice();
@@ -49,7 +49,7 @@ function upsert(list: SessionSummary[], s: SessionSummary & { deleted?: boolean 
   return sortList(next);
 }
 
-function mergeList(fresh: SessionSummary[], cur: SessionSummary[]): SessionSummary[] {
+export function mergeList(fresh: SessionSummary[], cur: SessionSummary[]): SessionSummary[] {
   const byId = new Map(cur.map((s) => [s.sessionId, s]));
   return sortList(fresh.map((s) => {
     const c = byId.get(s.sessionId);

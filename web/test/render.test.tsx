@@ -112,3 +112,25 @@ describe("terminal output chunks", () => {
     expect(chunkLines(text + " more\nx").slice(0, 2)).toEqual(chunks.slice(0, 2));
   });
 });
+
+import type { SessionSummary } from "@agentd/client";
+import { mergeList, upsert } from "../src/SessionList";
+describe("session list", () => {
+  const s = (id: string, createdAt: string, lastActivity = createdAt, status: SessionSummary["status"] = "idle"): SessionSummary => ({
+    sessionId: id, type: "shell", agentProfileReference: "default", name: "", status, createdAt, lastActivity, lastSeq: 0,
+  });
+  it("upserts live frames newest first and drops deleted sessions", () => {
+    let l = upsert([], s("a", "2026-01-01T00:00:00Z"));
+    l = upsert(l, s("b", "2026-01-02T00:00:00Z"));
+    l = upsert(l, { ...s("a", "2026-01-01T00:00:00Z", "2026-01-03T00:00:00Z"), status: "running" });
+    expect(l.map((x) => `${x.sessionId}:${x.status}`)).toEqual(["b:idle", "a:running"]);
+    expect(upsert(l, { ...s("b", "2026-01-02T00:00:00Z"), deleted: true }).map((x) => x.sessionId)).toEqual(["a"]);
+    expect(upsert(l, { ...s("zz", "2026-01-02T00:00:00Z"), deleted: true })).toBe(l);
+  });
+  it("keeps a live frame newer than a listing that was in flight", () => {
+    const live = [{ ...s("a", "2026-01-01T00:00:00Z", "2026-01-05T00:00:00Z"), status: "running" as const }];
+    const fetched = [s("a", "2026-01-01T00:00:00Z", "2026-01-04T00:00:00Z"), s("c", "2026-01-03T00:00:00Z")];
+    const m = mergeList(fetched, live);
+    expect(m.map((x) => `${x.sessionId}:${x.status}`)).toEqual(["c:idle", "a:running"]);
+  });
+});
