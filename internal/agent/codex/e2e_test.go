@@ -14,12 +14,16 @@ import (
 	"github.com/agentd/agentd"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/codex"
 	"github.com/agentd/agentd/internal/mockllm"
 	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/restapi"
 )
 
 func TestMain(m *testing.M) {
+	if codex.FakeAppServerMain() {
+		os.Exit(0)
+	}
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("github.com/zishang520/socket.io/v3/pkg/queue.(*Queue).run"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
