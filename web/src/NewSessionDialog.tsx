@@ -106,11 +106,15 @@ export function NewSessionDialog({ onClose, onCreated }: { onClose: () => void; 
           </select>
         </label>
         <label>
-          Model <span className="muted small">(optional)</span>
+          <span>
+            Model <span className="muted small">(optional)</span>
+          </span>
           <input data-testid="model-input" value={model} onChange={(e) => setModel(e.target.value)} placeholder="agent default" />
         </label>
         <label>
-          Name <span className="muted small">(optional)</span>
+          <span>
+            Name <span className="muted small">(optional)</span>
+          </span>
           <input data-testid="name-input" value={name} onChange={(e) => setName(e.target.value)} />
         </label>
         {err && (
