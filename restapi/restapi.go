@@ -21,9 +21,10 @@ type Error struct {
 // CreateSessionRequest is the body of POST /api/sessions.
 type CreateSessionRequest struct {
 	AgentProfileRef string          `json:"agentProfileRef,omitempty"`
-	Architecture    string          `json:"architecture"`
-	SessionOptions  json.RawMessage `json:"sessionOptions,omitempty"`
-	Name            string          `json:"name,omitempty"`
+	// Architecture may be omitted when the profile names one.
+	Architecture   string          `json:"architecture,omitempty"`
+	SessionOptions json.RawMessage `json:"sessionOptions,omitempty"`
+	Name           string          `json:"name,omitempty"`
 }
 
 // CreateSessionResponse answers POST /api/sessions.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 )
 
 // Registry maps architecture names and aliases to architectures. It is safe
@@ -14,7 +15,20 @@ type Registry struct {
 	archs   map[string]Architecture // by canonical name and alias
 	names   []string                // canonical names
 	aliases map[string][]string     // canonical name → aliases
+
+	probeMu sync.Mutex // guards probes; never held while probing
+	probes  map[string]probeResult
 }
+
+type probeResult struct {
+	version string
+	err     error
+	at      time.Time
+}
+
+// probeTTL is how long a CLI probe (which runs `<cli> --version`, a second
+// or more for some CLIs) is reused.
+const probeTTL = time.Minute
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
@@ -37,8 +51,29 @@ func (r *Registry) Register(a Architecture, aliases ...string) {
 	sort.Strings(r.names)
 }
 
-// Describe probes every architecture (concurrently callers beware: probes
-// run agent CLIs with --version) and returns their descriptions, sorted.
+// probe returns a cached probe result, probing when it is missing or old.
+func (r *Registry) probe(ctx context.Context, name string, p Prober) (string, error) {
+	r.probeMu.Lock()
+	res, ok := r.probes[name]
+	r.probeMu.Unlock()
+	if ok && time.Since(res.at) < probeTTL {
+		return res.version, res.err
+	}
+	v, err := p.Probe(ctx)
+	if ctx.Err() != nil {
+		return v, err // a cancelled probe says nothing about the CLI
+	}
+	r.probeMu.Lock()
+	if r.probes == nil {
+		r.probes = make(map[string]probeResult)
+	}
+	r.probes[name] = probeResult{v, err, time.Now()}
+	r.probeMu.Unlock()
+	return v, err
+}
+
+// Describe returns every architecture's description, sorted, with the
+// agent CLIs probed (cached for a minute) concurrently.
 func (r *Registry) Describe(ctx context.Context) []Info {
 	r.mu.RLock()
 	names := append([]string(nil), r.names...)
@@ -50,18 +85,25 @@ func (r *Registry) Describe(ctx context.Context) []Info {
 	}
 	r.mu.RUnlock()
 	out := make([]Info, len(names))
+	var wg sync.WaitGroup
 	for i, a := range archs {
-		info := Info{Name: names[i], Aliases: aliases[i], Available: true}
-		if p, ok := a.(Prober); ok {
-			v, err := p.Probe(ctx)
-			info.Version = v
-			if err != nil {
-				info.Available = false
-				info.Problem = err.Error()
-			}
+		out[i] = Info{Name: names[i], Aliases: aliases[i], Available: true}
+		p, ok := a.(Prober)
+		if !ok {
+			continue
 		}
-		out[i] = info
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := r.probe(ctx, names[i], p)
+			out[i].Version = v
+			if err != nil {
+				out[i].Available = false
+				out[i].Problem = err.Error()
+			}
+		}()
 	}
+	wg.Wait()
 	return out
 }
 

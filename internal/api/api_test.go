@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
+	"os"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -580,5 +582,29 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 		if _, ok := doc.Paths[p][strings.ToLower(m)]; !ok {
 			t.Errorf("contract route %s missing", c)
 		}
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite internal/api/openapi.json")
+
+// TestOpenAPIFileIsCurrent keeps the committed openapi.json (which the
+// TypeScript client's schema test reads) identical to what the server
+// serves. Regenerate with: go test ./internal/api -run OpenAPIFile -update
+func TestOpenAPIFileIsCurrent(t *testing.T) {
+	e := newEnv(t, "")
+	resp := e.request("GET", "/api/openapi.json", "")
+	defer resp.Body.Close()
+	served, _ := io.ReadAll(resp.Body)
+	if *update {
+		if err := os.WriteFile("openapi.json", served, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	committed, err := os.ReadFile("openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(served, committed) {
+		t.Fatal("internal/api/openapi.json is stale: run go test ./internal/api -run OpenAPIFile -update")
 	}
 }

@@ -87,7 +87,7 @@ func (s *Server) openAPI() map[string]any {
 	g.enums()
 	return map[string]any{
 		"openapi": "3.1.0",
-		"info": map[string]any{"title": "agentd", "version": s.cfg.Version,
+		"info": map[string]any{"title": "agentd", "version": APIVersion,
 			"description": "Runs AI coding agents in sandboxes and serves them over HTTP, SSE, WebSocket and Socket.IO. See docs/api.md."},
 		"servers":    []any{map[string]any{"url": "/"}},
 		"paths":      paths,
@@ -100,6 +100,10 @@ func (s *Server) handleOpenAPI(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(s.OpenAPI())
 }
+
+// APIVersion is the version of the HTTP API described by the OpenAPI
+// document (not the binary's version, which /health reports).
+const APIVersion = "1.0.0"
 
 // OpenAPI returns the OpenAPI 3.1 document as indented JSON.
 func (s *Server) OpenAPI() []byte {
@@ -199,11 +203,18 @@ func (g *schemaGen) object(t reflect.Type) map[string]any {
 			name = f.Name
 		}
 		sch := g.ref(f.Type)
-		if f.Type.Kind() == reflect.Pointer && f.Type.Elem() == reflect.TypeOf("") {
-			sch = map[string]any{"type": []string{"string", "null"}}
+		if f.Type.Kind() == reflect.Pointer && !strings.Contains(opts, "omitempty") {
+			// Sent as null when unset.
+			if inner, ok := sch["type"]; ok {
+				sch = map[string]any{"type": []any{inner, "null"}}
+			} else {
+				sch = map[string]any{"oneOf": []any{sch, map[string]any{"type": "null"}}}
+			}
 		}
 		props[name] = sch
-		if !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") && f.Type.Kind() != reflect.Pointer {
+		// Every field without omitempty/omitzero is always sent (a nil
+		// pointer as null), so it is required.
+		if !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") {
 			required = append(required, name)
 		}
 	}
@@ -229,7 +240,9 @@ func (g *schemaGen) enums() {
 	set("Block", "type", conversation.BlockTypes)
 	set("Block", "status", []conversation.BlockStatus{conversation.StatusPending, conversation.StatusComplete, conversation.StatusError})
 	set("StatusChange", "status", conversation.SessionStatuses)
-	set("Runtime", "status", conversation.SessionStatuses)
+	// A log without a status event reduces to an empty status.
+	set("Runtime", "status", append([]conversation.SessionStatus{""}, conversation.SessionStatuses...))
+	set("ConversationState", "status", append([]conversation.SessionStatus{""}, conversation.SessionStatuses...))
 	set("Context", "source", []conversation.Source{conversation.SourceRunner, conversation.SourceServer, conversation.SourceClient})
 	set("PermissionResolved", "behavior", []conversation.PermissionBehavior{conversation.Allow, conversation.Deny})
 	set("PermissionResolved", "by", []conversation.ResolvedBy{conversation.ByUser, conversation.ByPolicy, conversation.ByTimeout, conversation.ByInterrupt})

@@ -219,7 +219,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, actor string) (
 // CreateRequest is the body of POST /api/sessions.
 type CreateRequest struct {
 	AgentProfileRef string          `json:"agentProfileRef,omitempty"`
-	Architecture    string          `json:"architecture"`
+	Architecture    string          `json:"architecture,omitempty"`
 	SessionOptions  json.RawMessage `json:"sessionOptions,omitempty"`
 	Name            string          `json:"name,omitempty"`
 }
