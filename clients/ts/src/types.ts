@@ -189,7 +189,7 @@ export interface EventContext {
   source: Source;
   timestamp: string;
   /** The principal on whose behalf the event happened; null when none did. */
-  actor?: string | null;
+  actor: string | null;
 }
 
 export interface BlockUpsertPayload {

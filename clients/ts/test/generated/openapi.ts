@@ -99,7 +99,7 @@ export interface Command {
 }
 
 export interface Context {
-  actor?: string | null;
+  actor: string | null;
   conversationId: string;
   sessionId: string;
   source: "runner" | "server" | "client";
@@ -114,7 +114,7 @@ export interface ConversationState {
   model?: string;
   pendingPermissions: PermissionRequested[];
   runtime: Runtime;
-  status: string;
+  status: "" | "created" | "starting" | "ready" | "running" | "idle" | "terminated" | "error";
   subagents: Subagent[];
   usage: Usage;
   workspaceFiles: WorkspaceFile[];
@@ -122,7 +122,7 @@ export interface ConversationState {
 
 export interface CreateSessionRequest {
   agentProfileRef?: string;
-  architecture: string;
+  architecture?: string;
   name?: string;
   sessionOptions?: Json;
 }
@@ -297,7 +297,7 @@ export interface Runtime {
   architecture: string;
   lastError?: string;
   sandbox?: string;
-  status: "created" | "starting" | "ready" | "running" | "idle" | "terminated" | "error";
+  status: "" | "created" | "starting" | "ready" | "running" | "idle" | "terminated" | "error";
 }
 
 export interface SessionFrame {
