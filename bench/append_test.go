@@ -119,37 +119,58 @@ func setupAppend(tb testing.TB, cfg appendRun) (start func() appendResult) {
 	}
 }
 
-// timedStore times every AppendEvents call of the log's writer goroutine.
-type timedStore struct {
-	store.EventStore
+// commitTimer records every AppendEvents call of the event log's writer
+// goroutine: its duration and its number of events.
+type commitTimer struct {
 	mu      sync.Mutex
 	times   []time.Duration
 	batches []int
 	busy    time.Duration
 }
 
-func (s *timedStore) AppendEvents(ctx context.Context, events []conversation.Event) error {
+func (t *commitTimer) time(events []conversation.Event, store func([]conversation.Event) error) error {
 	t0 := time.Now()
-	err := s.EventStore.AppendEvents(ctx, events)
+	err := store(events)
 	d := time.Since(t0)
-	s.mu.Lock()
-	s.times = append(s.times, d)
-	s.batches = append(s.batches, len(events))
-	s.busy += d
-	s.mu.Unlock()
+	t.mu.Lock()
+	t.times = append(t.times, d)
+	t.batches = append(t.batches, len(events))
+	t.busy += d
+	t.mu.Unlock()
 	return err
 }
 
-func (s *timedStore) reset() {
-	s.mu.Lock()
-	s.times, s.batches, s.busy = nil, nil, 0
-	s.mu.Unlock()
+func (t *commitTimer) reset() {
+	t.mu.Lock()
+	t.times, t.batches, t.busy = nil, nil, 0
+	t.mu.Unlock()
 }
 
-func (s *timedStore) take() ([]time.Duration, []int, time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.times, s.batches, s.busy
+func (t *commitTimer) take() ([]time.Duration, []int, time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.times, t.batches, t.busy
+}
+
+// timedStore is an event store whose appends are timed.
+type timedStore struct {
+	store.EventStore
+	commitTimer
+}
+
+func (s *timedStore) AppendEvents(ctx context.Context, events []conversation.Event) error {
+	return s.time(events, func(evs []conversation.Event) error { return s.EventStore.AppendEvents(ctx, evs) })
+}
+
+// timedServerStore is a whole store whose event appends are timed, given
+// to agentd.New as Config.Store.
+type timedServerStore struct {
+	store.Store
+	commitTimer
+}
+
+func (s *timedServerStore) AppendEvents(ctx context.Context, events []conversation.Event) error {
+	return s.time(events, func(evs []conversation.Event) error { return s.Store.AppendEvents(ctx, evs) })
 }
 
 type intSummary struct{ p50, max int }
@@ -210,6 +231,7 @@ func BenchmarkEventAppend(b *testing.B) {
 					b.ReportMetric(float64(r.commit.P50.Microseconds()), "commit-p50-µs")
 					b.ReportMetric(float64(r.commit.P99.Microseconds()), "commit-p99-µs")
 					b.ReportMetric(100*r.storeBusy.Seconds()/r.elapsed.Seconds(), "store-busy-%")
+					b.ReportMetric(load1(), "load1")
 				})
 			}
 		}

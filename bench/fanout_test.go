@@ -260,6 +260,7 @@ func BenchmarkFanout(b *testing.B) {
 			b.ReportMetric(deliveries/elapsed.Seconds(), "deliveries/s")
 			b.ReportMetric(float64(p.produced)/elapsed.Seconds(), "events/s")
 			b.ReportMetric(float64(cpu.Microseconds())/deliveries, "cpu-µs/delivery")
+			b.ReportMetric(load1(), "load1")
 		})
 	}
 }

@@ -444,6 +444,7 @@ func BenchmarkSessionReady(b *testing.B) {
 	b.ReportMetric(ms(rs.P99), "ready-p99-ms")
 	b.ReportMetric(ms(cs.P50), "create-p50-ms")
 	b.ReportMetric(ms(cs.P99), "create-p99-ms")
+	b.ReportMetric(load1(), "load1")
 	b.Logf("ready: %s; create request: %s", rs, cs)
 }
 

@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +13,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(stampLinesEnv) != "" {
+		// Run as the latency benchmark's stamper, not as tests.
+		os.Exit(runStamper(os.Stdout))
+	}
 	// The local sandbox that agentd.New builds logs through the default
 	// logger, not Config.Logger.
 	slog.SetDefault(quietLogger())
