@@ -41,6 +41,8 @@ type process struct {
 
 	mu        sync.Mutex // guards the fields below
 	turn      *turnWait
+	exited    bool
+	exitEnd   turnEnd              // how a turn waiting at the exit ended
 	inflight  map[string]*inflight // the CLI's control requests being answered
 	reqSeq    int
 	saveUUID  string // the saver waits for this line in the transcript
@@ -91,6 +93,8 @@ type turnEnd struct {
 	// retryFresh: the CLI could not resume its session; the turn should be
 	// retried in a new process without --resume.
 	retryFresh bool
+	// notSent: the CLI had exited before the message was sent.
+	notSent bool
 }
 
 // inflight is a control request of the CLI agentd is answering.
@@ -160,19 +164,20 @@ func (p *process) sendControl(subtype string) error {
 func (p *process) runTurn(ctx context.Context, t agent.Turn) turnEnd {
 	w := &turnWait{done: make(chan turnEnd, 1)}
 	p.mu.Lock()
+	if p.exited {
+		end := p.exitEnd
+		p.mu.Unlock()
+		end.notSent = true
+		return end
+	}
 	p.turn = w
 	p.mu.Unlock()
-	select {
-	case <-p.exitedCh:
-		// Exited before the message could be sent; the reader ends w.
-	default:
-		line, err := userMessageLine(t.Content)
-		if err == nil {
-			err = p.write(line)
-		}
-		if err != nil && !errors.Is(err, errProcessGone) {
-			p.r.host.Logger().Warn("send message to claude", "err", err)
-		}
+	line, err := userMessageLine(t.Content)
+	if err == nil {
+		err = p.write(line)
+	}
+	if err != nil && !errors.Is(err, errProcessGone) {
+		p.r.host.Logger().Warn("send message to claude", "err", err)
 	}
 	select {
 	case end := <-w.done:
@@ -261,8 +266,6 @@ func (p *process) finish() {
 	}
 	p.flush()
 	err := p.exitError()
-	close(p.exitedCh)
-	p.cancel()
 	if p.resumeKill != nil {
 		p.resumeKill.Stop()
 	}
@@ -271,7 +274,16 @@ func (p *process) finish() {
 		(p.resumeFailure != "" || strings.Contains(p.proc.Stderr(), "No conversation found")) {
 		end.retryFresh = true
 	}
-	if !p.endTurn(end) && !p.closing.Load() {
+	p.mu.Lock()
+	p.exited, p.exitEnd = true, end
+	w := p.turn
+	p.turn = nil
+	p.mu.Unlock()
+	close(p.exitedCh)
+	p.cancel()
+	if w != nil {
+		w.done <- end
+	} else if !p.closing.Load() {
 		p.r.emitLog(context.Background(), conversation.LevelWarn, "Claude Code exited between turns: "+err.Error()+"; the next message starts it again", nil)
 	}
 	close(p.saveCh)

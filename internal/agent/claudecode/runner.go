@@ -104,13 +104,18 @@ func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 			return agent.TurnResult{}, agent.ErrInterrupted
 		}
 		end := p.runTurn(ctx, t)
-		if end.retryFresh && attempt == 0 {
-			// The CLI could not resume its session (it answered the resume
-			// with an error and exited): start a new Claude session rather
-			// than fail every turn from now on.
+		switch {
+		case attempt > 0:
+		case end.retryFresh:
+			// The CLI could not resume its session (it answered the
+			// resume with an error and exited): start a new Claude
+			// session rather than fail every turn from now on.
 			<-p.done
 			r.emitLog(ctx, conversation.LevelWarn, "Claude Code could not resume its earlier session; starting a new conversation (the model will not see the earlier turns)", nil)
 			fresh = true
+			continue
+		case end.notSent:
+			// It exited between turns, just before the message went out.
 			continue
 		}
 		if end.err != nil {

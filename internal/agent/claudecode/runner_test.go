@@ -498,3 +498,32 @@ func TestSubagentBlocksFollowItsTranscript(t *testing.T) {
 		})
 	}
 }
+
+func TestCLIDyingBetweenTurnsIsRestarted(t *testing.T) {
+	h := newTestHost(t, fakeCLIDir(t))
+	r := startRunner(t, h, fastOpts)
+	mustTurn(t, r, "q1", "hello")
+	rr := r.(*runner)
+	rr.mu.Lock()
+	p := rr.proc
+	rr.mu.Unlock()
+	_ = p.proc.Kill()
+	waitFor(t, 5*time.Second, "the exit log", func() bool { return len(h.logs("exited between turns")) == 1 })
+	if res := mustTurn(t, r, "q2", "hello"); res.Result != "turn 2" {
+		t.Fatalf("after the CLI died: %q", res.Result)
+	}
+	if starts := fakeStarts(t, h); len(starts) != 2 || !slices.ContainsFunc(starts[1].Argv, func(a string) bool { return strings.HasPrefix(a, "--resume=") }) {
+		t.Fatalf("starts %+v", starts)
+	}
+	// A turn on a process that exited just before the message went out is
+	// retried in a new one.
+	rr.mu.Lock()
+	p = rr.proc
+	rr.mu.Unlock()
+	_ = p.proc.Kill()
+	<-p.exitedCh
+	end := p.runTurn(context.Background(), agent.Turn{QueryID: "x", Content: "hello"})
+	if !end.notSent || end.err == nil {
+		t.Fatalf("turn on an exited process: %+v", end)
+	}
+}
