@@ -14,6 +14,7 @@ import (
 	"github.com/agentd/agentd"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/gemini"
 	"github.com/agentd/agentd/internal/mockllm"
 	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/profile"
@@ -21,6 +22,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if gemini.FakeGeminiMain() {
+		os.Exit(0)
+	}
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("github.com/zishang520/socket.io/v3/pkg/queue.(*Queue).run"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),

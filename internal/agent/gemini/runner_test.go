@@ -1,0 +1,347 @@
+package gemini
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/sandbox/local"
+	"github.com/agentd/agentd/profile"
+)
+
+const fakeEnv = "AGENTD_FAKE_GEMINI"
+
+// FakeGeminiMain plays a scripted `gemini --output-format stream-json`
+// when the test binary was started as one; TestMain calls it first and
+// exits when it ran.
+func FakeGeminiMain() bool {
+	scenario := os.Getenv(fakeEnv)
+	if scenario == "" {
+		return false
+	}
+	stdin, _ := io.ReadAll(os.Stdin)
+	args := os.Args[1:]
+	session := ""
+	for i, a := range args {
+		if (a == "--session-id" || a == "--resume") && i+1 < len(args) {
+			session = args[i+1]
+		}
+	}
+	ts := func() string { return time.Now().UTC().Format(time.RFC3339Nano) }
+	line := func(v map[string]any) {
+		v["timestamp"] = ts()
+		b, _ := json.Marshal(v)
+		fmt.Println(string(b))
+	}
+	switch scenario {
+	case "ok", "garbage", "error-result", "no-result", "hang":
+		if scenario == "garbage" {
+			fmt.Println("Loaded cached credentials.")
+		}
+		line(map[string]any{"type": "init", "session_id": session, "model": "auto"})
+		line(map[string]any{"type": "message", "role": "user", "content": string(stdin)})
+		line(map[string]any{"type": "message", "role": "assistant", "content": "args: " + strings.Join(args, " "), "delta": true})
+		line(map[string]any{"type": "message", "role": "assistant", "content": " | stdin: " + string(stdin), "delta": true})
+		switch scenario {
+		case "error-result":
+			line(map[string]any{"type": "result", "status": "error", "error": map[string]any{"type": "ApiError", "message": "quota exhausted"}})
+		case "no-result":
+		case "hang":
+			time.Sleep(time.Hour)
+		default:
+			line(map[string]any{"type": "result", "status": "success", "stats": map[string]any{"input_tokens": 10, "output_tokens": 3}})
+		}
+	}
+	return true
+}
+
+type fakeHost struct {
+	env  sandbox.Environment
+	prof profile.Profile
+	opts agent.Options
+
+	mu     sync.Mutex
+	events []conversation.Event
+	state  json.RawMessage
+	info   [2]string
+}
+
+func (h *fakeHost) SessionID() string        { return "s" }
+func (h *fakeHost) Env() sandbox.Environment { return h.env }
+func (h *fakeHost) Profile() profile.Profile { return h.prof }
+func (h *fakeHost) Options() agent.Options   { return h.opts }
+func (h *fakeHost) Logger() *slog.Logger     { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func (h *fakeHost) LoadTranscript(context.Context, string) ([]byte, error) {
+	return nil, errors.New("none")
+}
+func (h *fakeHost) SaveTranscript(context.Context, string, []byte) error { return nil }
+func (h *fakeHost) RequestPermission(context.Context, agent.PermissionRequest) (agent.PermissionDecision, error) {
+	return agent.PermissionDecision{}, errors.New("gemini never asks")
+}
+
+func (h *fakeHost) Emit(_ context.Context, evs ...conversation.Event) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.events = append(h.events, evs...)
+	return nil
+}
+
+func (h *fakeHost) AgentState() json.RawMessage {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.state
+}
+
+func (h *fakeHost) SaveAgentState(_ context.Context, s json.RawMessage) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.state = append(json.RawMessage(nil), s...)
+	return nil
+}
+
+func (h *fakeHost) SetAgentInfo(_ context.Context, v, id string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.info = [2]string{v, id}
+	return nil
+}
+
+// blocks reduces the events to the main conversation's blocks.
+func (h *fakeHost) blocks(t *testing.T) []conversation.Block {
+	t.Helper()
+	h.mu.Lock()
+	evs := append([]conversation.Event(nil), h.events...)
+	h.mu.Unlock()
+	for i := range evs {
+		evs[i].Seq = int64(i + 1)
+	}
+	st, err := conversation.Reduce(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks
+}
+
+func (h *fakeHost) logs() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, e := range h.events {
+		if e.Type == conversation.TypeLog {
+			var l conversation.LogEvent
+			_ = json.Unmarshal(e.Payload, &l)
+			out = append(out, l.Message+" "+string(l.Data))
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func fakeRunner(t *testing.T, scenario string, h *fakeHost) *runner {
+	t.Helper()
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := local.New(local.Options{}).Create(context.Background(), sandbox.Spec{
+		SessionID: "s", Workspace: t.TempDir(), Env: map[string]string{fakeEnv: scenario}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Terminate(context.Background()) })
+	h.env = env
+	run, err := Architecture{Command: bin, StopGrace: 200 * time.Millisecond}.Start(context.Background(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = run.Close(context.Background()) })
+	return run.(*runner)
+}
+
+func turnCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func lastText(t *testing.T, h *fakeHost) string {
+	t.Helper()
+	bs := h.blocks(t)
+	for i := len(bs) - 1; i >= 0; i-- {
+		if bs[i].Type == conversation.BlockAssistantText {
+			return bs[i].Content
+		}
+	}
+	return ""
+}
+
+func TestRunnerSessionThenResume(t *testing.T) {
+	h := &fakeHost{prof: profile.Profile{AllowedTools: []string{"run_shell_command(git)"}, SystemPrompt: "be brief"},
+		opts: agent.Options{Model: "gemini-9"}}
+	r := fakeRunner(t, "ok", h)
+	if _, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "first\nmessage"}); err != nil {
+		t.Fatal(err)
+	}
+	var st State
+	_ = json.Unmarshal(h.AgentState(), &st)
+	first := lastText(t, h)
+	if st.SessionID == "" || !strings.Contains(first, "--session-id "+st.SessionID) ||
+		!strings.Contains(first, "--approval-mode default --allowed-tools run_shell_command(git) --model gemini-9 --prompt ") ||
+		!strings.HasSuffix(first, "| stdin: first\nmessage") || h.info[1] != st.SessionID {
+		t.Fatalf("first turn: %q state %+v info %v", first, st, h.info)
+	}
+	if _, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q2", Content: "second"}); err != nil {
+		t.Fatal(err)
+	}
+	if second := lastText(t, h); !strings.Contains(second, "--resume "+st.SessionID) {
+		t.Fatalf("second turn did not resume: %q", second)
+	}
+	// Block ids carry the query id: the second process's blocks are new.
+	ids := map[string]bool{}
+	for _, b := range h.blocks(t) {
+		if ids[b.ID] {
+			t.Fatalf("block id %s reused", b.ID)
+		}
+		ids[b.ID] = true
+	}
+	mem, err := h.env.ReadFile(context.Background(), HomeDir+"/.gemini/GEMINI.md")
+	if err != nil || string(mem) != "be brief\n" {
+		t.Fatalf("GEMINI.md %q %v", mem, err)
+	}
+}
+
+func TestRunnerErrorResult(t *testing.T) {
+	r := fakeRunner(t, "error-result", &fakeHost{})
+	_, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
+	if agent.CodeOf(err) != agent.CodeModelError || !strings.Contains(err.Error(), "quota exhausted") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestRunnerNoResultLine(t *testing.T) {
+	h := &fakeHost{}
+	r := fakeRunner(t, "no-result", h)
+	_, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
+	if agent.CodeOf(err) != agent.CodeAgentProtocol || !strings.Contains(err.Error(), "without a result line") {
+		t.Fatalf("err %v", err)
+	}
+	for _, b := range h.blocks(t) {
+		if b.Status == conversation.StatusPending {
+			t.Fatalf("block left pending: %+v", b)
+		}
+	}
+}
+
+func TestRunnerNonJSONOutputIsLogged(t *testing.T) {
+	h := &fakeHost{}
+	r := fakeRunner(t, "garbage", h)
+	if _, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(h.logs(), "Loaded cached credentials.") {
+		t.Fatalf("logs %q", h.logs())
+	}
+}
+
+func TestRunnerInterrupt(t *testing.T) {
+	h := &fakeHost{}
+	r := fakeRunner(t, "hang", h)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
+		errc <- err
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for lastText(t, h) == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("no output")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := r.Interrupt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, agent.ErrInterrupted) {
+		t.Fatalf("err %v", err)
+	}
+	for _, b := range h.blocks(t) {
+		if b.Status == conversation.StatusPending {
+			t.Fatalf("block left pending: %+v", b)
+		}
+	}
+}
+
+func TestRunnerMissingCLI(t *testing.T) {
+	env, err := local.New(local.Options{}).Create(context.Background(), sandbox.Spec{SessionID: "s", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Terminate(context.Background())
+	run, err := Architecture{Command: "gemini-that-does-not-exist"}.Start(context.Background(), &fakeHost{env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"}); agent.CodeOf(err) != agent.CodeAgentNotFound {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestApprovalArgs(t *testing.T) {
+	for _, tc := range []struct {
+		prof profile.Profile
+		want string
+	}{
+		{profile.Profile{}, "--approval-mode default"},
+		{profile.Profile{AllowedTools: []string{"read_file", " ", "run_shell_command(ls)"}}, "--approval-mode default --allowed-tools read_file --allowed-tools run_shell_command(ls)"},
+		{profile.Profile{ApprovalMode: "auto_edit", AllowedTools: []string{"glob"}}, "--approval-mode auto_edit --allowed-tools glob"},
+		{profile.Profile{ApprovalMode: "yolo", AllowedTools: []string{"glob"}}, "--approval-mode yolo"},
+		{profile.Profile{ApprovalMode: "plan"}, "--approval-mode plan"},
+	} {
+		got, err := approvalArgs(tc.prof)
+		if err != nil || strings.Join(got, " ") != tc.want {
+			t.Errorf("%+v: %q %v, want %q", tc.prof, got, err, tc.want)
+		}
+	}
+	if _, err := approvalArgs(profile.Profile{ApprovalMode: "always"}); err == nil {
+		t.Error("unknown approvalMode accepted")
+	}
+}
+
+func TestSettings(t *testing.T) {
+	b, err := settings(profile.Profile{DisallowedTools: []string{"web_fetch"}, MCPServers: map[string]profile.MCPServer{
+		"fs":  {Command: "mcp-fs", Args: []string{"-r"}, Env: map[string]string{"A": "1"}},
+		"web": {URL: "https://x/mcp", Headers: map[string]string{"H": "v"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s map[string]any
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	compact, _ := json.Marshal(s)
+	for _, want := range []string{`"selectedType":"gemini-api-key"`, `"exclude":["web_fetch"]`, `"usageStatisticsEnabled":false`,
+		`"fs":{"args":["-r"],"command":"mcp-fs","env":{"A":"1"}}`, `"web":{"headers":{"H":"v"},"httpUrl":"https://x/mcp"}`} {
+		if !strings.Contains(string(compact), want) {
+			t.Errorf("settings lack %s: %s", want, compact)
+		}
+	}
+}
+
+func TestParseVersion(t *testing.T) {
+	for in, want := range map[string]string{"0.61.0\n": "0.61.0", "gemini 1.0.0-preview.2": "1.0.0-preview.2", "": ""} {
+		if got := ParseVersion(in); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
+	}
+}
