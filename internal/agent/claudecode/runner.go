@@ -195,11 +195,31 @@ func (r *runner) argv(resume string) []string {
 	if model := r.host.Options().Model; model != "" {
 		argv = append(argv, "--model="+model)
 	}
+	if mode := permissionMode(r.host.Options().Extra); mode != "" {
+		argv = append(argv, "--permission-mode="+mode)
+	}
 	argv = append(argv, r.m.args...)
 	if resume != "" {
 		argv = append(argv, "--resume="+resume)
 	}
 	return append(argv, r.opts.ExtraArgs...)
+}
+
+// permissionModes are the CLI's --permission-mode values a session may
+// ask for with sessionOptions.permissionMode. (bypassPermissions is passed
+// on too; the CLI refuses it when running as root, and says so.)
+var permissionModes = map[string]bool{"default": true, "acceptEdits": true, "plan": true, "dontAsk": true, "auto": true, "bypassPermissions": true}
+
+// permissionMode reads sessionOptions.permissionMode; unknown values are
+// ignored.
+func permissionMode(extra json.RawMessage) string {
+	var o struct {
+		PermissionMode string `json:"permissionMode"`
+	}
+	if len(extra) == 0 || json.Unmarshal(extra, &o) != nil || !permissionModes[o.PermissionMode] {
+		return ""
+	}
+	return o.PermissionMode
 }
 
 // projectsRel is the workspace path of the CLI's projects/ folder.

@@ -56,6 +56,7 @@ func mustTurn(t *testing.T, r agent.Runner, q, content string) agent.TurnResult 
 func TestTurnStreamsTextAndRecordsTheSession(t *testing.T) {
 	h := newTestHost(t, fakeCLIDir(t))
 	h.opts.Model = "claude-test-model"
+	h.opts.Extra = json.RawMessage(`{"model":"claude-test-model","permissionMode":"acceptEdits"}`)
 	r := startRunner(t, h, fastOpts)
 	if res := mustTurn(t, r, "q1", "hello"); res.Result != "turn 1" {
 		t.Fatalf("result %q", res.Result)
@@ -92,7 +93,7 @@ func TestTurnStreamsTextAndRecordsTheSession(t *testing.T) {
 	}
 	argv := strings.Join(starts[0].Argv, " ")
 	for _, want := range []string{"--input-format stream-json", "--output-format stream-json", "--verbose",
-		"--include-partial-messages", "--permission-prompt-tool stdio", "--model=claude-test-model"} {
+		"--include-partial-messages", "--permission-prompt-tool stdio", "--model=claude-test-model", "--permission-mode=acceptEdits"} {
 		if !strings.Contains(argv, want) {
 			t.Errorf("argv %q lacks %q", argv, want)
 		}
@@ -525,5 +526,20 @@ func TestCLIDyingBetweenTurnsIsRestarted(t *testing.T) {
 	end := p.runTurn(context.Background(), agent.Turn{QueryID: "x", Content: "hello"})
 	if !end.notSent || end.err == nil {
 		t.Fatalf("turn on an exited process: %+v", end)
+	}
+}
+
+func TestPermissionModeOption(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"permissionMode":"plan"}`:    "plan",
+		`{"permissionMode":"--evil"}`:  "",
+		`{"permissionMode":3}`:         "",
+		`{}`:                           "",
+		``:                             "",
+		`{"permissionMode":"dontAsk"}`: "dontAsk",
+	} {
+		if got := permissionMode(json.RawMessage(in)); got != want {
+			t.Errorf("%s: %q, want %q", in, got, want)
+		}
 	}
 }
