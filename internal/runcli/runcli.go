@@ -78,7 +78,7 @@ func Run(ctx context.Context, o Options) error {
 	} else if f, ok := o.Out.(*os.File); ok {
 		color = isatty.IsTerminal(f.Fd())
 	}
-	r := &renderer{out: o.Out, errOut: o.Err, color: color, blocks: map[string]*conversation.Block{}}
+	r := &renderer{out: o.Out, errOut: o.Err, color: color, blocks: map[string]*conversation.Block{}, shown: map[string]bool{}}
 	answers := bufio.NewReader(o.In)
 	for {
 		ev, err := stream.Next(ctx)
@@ -139,7 +139,8 @@ type renderer struct {
 	out, errOut io.Writer
 	color       bool
 	blocks      map[string]*conversation.Block
-	current     string // block whose text is being streamed
+	shown       map[string]bool // tool calls announced
+	current     string          // block whose text is being streamed
 
 	mu      sync.Mutex // guards spin
 	spin    chan struct{}
@@ -202,7 +203,10 @@ func (r *renderer) upsert(nb conversation.Block, raw json.RawMessage) {
 			r.streamRaw(b, text)
 		}
 	case conversation.BlockToolUse, conversation.BlockSubagent:
-		if !seen {
+		// Claude Code opens a tool call before its input has streamed:
+		// show it once the input (or the complete block) is there.
+		if !r.shown[b.ID] && (len(b.Input) > 0 || b.Status != conversation.StatusPending) {
+			r.shown[b.ID] = true
 			r.endText()
 			label := b.ToolName
 			if b.Type == conversation.BlockSubagent {
