@@ -4,8 +4,12 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/agentd/agentd/conversation"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // A Claude Code tool call opens pending without input, then completes
 // with it: the renderer announces it once, with its input.
