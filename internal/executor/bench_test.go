@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/sandbox/local"
 )
 
 // counter is a server side that only counts output and acknowledges it.
@@ -75,6 +77,32 @@ func BenchmarkExecStartExit(b *testing.B) {
 		b.StopTimer()
 		_ = c.ExecRelease(context.Background(), tag)
 		b.StartTimer()
+	}
+	reportPct(b, ds, time.Microsecond, "µs")
+}
+
+// BenchmarkExecLocal: the same `true` → exit on the local sandbox the
+// executor wraps, in this process: BenchmarkExecStartExit minus this is
+// what the protocol adds.
+func BenchmarkExecLocal(b *testing.B) {
+	env, err := local.New(local.Options{}).Create(context.Background(), sandbox.Spec{Workspace: filepath.Join(shortTempDir(b), "ws")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer env.Terminate(context.Background())
+	var ds []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		p, err := env.Exec(context.Background(), sandbox.Cmd{Argv: []string{"true"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for range p.Output() {
+		}
+		if _, err := p.Wait(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(t0))
 	}
 	reportPct(b, ds, time.Microsecond, "µs")
 }

@@ -146,6 +146,10 @@ func (e *Executor) waitRoom(x *execState, i int, off int64, n int) {
 	}
 }
 
+// chunkPool holds the senders' read buffers (most processes send little,
+// and a fresh 256 KiB per process costs more than the process's output).
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, maxOutputChunk); return &b }}
+
 // subscription sends one process's output to one connection, from given
 // offsets on, then exec.exit. With a window, at most that many bytes are
 // sent beyond what the peer acknowledged with exec.ack.
@@ -267,7 +271,9 @@ func (s *subscription) run(e *Executor) {
 	defer e.bg.Done()
 	defer s.x.pokeRoom()
 	defer close(s.exited)
-	buf := make([]byte, maxOutputChunk)
+	bp := chunkPool.Get().(*[]byte)
+	defer chunkPool.Put(bp)
+	buf := *bp
 	doneCh := s.x.done
 	for {
 		progress := false
