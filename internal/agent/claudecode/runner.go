@@ -262,7 +262,7 @@ func fileExists(ctx context.Context, env sandbox.Environment, dir, name string) 
 	}
 	want := path.Join(dir, name)
 	for _, f := range list {
-		if !f.IsDir && (f.Path == want || path.Base(f.Path) == name && path.Dir(f.Path) == dir) {
+		if !f.IsDir && f.Path == want {
 			return true
 		}
 	}

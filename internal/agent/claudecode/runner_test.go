@@ -234,6 +234,9 @@ func TestInterruptEscalates(t *testing.T) {
 			if len(starts) != 2 || !slices.ContainsFunc(starts[1].Argv, func(a string) bool { return strings.HasPrefix(a, "--resume=") }) {
 				t.Fatalf("starts %+v", starts)
 			}
+			if logs := h.logs("restored"); len(logs) != 0 {
+				t.Errorf("the transcript was in the workspace, yet: %q", logs)
+			}
 		})
 	}
 }
