@@ -50,6 +50,12 @@ rules:
         - text: "Trying."
         - name: exec_command
           input: {cmd: "echo nope > forbidden.txt"}
+  - name: ticks
+    match: {noToolResult: true, userContains: "stream the ticks"}
+    reply:
+      content:
+        - name: exec_command
+          input: {cmd: "for i in 1 2 3 4; do echo tick $i; sleep 0.5; done"}
   - name: after-tool
     match: {toolResult: {}}
     reply: {text: "The command said: {{toolResult}}"}
@@ -265,6 +271,39 @@ func TestE2ECodex(t *testing.T) {
 		}
 		if use == nil || use.ToolName != "shell" || result == nil || !strings.Contains(result.Output, "codex-proof") || result.IsError || thinking == nil {
 			t.Fatalf("tool_use %+v result %+v thinking %+v; blocks %+v", use, result, thinking, st.Blocks)
+		}
+	})
+
+	ok = ok && t.Run("ToolOutputStreams", func(t *testing.T) {
+		q, after := send(t, c, id, "stream the ticks")
+		var resultID string
+		deltasBeforeEnd := 0
+		done := false
+		seen, end := turn(t, c, id, after, q, func(e conversation.Event) {
+			switch e.Type {
+			case conversation.TypePermissionRequest:
+				req := payload[conversation.PermissionRequested](e)
+				resultID = conversation.ToolResultID(req.ToolUseID)
+				_ = c.AnswerPermission(ctx, id, req.RequestID, restapi.PermissionAnswer{Behavior: conversation.Allow})
+			case conversation.TypeBlockDelta:
+				if p := payload[conversation.BlockDelta](e); p.BlockID == resultID && !done {
+					deltasBeforeEnd++
+				}
+			case conversation.TypeBlockUpsert:
+				if b := payload[conversation.BlockUpsert](e).Block; b.ID == resultID && b.Status == conversation.StatusComplete {
+					done = true
+				}
+			}
+		})
+		completed(t, end, seen)
+		if resultID == "" || deltasBeforeEnd < 2 {
+			t.Fatalf("tool output not streamed (%d deltas before the result completed):%s", deltasBeforeEnd, dump(seen))
+		}
+		st, _ := c.Session(ctx, id)
+		for _, b := range st.Blocks {
+			if b.ID == resultID && !strings.Contains(b.Output, "tick 1\ntick 2\ntick 3\ntick 4") {
+				t.Fatalf("result %+v", b)
+			}
 		}
 	})
 

@@ -56,6 +56,22 @@ rules:
       content:
         - name: bash
           input: {command: "echo allowed > allowed.txt", description: "write allowed.txt"}
+  - name: ticks
+    match: {noToolResult: true, userContains: "stream the ticks"}
+    reply:
+      content:
+        - name: bash
+          input: {command: "for i in 1 2 3 4; do echo tick $i; sleep 0.5; done", description: "tick"}
+  - name: delegate
+    match: {noToolResult: true, userContains: "delegate the greeting"}
+    reply:
+      content:
+        - text: "Delegating."
+        - name: task
+          input: {description: "greet", prompt: "subtask: greet the user", subagent_type: "general"}
+  - name: subagent
+    match: {noToolResult: true, userContains: "subtask: greet the user"}
+    reply: {text: "Greetings from the subagent."}
   - name: after-tool
     match: {toolResult: {}}
     reply: {text: "The command said: {{toolResult}}"}
@@ -281,6 +297,78 @@ func TestE2EOpenCode(t *testing.T) {
 			if p := payload[conversation.FileChange](e); strings.HasPrefix(string(e.Type), "file:") && p.Path != "proof.txt" {
 				t.Fatalf("unexpected file event %s %s", e.Type, e.Payload)
 			}
+		}
+	})
+
+	ok = ok && t.Run("ToolOutputStreams", func(t *testing.T) {
+		q, after := send(t, c, id, "stream the ticks")
+		var resultID string
+		deltasBeforeEnd := 0
+		done := false
+		seen, end := turn(t, c, id, after, q, func(e conversation.Event) {
+			switch e.Type {
+			case conversation.TypePermissionRequest:
+				req := payload[conversation.PermissionRequested](e)
+				resultID = conversation.ToolResultID(req.ToolUseID)
+				_ = c.AnswerPermission(ctx, id, req.RequestID, restapi.PermissionAnswer{Behavior: conversation.Allow})
+			case conversation.TypeBlockDelta:
+				if p := payload[conversation.BlockDelta](e); p.BlockID == resultID && !done {
+					deltasBeforeEnd++
+				}
+			case conversation.TypeBlockUpsert:
+				if b := payload[conversation.BlockUpsert](e).Block; b.ID == resultID && b.Status == conversation.StatusComplete {
+					done = true
+				}
+			}
+		})
+		completed(t, end, seen)
+		if resultID == "" || deltasBeforeEnd < 2 {
+			t.Fatalf("tool output not streamed (%d deltas before the result completed):%s", deltasBeforeEnd, dump(seen))
+		}
+		st, _ := c.Session(ctx, id)
+		for _, b := range st.Blocks {
+			if b.ID == resultID && !strings.Contains(b.Output, "tick 1\ntick 2\ntick 3\ntick 4") {
+				t.Fatalf("result %+v", b)
+			}
+		}
+	})
+
+	ok = ok && t.Run("Subagent", func(t *testing.T) {
+		q, after := send(t, c, id, "delegate the greeting")
+		seen, end := turn(t, c, id, after, q, nil)
+		completed(t, end, seen)
+		var spawned conversation.SubagentSpawned
+		var finished conversation.SubagentCompleted
+		for _, e := range seen {
+			switch e.Type {
+			case conversation.TypeSubagentSpawned:
+				spawned = payload[conversation.SubagentSpawned](e)
+			case conversation.TypeSubagentCompleted:
+				finished = payload[conversation.SubagentCompleted](e)
+			}
+		}
+		if spawned.ToolUseID == "" || !strings.Contains(spawned.Prompt, "subtask: greet the user") || finished.ToolUseID != spawned.ToolUseID ||
+			finished.Status != conversation.StatusComplete {
+			t.Fatalf("spawned %+v completed %+v:%s", spawned, finished, dump(seen))
+		}
+		st, _ := c.Session(ctx, id)
+		var sub *conversation.Subagent
+		for i := range st.Subagents {
+			if st.Subagents[i].ToolUseID == spawned.ToolUseID {
+				sub = &st.Subagents[i]
+			}
+		}
+		if sub == nil {
+			t.Fatalf("no subagent %s in %+v", spawned.ToolUseID, st.Subagents)
+		}
+		found := false
+		for _, b := range sub.Blocks {
+			if b.Type == conversation.BlockAssistantText && strings.Contains(b.Content, "Greetings from the subagent.") {
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("subagent %+v", sub)
 		}
 	})
 
