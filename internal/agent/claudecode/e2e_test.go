@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -422,7 +421,8 @@ func TestE2EInterruptLongBash(t *testing.T) {
 	e := newE2E(t, "", nil)
 	id := e.session("")
 	ctx := context.Background()
-	var interruptedAt time.Time
+	interrupted := make(chan time.Time, 1)
+	started := false
 	end, evs := e.turn(id, "sleep long", func(ev conversation.Event) {
 		switch ev.Type {
 		case conversation.TypePermissionRequest:
@@ -430,10 +430,14 @@ func TestE2EInterruptLongBash(t *testing.T) {
 			_ = e.c.AnswerPermission(ctx, id, p.RequestID, restapi.PermissionAnswer{Behavior: conversation.Allow})
 		case conversation.TypeBlockUpsert:
 			b := payload[conversation.BlockUpsert](t, ev).Block
-			if b.Type == conversation.BlockToolUse && b.Status == conversation.StatusComplete && interruptedAt.IsZero() {
+			if b.Type == conversation.BlockToolUse && b.Status == conversation.StatusComplete && !started {
+				started = true
 				go func() {
-					waitFor(t, 10*time.Second, "sleep to run", func() bool { return sleepRunning() })
-					interruptedAt = time.Now()
+					deadline := time.Now().Add(10 * time.Second)
+					for !sleepRunning() && time.Now().Before(deadline) {
+						time.Sleep(20 * time.Millisecond)
+					}
+					interrupted <- time.Now()
 					if err := e.c.Interrupt(ctx, id); err != nil {
 						t.Errorf("interrupt: %v", err)
 					}
@@ -444,8 +448,13 @@ func TestE2EInterruptLongBash(t *testing.T) {
 	if done := mustComplete(t, end, evs); !done.Interrupted {
 		t.Fatalf("turn not marked interrupted: %+v", done)
 	}
-	if d := time.Since(interruptedAt); d > 8*time.Second {
-		t.Errorf("the interrupt took %v", d)
+	select {
+	case at := <-interrupted:
+		if d := time.Since(at); d > 8*time.Second {
+			t.Errorf("the interrupt took %v", d)
+		}
+	default:
+		t.Fatal("the turn ended before the interrupt")
 	}
 	waitFor(t, 5*time.Second, "sleep to stop", func() bool { return !sleepRunning() })
 	// The session stays usable.
@@ -457,7 +466,14 @@ func TestE2EInterruptLongBash(t *testing.T) {
 
 // sleepRunning reports whether the interrupt test's `sleep 31.5` runs.
 func sleepRunning() bool {
-	return exec.Command("pgrep", "-f", "sleep 31.5").Run() == nil
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), "sleep\x0031.5") {
+			return true
+		}
+	}
+	return false
 }
 
 func TestE2ESubagentAndTranscriptParity(t *testing.T) {
