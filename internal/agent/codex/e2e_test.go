@@ -363,7 +363,7 @@ func TestE2ECodex(t *testing.T) {
 	if !ok {
 		return
 	}
-	t.Run("SecondTurnAfterRestartSeesTheFirst", func(t *testing.T) {
+	if !t.Run("SecondTurnAfterRestartSeesTheFirst", func(t *testing.T) {
 		before, _ := c.Session(ctx, id)
 		srv.Restart()
 		c = srv.Client
@@ -400,6 +400,37 @@ func TestE2ECodex(t *testing.T) {
 		}
 		if resumed.InputTokens >= before.Usage.InputTokens || after2.Usage.InputTokens != before.Usage.InputTokens+resumed.InputTokens {
 			t.Fatalf("usage before %+v, resumed turn %+v, after %+v", before.Usage, resumed, after2.Usage)
+		}
+	}) {
+		return
+	}
+
+	// A workspace restored elsewhere has no .agentd/codex: the runner writes the
+	// transcript it saved with the session back, and the CLI resumes from it.
+	t.Run("ResumeInAFreshWorkspace", func(t *testing.T) {
+		srv.Restart()
+		c = srv.Client
+		if err := os.RemoveAll(filepath.Join(srv.Config.DataDir, "workspaces", id, ".agentd/codex")); err != nil {
+			t.Fatal(err)
+		}
+		n := len(mock.ModelRequests(mockllm.KindMain))
+		q, after := send(t, c, id, "what did I ask first? (again)")
+		seen, end := turn(t, c, id, after, q, nil)
+		completed(t, end, seen)
+		for _, e := range seen {
+			if e.Type == conversation.TypeLog && strings.Contains(string(e.Payload), "without the earlier turns") {
+				t.Fatalf("the conversation was lost: %s", e.Payload)
+			}
+		}
+		reqs := mock.ModelRequests(mockllm.KindMain)
+		if len(reqs) != n+1 {
+			t.Fatalf("%d model requests for the resumed turn, want 1", len(reqs)-n)
+		}
+		body := string(reqs[n].Body)
+		for _, want := range []string{"say hello", "codex-proof", "what did I ask first? (again)"} {
+			if !strings.Contains(body, want) {
+				t.Fatalf("the request lacks %q: %s", want, body)
+			}
 		}
 	})
 }

@@ -439,18 +439,20 @@ func (r *runner) restoreRollout(ctx context.Context, srv *server, st State, para
 	}
 	data, err := r.host.LoadTranscript(ctx, TranscriptName)
 	if err != nil || len(data) == 0 {
+		r.host.Logger().Warn("no saved codex rollout to restore", "err", err)
 		return false
 	}
 	if err := r.host.Env().WriteFile(ctx, st.Rollout, data, 0o600); err != nil {
 		r.host.Logger().Warn("restore codex rollout", "err", err)
 		return false
 	}
-	p := map[string]any{}
-	for k, v := range params {
-		p[k] = v
+	// Back where it was, Codex finds the rollout by the thread id (a path
+	// parameter needs the experimental API).
+	if err := srv.rpc.Call(ctx, "thread/resume", params, resp); err != nil {
+		r.host.Logger().Warn("resume the restored codex rollout", "err", err)
+		return false
 	}
-	p["path"] = path.Join(r.host.Env().WorkDir(), st.Rollout)
-	return srv.rpc.Call(ctx, "thread/resume", p, resp) == nil
+	return true
 }
 
 // saveTranscript stores the thread's rollout with the session.

@@ -293,7 +293,7 @@ func TestE2EGemini(t *testing.T) {
 	if !ok {
 		return
 	}
-	t.Run("SecondTurnAfterRestartSeesTheFirst", func(t *testing.T) {
+	if !t.Run("SecondTurnAfterRestartSeesTheFirst", func(t *testing.T) {
 		before, _ := c.Session(ctx, id)
 		srv.Restart()
 		c = srv.Client
@@ -317,6 +317,37 @@ func TestE2EGemini(t *testing.T) {
 		}
 		if last := after2.Blocks[len(after2.Blocks)-1]; last.Content != "You asked me to say hello." {
 			t.Fatalf("last block %+v", last)
+		}
+	}) {
+		return
+	}
+
+	// A workspace restored elsewhere has no .agentd/gemini: the runner writes the
+	// transcript it saved with the session back, and the CLI resumes from it.
+	t.Run("ResumeInAFreshWorkspace", func(t *testing.T) {
+		srv.Restart()
+		c = srv.Client
+		if err := os.RemoveAll(filepath.Join(srv.Config.DataDir, "workspaces", id, ".agentd/gemini")); err != nil {
+			t.Fatal(err)
+		}
+		n := len(mock.ModelRequests(mockllm.KindMain))
+		q, after := send(t, c, id, "what did I ask first? (again)")
+		seen, end := turn(t, c, id, after, q, nil)
+		completed(t, end, seen)
+		for _, e := range seen {
+			if e.Type == conversation.TypeLog && strings.Contains(string(e.Payload), "without the earlier turns") {
+				t.Fatalf("the conversation was lost: %s", e.Payload)
+			}
+		}
+		reqs := mock.ModelRequests(mockllm.KindMain)
+		if len(reqs) != n+1 {
+			t.Fatalf("%d model requests for the resumed turn, want 1", len(reqs)-n)
+		}
+		body := string(reqs[n].Body)
+		for _, want := range []string{"say hello", "gemini-proof", "what did I ask first? (again)"} {
+			if !strings.Contains(body, want) {
+				t.Fatalf("the request lacks %q: %s", want, body)
+			}
 		}
 	})
 }
