@@ -94,6 +94,13 @@ func FakeAppServerMain() bool {
 					"threadId": "t1", "turnId": "u1", "itemId": "call_1", "command": "rm -rf /", "cwd": "/"}})
 			case "stuck":
 				// Never ends the turn, ignores turn/interrupt.
+			case "many":
+				// A streamed answer of 200 deltas, as for a long reply.
+				send(map[string]any{"method": "turn/started", "params": map[string]any{"threadId": "t1", "turn": map[string]any{"id": "u1"}}})
+				for i := 0; i < 200; i++ {
+					send(map[string]any{"method": "item/agentMessage/delta", "params": map[string]any{"threadId": "t1", "turnId": "u1", "itemId": "m1", "delta": "word "}})
+				}
+				turnDone("completed", strings.Repeat("word ", 200))
 			}
 		case "turn/interrupt":
 			send(map[string]any{"id": m.ID, "result": map[string]any{}})
@@ -554,4 +561,40 @@ func FuzzParseMessage(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkRunnerTurn measures agentd's own cost of a turn over a
+// long-lived app-server: JSON-RPC, conversion of 200 deltas and the
+// emits (the fake host only appends; a real one stores).
+func BenchmarkRunnerTurn(b *testing.B) {
+	bin, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	env, err := local.New(local.Options{}).Create(context.Background(), sandbox.Spec{
+		SessionID: "s", Workspace: b.TempDir(), Env: map[string]string{fakeEnv: "many"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer env.Terminate(context.Background())
+	h := &fakeHost{env: env}
+	run, err := Architecture{Command: bin, StopGrace: 200 * time.Millisecond}.Start(context.Background(), h)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer run.Close(context.Background())
+	ctx := context.Background()
+	if _, err := run.Turn(ctx, agent.Turn{QueryID: "q0", Content: "warm up"}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := run.Turn(ctx, agent.Turn{QueryID: fmt.Sprintf("q%d", i+1), Content: "hello"}); err != nil {
+			b.Fatal(err)
+		}
+		h.mu.Lock()
+		h.events = h.events[:0]
+		h.mu.Unlock()
+	}
 }

@@ -345,3 +345,35 @@ func TestParseVersion(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRunnerTurn measures a turn with a CLI that starts at once: the
+// process start (one per turn), stdin, the stream-json conversion and the
+// emits. The real CLI's own start (seconds, node) comes on top.
+func BenchmarkRunnerTurn(b *testing.B) {
+	bin, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	env, err := local.New(local.Options{}).Create(context.Background(), sandbox.Spec{
+		SessionID: "s", Workspace: b.TempDir(), Env: map[string]string{fakeEnv: "ok"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer env.Terminate(context.Background())
+	h := &fakeHost{env: env}
+	run, err := Architecture{Command: bin}.Start(context.Background(), h)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer run.Close(context.Background())
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := run.Turn(ctx, agent.Turn{QueryID: fmt.Sprintf("q%d", i+1), Content: "hello"}); err != nil {
+			b.Fatal(err)
+		}
+		h.mu.Lock()
+		h.events = h.events[:0]
+		h.mu.Unlock()
+	}
+}

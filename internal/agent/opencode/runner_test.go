@@ -38,7 +38,7 @@ func FakeServeMain() bool {
 		os.Exit(7)
 	}
 	pw := os.Getenv("OPENCODE_SERVER_PASSWORD")
-	events := make(chan string, 64)
+	events := make(chan string, 1024)
 	push := func(typ string, props map[string]any) {
 		b, _ := json.Marshal(map[string]any{"type": typ, "properties": props})
 		events <- string(b)
@@ -116,6 +116,14 @@ func FakeServeMain() bool {
 			events <- "DROP"
 		case "stuck":
 			text(id, "partial")
+		case "many":
+			now := time.Now().UnixMilli()
+			push("message.updated", map[string]any{"info": map[string]any{"id": "msg_a" + id, "sessionID": "ses_1", "role": "assistant", "time": map[string]any{"created": now}}})
+			push("message.part.updated", map[string]any{"part": map[string]any{"id": "prt_" + id, "sessionID": "ses_1", "messageID": "msg_a" + id, "type": "text", "text": ""}})
+			for i := 0; i < 200; i++ {
+				push("message.part.delta", map[string]any{"sessionID": "ses_1", "messageID": "msg_a" + id, "partID": "prt_" + id, "field": "text", "delta": "word "})
+			}
+			idle()
 		}
 	})
 	mux.HandleFunc("POST /permission/{id}/reply", func(w http.ResponseWriter, r *http.Request) {
@@ -534,4 +542,56 @@ func FuzzReadSSE(f *testing.F) {
 			t.Fatalf("%d events from %d data lines", n, bytes.Count(in, []byte("data:")))
 		}
 	})
+}
+
+// BenchmarkRunnerTurn measures agentd's own cost of a turn over a running
+// server: the prompt request, 200 streamed deltas through SSE parsing and
+// conversion, the emits (the fake host only appends).
+func BenchmarkRunnerTurn(b *testing.B) {
+	bin, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	env, err := local.New(local.Options{}).Create(context.Background(), sandbox.Spec{
+		SessionID: "s", Workspace: b.TempDir(), Env: map[string]string{fakeEnv: "many"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer env.Terminate(context.Background())
+	h := &fakeHost{env: env}
+	run, err := Architecture{Command: bin, StopGrace: 200 * time.Millisecond}.Start(context.Background(), h)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer run.Close(context.Background())
+	ctx := context.Background()
+	if _, err := run.Turn(ctx, agent.Turn{QueryID: "q0", Content: "warm up"}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := run.Turn(ctx, agent.Turn{QueryID: fmt.Sprintf("q%d", i+1), Content: "hello"}); err != nil {
+			b.Fatal(err)
+		}
+		h.mu.Lock()
+		h.events = h.events[:0]
+		h.mu.Unlock()
+	}
+}
+
+// BenchmarkReadSSE measures the event-stream parser on typical OpenCode
+// delta events.
+func BenchmarkReadSSE(b *testing.B) {
+	ev := `data: {"type":"message.part.delta","properties":{"sessionID":"ses_1","messageID":"msg_1","partID":"prt_1","field":"text","delta":"some streamed words "}}` + "\n\n"
+	in := []byte(strings.Repeat(ev, 1000))
+	b.SetBytes(int64(len(in)))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		n := 0
+		_ = readSSE(bytes.NewReader(in), 1<<20, func([]byte) { n++ })
+		if n != 1000 {
+			b.Fatal(n)
+		}
+	}
 }
