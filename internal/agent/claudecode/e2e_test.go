@@ -722,3 +722,26 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestServerPermissionOpenAtTurnEnd: a CLI that ends its turn while a
+// permission request is open (fake CLI, real server). The request is
+// resolved, the next turn runs and the session closes cleanly.
+func TestServerPermissionOpenAtTurnEnd(t *testing.T) {
+	e := newE2E(t, claudecode.FakeCLIDir(t), nil)
+	id := e.session("")
+	end, evs := e.turn(id, "askthenresult", nil)
+	mustComplete(t, end, evs)
+	if len(ofType(evs, conversation.TypePermissionRequest)) != 1 {
+		t.Fatalf("events %s", types(evs))
+	}
+	waitFor(t, 5*time.Second, "the request to be resolved", func() bool { return len(e.state(id).PendingPermissions) == 0 })
+	end, evs = e.turn(id, "hello", nil)
+	if done := mustComplete(t, end, evs); done.Result != "turn 2" {
+		t.Fatalf("next turn: %q", done.Result)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.c.DeleteSession(ctx, id, false); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+}

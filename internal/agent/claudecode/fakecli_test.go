@@ -421,6 +421,13 @@ func (f *fakeCLI) turn(content string) int {
 		f.outMu.Unlock()
 		f.streamText("survived", false)
 		f.result("survived", false)
+	case "askthenresult":
+		// Asks, and ends the turn without waiting for the answer.
+		reqID := f.id("req-")
+		f.emit(map[string]any{"type": "control_request", "request_id": reqID, "request": map[string]any{
+			"subtype": "can_use_tool", "tool_name": "Bash", "input": map[string]any{"command": "x"}, "tool_use_id": f.id("toolu_")}})
+		time.Sleep(200 * time.Millisecond)
+		f.result("moved on", false)
 	case "hook":
 		reqID := f.id("req-")
 		ch := make(chan json.RawMessage, 1)

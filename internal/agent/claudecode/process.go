@@ -281,6 +281,7 @@ func (p *process) finish() {
 	p.mu.Unlock()
 	close(p.exitedCh)
 	p.cancel()
+	p.perms.Wait() // open permission requests are resolved before the turn ends
 	if w != nil {
 		w.done <- end
 	} else if !p.closing.Load() {
@@ -482,8 +483,22 @@ func (p *process) onResult() {
 			end.err = agent.Fail(code, "%s", msg)
 		}
 	}
+	p.abandonPermissions()
 	p.requestSave()
 	p.endTurn(end)
+}
+
+// abandonPermissions withdraws the permission requests still open when a
+// turn ends (the CLI moved on: no answer is sent) and waits until the
+// session has resolved them, before the turn's end is reported.
+func (p *process) abandonPermissions() {
+	p.mu.Lock()
+	for _, in := range p.inflight {
+		in.canceled = true
+		in.cancel()
+	}
+	p.mu.Unlock()
+	p.perms.Wait()
 }
 
 // control handles a control protocol line.
