@@ -745,3 +745,28 @@ func TestServerPermissionOpenAtTurnEnd(t *testing.T) {
 		t.Fatalf("delete: %v", err)
 	}
 }
+
+func TestE2EInterruptWhileAskingPermission(t *testing.T) {
+	e := newE2E(t, "", nil)
+	id := e.session("")
+	ctx := context.Background()
+	end, evs := e.turn(id, "run guarded", func(ev conversation.Event) {
+		if ev.Type == conversation.TypePermissionRequest {
+			if err := e.c.Interrupt(ctx, id); err != nil {
+				t.Errorf("interrupt: %v", err)
+			}
+		}
+	})
+	if done := mustComplete(t, end, evs); !done.Interrupted {
+		t.Fatalf("turn %+v", done)
+	}
+	res := ofType(evs, conversation.TypePermissionResolved)
+	if len(res) != 1 || payload[conversation.PermissionResolved](t, res[0]).Behavior != conversation.Deny {
+		t.Fatalf("resolutions: %v", res)
+	}
+	if _, err := os.Stat(filepath.Join(e.workspace(id), "guarded.txt")); err == nil {
+		t.Fatal("the command ran")
+	}
+	end, evs = e.turn(id, "say hello", nil)
+	mustComplete(t, end, evs)
+}
