@@ -22,10 +22,10 @@ import (
 )
 
 // process is one running Claude Code CLI. Its reader goroutine owns the
-// stream converter and every field marked "reader"; mu guards the fields
-// shared with Turn, Interrupt and the permission goroutines. Events reach
-// the session's log only from the reader (in line order, batched) and from
-// Host.RequestPermission.
+// stream converter and the fields after "reader goroutine only"; mu guards
+// the fields shared with Turn, Interrupt, the saver and the permission
+// goroutines. Events reach the session's log only from the reader (in line
+// order, batched) and from Host.RequestPermission.
 type process struct {
 	r       *runner
 	proc    cliProc
@@ -39,7 +39,7 @@ type process struct {
 	closing  atomic.Bool   // Close asked it to exit: an exit is no news
 	perms    sync.WaitGroup
 
-	mu        sync.Mutex // guards the fields below
+	mu        sync.Mutex // guards the fields up to saveCh
 	turn      *turnWait
 	exited    bool
 	exitEnd   turnEnd              // how a turn waiting at the exit ended
@@ -52,7 +52,7 @@ type process struct {
 	saveCh    chan struct{} // reader → saver: the transcript changed
 	saverDone chan struct{}
 
-	// reader
+	// reader goroutine only
 	conv     *StreamConverter
 	out      []conversation.Event
 	sawInit  bool
@@ -100,7 +100,7 @@ type turnEnd struct {
 // inflight is a control request of the CLI agentd is answering.
 type inflight struct {
 	cancel   context.CancelFunc
-	canceled bool // withdrawn by the CLI: send no answer
+	canceled bool // withdrawn (by the CLI, or the turn ended): send no answer
 }
 
 // resultInfo is what the converter said about a result line.
