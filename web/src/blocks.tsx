@@ -184,18 +184,26 @@ const ToolUseView = memo(function ToolUseView({ block, result, sub, awaiting }: 
 
 export function SubagentThread({ sub }: { sub: Subagent }) {
   const label = sub.description || sub.subagentType || "Subagent";
+  // The thread usually starts with the prompt as a user message and ends with
+  // the output as the last text: show each only once.
+  const first = sub.blocks[0];
+  const showPrompt = !!sub.prompt && !(first?.type === "user_message" && first.content === sub.prompt);
+  const last = sub.blocks[sub.blocks.length - 1];
+  const showOutput = !!sub.output && !(last?.type === "assistant_text" && last.content?.trim() === sub.output.trim());
   return (
     <details className="subagent" data-testid="subagent-thread" data-subagent-id={sub.id}>
       <summary>
-        <StatusDot status={sub.status} /> {label} <span className="muted small">({sub.blocks.length} blocks)</span>
+        <StatusDot status={sub.status} /> {label}
+        {sub.description && sub.subagentType ? <span className="muted small"> · {sub.subagentType}</span> : null}{" "}
+        <span className="muted small">({sub.blocks.length} blocks{sub.durationMs ? `, ${fmtMs(sub.durationMs)}` : ""})</span>
       </summary>
-      {sub.prompt && <div className="sub-prompt">{sub.prompt}</div>}
+      {showPrompt && <div className="sub-prompt">{sub.prompt}</div>}
       <div className="sub-blocks">
         <BlockList blocks={sub.blocks} subagents={[]} />
       </div>
-      {sub.output && (
-        <div className="sub-output">
-          <Markdown text={sub.output} />
+      {showOutput && (
+        <div className="sub-output" data-testid="subagent-output">
+          <Markdown text={sub.output!} />
         </div>
       )}
     </details>
@@ -214,7 +222,7 @@ export function BlockList({ blocks, subagents }: { blocks: readonly AnyBlock[]; 
   );
 }
 
-export const BlockView = memo(function BlockView({ block }: { block: AnyBlock }) {
+export const BlockView = memo(function BlockView({ block, sub }: { block: AnyBlock; sub?: Subagent | undefined }) {
   countRender(block.id);
   const common = { "data-block-id": block.id, "data-testid": `block-${block.type}` };
   switch (block.type) {
@@ -264,6 +272,13 @@ export const BlockView = memo(function BlockView({ block }: { block: AnyBlock })
         </details>
       );
     case "subagent":
+      // A subagent block (Claude Code's Task/Agent call) holds its thread.
+      if (sub)
+        return (
+          <div className="block subagent-block" {...common}>
+            <SubagentThread sub={sub} />
+          </div>
+        );
       return (
         <div className="block subagent-block" {...common}>
           <details>
@@ -297,15 +312,16 @@ export const NoticeView = memo(function NoticeView({ notice }: { notice: Notice 
 // ---- items: blocks with their results and threads attached ----------------
 
 export type Item =
-  | { key: string; kind: "block"; block: AnyBlock }
+  | { key: string; kind: "block"; block: AnyBlock; sub?: Subagent }
   | { key: string; kind: "tool"; block: AnyBlock; result: AnyBlock | undefined; sub: Subagent | undefined; awaiting?: boolean }
   | { key: string; kind: "notice"; notice: Notice }
   | { key: string; kind: "subagent"; sub: Subagent };
 
 /**
  * Turns blocks into list items: a tool_result is shown inside its tool_use,
- * a subagent thread inside the tool call that spawned it, notices after the
- * block they followed, and threads with no parent block at the end.
+ * a subagent thread inside the tool call or subagent block that spawned it,
+ * notices after the block they followed, and threads with no parent block
+ * at the end.
  */
 export function buildItems(
   blocks: readonly AnyBlock[],
@@ -340,6 +356,14 @@ export function buildItems(
       items.push(item);
       return;
     }
+    if (b.type === "subagent") {
+      const sub = subs.get(b.subagentId || b.toolUseId || b.id);
+      if (sub) {
+        placed.add(sub.id);
+        items.push({ key: b.id, kind: "block", block: b, sub });
+        return;
+      }
+    }
     items.push({ key: b.id, kind: "block", block: b });
   });
   flushNotices(Number.MAX_SAFE_INTEGER);
@@ -350,7 +374,7 @@ export function buildItems(
 export function ItemView({ item }: { item: Item }): ReactNode {
   switch (item.kind) {
     case "block":
-      return <BlockView block={item.block} />;
+      return <BlockView block={item.block} sub={item.sub} />;
     case "tool":
       return <ToolUseView block={item.block} result={item.result} sub={item.sub} awaiting={item.awaiting} />;
     case "notice":

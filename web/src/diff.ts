@@ -4,10 +4,16 @@ export type DiffLine = { op: " " | "-" | "+"; text: string };
 
 const MAX_CELLS = 4_000_000; // LCS table budget; beyond it, show old then new
 
+/** The lines of s; a final newline ends the last line rather than starting an empty one. */
+function splitLines(s: string): string[] {
+  if (s === "") return [];
+  return (s.endsWith("\n") ? s.slice(0, -1) : s).split("\n");
+}
+
 /** A line diff of a and b (LCS); for very large inputs, all-removed then all-added. */
 export function diffLines(a: string, b: string): DiffLine[] {
-  const x = a === "" ? [] : a.split("\n");
-  const y = b === "" ? [] : b.split("\n");
+  const x = splitLines(a);
+  const y = splitLines(b);
   // Trim the common prefix and suffix: most edits touch a few lines.
   let pre = 0;
   while (pre < x.length && pre < y.length && x[pre] === y[pre]) pre++;

@@ -1,7 +1,7 @@
 import { renderToStaticMarkup } from "react-dom/server";
 import { describe, expect, it } from "vitest";
 import type { AnyBlock, Notice, Subagent } from "@agentd/client";
-import { buildItems, commandOf } from "../src/blocks";
+import { ItemView, buildItems, commandOf } from "../src/blocks";
 import { diffLines, editsOf } from "../src/diff";
 import { Markdown, parseBlocks, safeHref } from "../src/markdown";
 import { buildTree } from "../src/Workspace";
@@ -51,6 +51,9 @@ describe("diff", () => {
       { op: " ", text: "c" },
     ]);
     expect(diffLines("", "x\ny").map((l) => l.op)).toEqual(["+", "+"]);
+    // A file's final newline is no extra empty line.
+    expect(diffLines("", "x\ny\n")).toEqual([{ op: "+", text: "x" }, { op: "+", text: "y" }]);
+    expect(diffLines("a\n\n", "a\n")).toEqual([{ op: " ", text: "a" }, { op: "-", text: "" }]);
   });
 
   it("recognises Edit, MultiEdit and Write inputs", () => {
@@ -81,6 +84,29 @@ describe("items", () => {
     expect(t1.kind === "tool" && t1.result?.output).toBe("a\n");
     const t2 = items[3]!;
     expect(t2.kind === "tool" && t2.sub?.id).toBe("t2");
+  });
+
+  it("nests a thread in the subagent block that spawned it", () => {
+    const sb: AnyBlock = { id: "t3", type: "subagent", subagentId: "t3", toolUseId: "t3", input: "do it", status: "complete" };
+    const thread: Subagent = {
+      id: "t3", toolUseId: "t3", status: "complete", prompt: "do it", output: "did it",
+      blocks: [
+        { id: "s-u", type: "user_message", content: "do it" },
+        { id: "s-t", type: "assistant_text", content: "did it" },
+      ],
+    };
+    const items = buildItems([blocks[0]!, sb], [], [thread, lone]);
+    expect(items.map((i) => i.key)).toEqual(["u", "t3", "sub-t9"]);
+    const it3 = items[1]!;
+    expect(it3.kind === "block" && it3.sub?.id).toBe("t3");
+    // The prompt and the output each show once: as the thread's first and last blocks.
+    const html = renderToStaticMarkup(<ItemView item={it3} />);
+    expect(html).toContain('data-testid="subagent-thread"');
+    expect(html.split("do it").length - 1).toBe(1);
+    expect(html.split("did it").length - 1).toBe(1);
+    expect(html).not.toContain("subagent-output");
+    // Without a matching thread, the block stands alone.
+    expect(buildItems([sb], [], []).map((i) => i.kind === "block" && !i.sub)).toEqual([true]);
   });
 
   it("finds shell commands", () => {
