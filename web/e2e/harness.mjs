@@ -12,6 +12,13 @@ import { chromium } from "playwright-core";
 export const here = path.dirname(fileURLToPath(import.meta.url));
 export const artifacts = path.join(here, "artifacts");
 export const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+/** The pinned agent CLIs (scripts/setup.sh installs them). */
+export const agentsBin = path.resolve(here, "../../tools/agents/node_modules/.bin");
+
+/** PATH for a server that should find the pinned agent CLIs. */
+export function agentPath() {
+  return (existsSync(agentsBin) ? agentsBin + ":" : "") + process.env.PATH;
+}
 
 export function agentdBin() {
   const bin = process.env.AGENTD_BIN;
@@ -107,6 +114,57 @@ export class Agentd {
   }
 }
 
+/**
+ * `agentd mock-llm` on a free loopback port, answering from a script file
+ * (see docs/mock-llm.md). stop() kills it.
+ */
+export class MockLLM {
+  constructor(script) {
+    this.script = script;
+    this.proc = null;
+    this.log = [];
+  }
+  async start() {
+    this.port = await freePort();
+    this.url = `http://127.0.0.1:${this.port}`;
+    const proc = spawn(agentdBin(), ["mock-llm", "--addr", `127.0.0.1:${this.port}`, "--script", this.script], { stdio: ["ignore", "pipe", "pipe"] });
+    this.proc = proc;
+    const collect = (d) => this.log.push(String(d));
+    proc.stdout.on("data", collect);
+    proc.stderr.on("data", collect);
+    const deadline = Date.now() + 10_000;
+    while (Date.now() < deadline) {
+      if (proc.exitCode !== null) throw new Error(`mock-llm exited (${proc.exitCode}):\n${this.log.join("")}`);
+      try {
+        if ((await fetch(this.url + "/_mockllm/requests")).ok) return this;
+      } catch {
+        // not listening yet
+      }
+      await sleep(50);
+    }
+    this.stop();
+    throw new Error(`mock-llm did not start:\n${this.log.join("")}`);
+  }
+  /** The request log (GET /_mockllm/requests). */
+  async requests() {
+    const r = await fetch(this.url + "/_mockllm/requests");
+    const body = await r.json();
+    return Array.isArray(body) ? body : body.requests ?? [];
+  }
+  stop() {
+    if (this.proc && this.proc.exitCode === null) this.proc.kill("SIGKILL");
+    this.proc = null;
+  }
+}
+
+/** GET /api/architectures as a map from name (and alias) to its entry. */
+export async function architectures(server) {
+  const { architectures: list } = await server.api("GET", "/api/architectures");
+  const m = new Map();
+  for (const a of list) for (const n of [a.name, ...(a.aliases ?? [])]) m.set(n, a);
+  return m;
+}
+
 export async function launch() {
   if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get update && apt-get install -y chromium`);
   return chromium.launch({
@@ -139,16 +197,28 @@ export async function saveArtifacts(name, page, server) {
   }
   writeFileSync(base + ".console.log", (page.consoleLog ?? []).join("\n") + "\n");
   if (server) writeFileSync(base + ".server.log", server.log.join(""));
+  if (server?.mock) {
+    let reqs = "";
+    try {
+      reqs = JSON.stringify(await server.mock.requests(), null, 1);
+    } catch (e) {
+      reqs = String(e);
+    }
+    writeFileSync(base + ".mock-llm.log", server.mock.log.join("") + "\n--- request log ---\n" + reqs + "\n");
+  }
 }
 
 /**
- * Runs fn(page) and saves artifacts if it throws. Artifacts go to
- * web/e2e/artifacts/<test name>.{png,console.log,server.log}.
+ * Runs fn(page) and saves artifacts if it throws (always with
+ * E2E_SCREENSHOTS set). Artifacts go to
+ * web/e2e/artifacts/<test name>.{png,console.log,server.log,mock-llm.log}.
  */
 export async function withPage(t, browser, server, opts, fn) {
   const page = await openPage(browser, opts);
   try {
     await fn(page);
+    // E2E_SCREENSHOTS=1 keeps them for passing tests too, to look at the UI.
+    if (process.env.E2E_SCREENSHOTS) await saveArtifacts(t.name, page, server);
   } catch (e) {
     await saveArtifacts(t.name, page, server);
     throw e;
@@ -159,17 +229,28 @@ export async function withPage(t, browser, server, opts, fn) {
 
 // ---- UI steps ---------------------------------------------------------------
 
-export async function createShellSession(page, server, name = "e2e") {
+/** Creates a session through the new-session dialog; returns its id. */
+export async function createSession(page, server, { architecture, profile, name } = {}) {
   await page.goto(server.url + "/");
   await page.getByTestId("new-session-button").click();
   const dialog = page.getByTestId("new-session-dialog");
   await dialog.waitFor();
+  if (profile) await page.getByTestId("profile-select").selectOption(profile, { timeout: 10_000 });
   // Architectures can take seconds to list (the server probes each agent CLI).
-  await page.getByTestId("architecture-select").selectOption("shell", { timeout: 90_000 });
-  await page.getByTestId("name-input").fill(name);
+  if (architecture) await page.getByTestId("architecture-select").selectOption(architecture, { timeout: 90_000 });
+  if (name) await page.getByTestId("name-input").fill(name);
   await page.getByTestId("create-session").click();
   await page.getByTestId("session-view").waitFor();
   return page.getByTestId("session-view").getAttribute("data-session-id");
+}
+
+export function createShellSession(page, server, name = "e2e") {
+  return createSession(page, server, { architecture: "shell", name });
+}
+
+/** Waits until the open session has no running turn and can send again. */
+export async function waitIdle(page, timeout = 60_000) {
+  await waitFor(async () => (await page.getByTestId("turn-running").count()) === 0 && (await page.getByTestId("send-button").count()) === 1, { timeout, what: "the turn to end" });
 }
 
 export async function send(page, text) {
