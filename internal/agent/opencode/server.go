@@ -82,14 +82,15 @@ func startServer(ctx context.Context, a Architecture, env sandbox.Environment, l
 	proc, err := agentproc.Start(ctx, env, "opencode", sandbox.Cmd{
 		Argv: []string{a.command(), "serve", "--hostname", "127.0.0.1", "--port", "0"},
 		Env: map[string]string{
-			"XDG_CONFIG_HOME":               home + "/config",
-			"XDG_DATA_HOME":                 home + "/data",
-			"XDG_CACHE_HOME":                home + "/cache",
-			"XDG_STATE_HOME":                home + "/state",
-			"OPENCODE_SERVER_PASSWORD":      pw,
-			"OPENCODE_DISABLE_AUTOUPDATE":   "1",
-			"OPENCODE_DISABLE_MODELS_FETCH": "1",
-			"OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+			"XDG_CONFIG_HOME":                  home + "/config",
+			"XDG_DATA_HOME":                    home + "/data",
+			"XDG_CACHE_HOME":                   home + "/cache",
+			"XDG_STATE_HOME":                   home + "/state",
+			"OPENCODE_SERVER_PASSWORD":         pw,
+			"OPENCODE_DISABLE_AUTOUPDATE":      "1",
+			"OPENCODE_DISABLE_MODELS_FETCH":    "1",
+			"OPENCODE_DISABLE_LSP_DOWNLOAD":    "1",
+			"OPENCODE_DISABLE_EMBEDDED_WEB_UI": "1",
 		},
 	})
 	if err != nil {
