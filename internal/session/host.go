@@ -115,40 +115,39 @@ func (h *host) RequestPermission(ctx context.Context, req agent.PermissionReques
 	if req.ToolUseID != "" {
 		id = "perm-" + req.ToolUseID
 	}
-	ch := h.s.perms.register(id)
+	pd := h.s.perms.register(id)
+	defer close(pd.done)
 	expires := time.Now().Add(timeout).UTC().Truncate(time.Millisecond)
 	reqEv := withActor(conversation.NewEvent(conversation.PermissionRequested{
 		RequestID: id, ToolName: req.ToolName, Input: input, ToolUseID: req.ToolUseID, ExpiresAt: expires,
 	}), cur.actor)
 	if _, err := h.s.m.cfg.Log.Append(ctx, h.s.id, reqEv); err != nil {
-		h.s.perms.claim(id)
+		h.s.perms.take(id)
 		return agent.PermissionDecision{}, fmt.Errorf("record permission request: %w", err)
 	}
 	timer := make(chan struct{})
 	t := time.AfterFunc(timeout, func() { close(timer) })
 	defer t.Stop()
 
-	d, err, timedOut := waitDecision(ctx, ch, timer)
-	switch {
-	case err != nil:
-		if !h.s.perms.claim(id) {
-			// Answered at the same moment: take the answer.
-			d = <-ch
-			break
-		}
-		h.resolve(id, agent.PermissionDecision{Behavior: conversation.Deny, By: conversation.ByInterrupt, Message: "the turn ended"}, cur.actor)
-		return agent.PermissionDecision{}, err
-	case timedOut:
-		if !h.s.perms.claim(id) {
-			d = <-ch
+	var d agent.PermissionDecision
+	select {
+	case d = <-pd.ch:
+		// Decided by a client or by the turn's end.
+	case <-timer:
+		if h.s.perms.take(id) == nil {
+			d = <-pd.ch // decided by someone else at the same moment
 			break
 		}
 		d = agent.PermissionDecision{Behavior: conversation.Deny, By: conversation.ByTimeout,
 			Message: fmt.Sprintf("no answer within %s", timeout)}
-		h.resolve(id, d, cur.actor)
-		return d, nil
+	case <-ctx.Done():
+		if h.s.perms.take(id) == nil {
+			d = <-pd.ch
+			break
+		}
+		h.resolve(id, agent.PermissionDecision{Behavior: conversation.Deny, By: conversation.ByInterrupt, Message: "the turn ended"}, cur.actor)
+		return agent.PermissionDecision{}, ctx.Err()
 	}
-	// A client answered (answer() already claimed the request).
 	actor := cur.actor
 	if d.Actor != "" {
 		actor = d.Actor

@@ -14,38 +14,48 @@ import (
 
 // permissions holds a session's open permission requests. Its one mutex
 // guards the maps only; it never does I/O while holding it.
+//
+// Exactly one party resolves a request: a client answer, the waiter itself
+// (timeout, cancelled context) or the turn's end. Whoever takes it from the
+// open set first decides; a decision made by someone else than the waiter
+// is sent to it on ch, and the waiter records it and closes done.
 type permissions struct {
 	mu       sync.Mutex
-	open     map[string]chan agent.PermissionDecision // buffered(1)
+	open     map[string]*pending
 	resolved map[string]struct{}
 	order    []string // resolved ids, oldest first, to bound the set
 }
 
+type pending struct {
+	ch   chan agent.PermissionDecision // buffered(1)
+	done chan struct{}                 // closed once the resolution is recorded
+}
+
 func newPermissions() *permissions {
-	return &permissions{open: make(map[string]chan agent.PermissionDecision), resolved: make(map[string]struct{})}
+	return &permissions{open: make(map[string]*pending), resolved: make(map[string]struct{})}
 }
 
 const maxRemembered = 4096
 
-func (p *permissions) register(id string) chan agent.PermissionDecision {
-	ch := make(chan agent.PermissionDecision, 1)
+func (p *permissions) register(id string) *pending {
+	pd := &pending{ch: make(chan agent.PermissionDecision, 1), done: make(chan struct{})}
 	p.mu.Lock()
-	p.open[id] = ch
+	p.open[id] = pd
 	p.mu.Unlock()
-	return ch
+	return pd
 }
 
-// claim removes an open request so exactly one of answer / timeout /
-// cancel resolves it. It reports false when someone else already did.
-func (p *permissions) claim(id string) bool {
+// take removes an open request; nil when it was resolved already.
+func (p *permissions) take(id string) *pending {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.open[id]; !ok {
-		return false
+	pd, ok := p.open[id]
+	if !ok {
+		return nil
 	}
 	delete(p.open, id)
 	p.rememberLocked(id)
-	return true
+	return pd
 }
 
 func (p *permissions) rememberLocked(id string) {
@@ -61,22 +71,30 @@ func (p *permissions) rememberLocked(id string) {
 // request already resolved, ErrPermissionNotFound for one this process never
 // opened.
 func (p *permissions) answer(id string, d agent.PermissionDecision) error {
-	p.mu.Lock()
-	ch, ok := p.open[id]
-	if ok {
-		delete(p.open, id)
-		p.rememberLocked(id)
+	if pd := p.take(id); pd != nil {
+		pd.ch <- d
+		return nil
 	}
+	p.mu.Lock()
 	_, done := p.resolved[id]
 	p.mu.Unlock()
-	if !ok {
-		if done {
-			return ErrPermissionResolved
-		}
-		return ErrPermissionNotFound
+	if done {
+		return ErrPermissionResolved
 	}
-	ch <- d
-	return nil
+	return ErrPermissionNotFound
+}
+
+// denyAll resolves every open request with d (the turn ended) and returns
+// them, so the caller can wait until their waiters recorded it.
+func (p *permissions) denyAll(d agent.PermissionDecision) []*pending {
+	var out []*pending
+	for _, id := range p.openIDs() {
+		if pd := p.take(id); pd != nil {
+			pd.ch <- d
+			out = append(out, pd)
+		}
+	}
+	return out
 }
 
 // openIDs returns the ids of the requests still open.
@@ -140,15 +158,3 @@ func matchAny(patterns []string, tool string, input json.RawMessage) bool {
 // requestID derives a deterministic request id from the session's turn and
 // a counter, so replays and logs read naturally.
 func requestID(queryID string, n int64) string { return fmt.Sprintf("perm-%s-%d", queryID, n) }
-
-// waitDecision waits for a decision, the deadline or ctx.
-func waitDecision(ctx context.Context, ch <-chan agent.PermissionDecision, timeout <-chan struct{}) (agent.PermissionDecision, error, bool) {
-	select {
-	case d := <-ch:
-		return d, nil, false
-	case <-timeout:
-		return agent.PermissionDecision{}, nil, true
-	case <-ctx.Done():
-		return agent.PermissionDecision{}, ctx.Err(), false
-	}
-}

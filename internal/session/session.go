@@ -558,14 +558,19 @@ func (o *owner) stopIdle() {
 	o.idleGen++
 }
 
-// resolveOpenPermissions denies every open request (the turn ended).
+// resolveOpenPermissions denies every open request (the turn ended) and
+// waits, briefly, until each waiter has recorded the resolution, so it lands
+// in the log before the turn's end.
 func (o *owner) resolveOpenPermissions(ctx context.Context, by conversation.ResolvedBy, actor string) {
-	for _, id := range o.s.perms.openIDs() {
-		if o.s.perms.claim(id) {
-			ev := conversation.NewEvent(conversation.PermissionResolved{RequestID: id, Behavior: conversation.Deny, By: by, Message: "the turn ended"})
-			if _, err := o.s.m.cfg.Log.Append(ctx, o.s.id, withActor(ev, actor)); err != nil {
-				o.s.m.log.Error("record permission", "session", o.s.id, "err", err)
-			}
+	open := o.s.perms.denyAll(agent.PermissionDecision{Behavior: conversation.Deny, By: by, Message: "the turn ended", Actor: actor})
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	for _, pd := range open {
+		select {
+		case <-pd.done:
+		case <-deadline.C:
+			o.s.m.log.Warn("permission waiter did not record its resolution in time", "session", o.s.id)
+			return
 		}
 	}
 }
