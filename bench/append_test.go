@@ -28,8 +28,10 @@ type appendResult struct {
 	events  int
 	elapsed time.Duration
 	cpu     time.Duration
-	commits uint64 // store transactions (group commits)
-	stored  uint64 // events in them, from the log's own metrics
+	// runqWait is how long the process's threads waited for a CPU.
+	runqWait time.Duration
+	commits  uint64 // store transactions (group commits)
+	stored   uint64 // events in them, from the log's own metrics
 	// From the timing wrapper around the store: the duration of each
 	// AppendEvents call, the events in each, and their total time (the
 	// single writer goroutine's time in the store).
@@ -78,7 +80,7 @@ func setupAppend(tb testing.TB, cfg appendRun) (start func() appendResult) {
 	return func() appendResult {
 		before := commitStats(tb, reg)
 		ts.reset()
-		cpu0 := processCPU()
+		cpu0, wait0 := processCPU(), runqueueWait()
 		t0 := time.Now()
 		var wg sync.WaitGroup
 		errs := make(chan error, cfg.appenders)
@@ -105,6 +107,7 @@ func setupAppend(tb testing.TB, cfg appendRun) (start func() appendResult) {
 		wg.Wait()
 		elapsed := time.Since(t0)
 		cpu := processCPU() - cpu0
+		wait := runqueueWait() - wait0
 		close(errs)
 		for err := range errs {
 			tb.Fatalf("append: %v", err)
@@ -112,7 +115,7 @@ func setupAppend(tb testing.TB, cfg appendRun) (start func() appendResult) {
 		after := commitStats(tb, reg)
 		commitTimes, batches, busy := ts.take()
 		return appendResult{
-			events: cfg.appends * cfg.perAppend, elapsed: elapsed, cpu: cpu,
+			events: cfg.appends * cfg.perAppend, elapsed: elapsed, cpu: cpu, runqWait: wait,
 			commits: after.count - before.count, stored: uint64(after.sum - before.sum),
 			commit: Summarize(commitTimes), batch: summarizeInts(batches), storeBusy: busy,
 		}
@@ -231,6 +234,7 @@ func BenchmarkEventAppend(b *testing.B) {
 					b.ReportMetric(float64(r.commit.P50.Microseconds()), "commit-p50-µs")
 					b.ReportMetric(float64(r.commit.P99.Microseconds()), "commit-p99-µs")
 					b.ReportMetric(100*r.storeBusy.Seconds()/r.elapsed.Seconds(), "store-busy-%")
+					b.ReportMetric(float64(r.runqWait.Milliseconds())/r.elapsed.Seconds(), "runq-wait-ms/s")
 					b.ReportMetric(load1(), "load1")
 				})
 			}

@@ -248,7 +248,7 @@ func BenchmarkFanout(b *testing.B) {
 		b.Run(fmt.Sprintf("subscribers=%d", subs), func(b *testing.B) {
 			f := setupFanout(b, subs)
 			p := newProducer(f, 16)
-			cpu0 := processCPU()
+			cpu0, wait0 := processCPU(), runqueueWait()
 			t0 := time.Now()
 			for b.Loop() {
 				p.appendOne(b)
@@ -260,6 +260,7 @@ func BenchmarkFanout(b *testing.B) {
 			b.ReportMetric(deliveries/elapsed.Seconds(), "deliveries/s")
 			b.ReportMetric(float64(p.produced)/elapsed.Seconds(), "events/s")
 			b.ReportMetric(float64(cpu.Microseconds())/deliveries, "cpu-µs/delivery")
+			b.ReportMetric(float64((runqueueWait()-wait0).Milliseconds())/elapsed.Seconds(), "runq-wait-ms/s")
 			b.ReportMetric(load1(), "load1")
 		})
 	}
