@@ -37,6 +37,7 @@ type runner struct {
 	host agent.Host
 	appr approval
 
+	// Lock order: mu and convMu are never held together.
 	convMu sync.Mutex // serialises conv and turns between read loops of successive processes
 	conv   *AppServerConverter
 	// turns are the Codex turn ids started while this runner ran, from
@@ -162,10 +163,25 @@ func (r *runner) interrupted(tr *turnState) bool {
 	return tr.interrupted
 }
 
+// exited reports whether the process's output ends within a moment: a
+// request that failed to be written (broken pipe) usually means the
+// process died, and its exit status and stderr say why.
+func exited(srv *server) bool {
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	select {
+	case <-srv.rpc.Done():
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
 // callFailed turns a failed request into the turn's error.
 func (r *runner) callFailed(ctx context.Context, tr *turnState, srv *server, what string, err error) error {
+	var we *wireError
 	switch {
-	case errors.Is(err, errClosed):
+	case errors.Is(err, errClosed), ctx.Err() == nil && !errors.As(err, &we) && exited(srv):
 		r.dropServer(srv)
 		if r.interrupted(tr) {
 			return agent.ErrInterrupted
@@ -308,7 +324,8 @@ func (r *runner) ensureServer(ctx context.Context) (*server, error) {
 	hctx, cancel := context.WithTimeout(ctx, r.arch.startTimeout())
 	defer cancel()
 	if err := r.handshake(hctx, srv); err != nil {
-		if errors.Is(err, errClosed) {
+		var we *wireError
+		if errors.Is(err, errClosed) || (!errors.As(err, &we) && exited(srv)) {
 			<-srv.rpc.Done()
 			return nil, srv.proc.ExitError()
 		}
@@ -500,12 +517,20 @@ func (r *runner) convert(line []byte, m *wireMessage) {
 	case "turn/started", "thread/tokenUsage/updated":
 		_ = json.Unmarshal(m.Params, &p)
 	}
+	r.mu.Lock()
+	between := r.cur == nil
+	r.mu.Unlock()
 	r.convMu.Lock()
 	if m.Method == "turn/started" && p.Turn.ID != "" {
 		r.turns[p.Turn.ID] = true
 	}
 	replayedUsage := m.Method == "thread/tokenUsage/updated" && !r.turns[p.TurnID]
 	evs, err := r.conv.Convert(line)
+	if err == nil && between {
+		// A late notification of a turn that has ended: nothing of it
+		// may stay pending.
+		evs = append(evs, r.conv.blocks.settlePending(time.Now().UTC().Truncate(time.Millisecond))...)
+	}
 	r.convMu.Unlock()
 	if err != nil {
 		r.invalidLine(line, err)
@@ -585,14 +610,17 @@ func (s *server) request(line []byte, m *wireMessage) {
 	}
 	r.mu.Lock()
 	tr := r.cur
-	toolUse := ""
-	if tr != nil && !tr.asked[a.ItemID] && a.ItemID != "" {
+	first := tr != nil && !tr.asked[a.ItemID] && a.ItemID != ""
+	if first {
 		tr.asked[a.ItemID] = true
+	}
+	r.mu.Unlock()
+	toolUse := ""
+	if first {
 		r.convMu.Lock()
 		toolUse = r.conv.blocks.lookup("item:"+a.ThreadID+":"+a.TurnID+":"+a.ItemID, a.ItemID)
 		r.convMu.Unlock()
 	}
-	r.mu.Unlock()
 	id := append(json.RawMessage(nil), m.ID...)
 	params := append(json.RawMessage(nil), m.Params...)
 	if tr == nil {

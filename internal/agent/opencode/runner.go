@@ -29,6 +29,7 @@ type runner struct {
 	host   agent.Host
 	system string
 
+	// mu and convMu are never held together.
 	convMu sync.Mutex       // guards conv
 	conv   *EventsConverter // for the current server's session; nil before it is known
 
@@ -401,6 +402,7 @@ func (r *runner) onEvent(srv *server, data []byte) {
 	}
 	r.mu.Lock()
 	aborting := r.cur != nil && r.cur.interrupted
+	between := r.cur == nil
 	r.mu.Unlock()
 	r.convMu.Lock()
 	conv := r.conv
@@ -408,6 +410,11 @@ func (r *runner) onEvent(srv *server, data []byte) {
 	var err error
 	if conv != nil {
 		evs, err = conv.Convert(data)
+		if between {
+			// A late event of a turn that has ended (an aborted part's
+			// last update): nothing of it may stay pending.
+			evs = append(evs, conv.blocks.settlePending(time.Now().UTC().Truncate(time.Millisecond))...)
+		}
 	}
 	r.convMu.Unlock()
 	if err != nil {
