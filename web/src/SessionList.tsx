@@ -9,24 +9,33 @@ export function useSessions(): { sessions: SessionSummary[]; error: string | nul
   const [error, setError] = useState<string | null>(null);
   useEffect(() => {
     let cancelled = false;
-    const load = () =>
-      client
+    // For each listing in flight, the sessions live frames touched meanwhile.
+    const inFlight = new Set<Set<string>>();
+    const load = () => {
+      const touched = new Set<string>();
+      inFlight.add(touched);
+      return client
         .listSessions()
         .then((l) => {
           if (cancelled) return;
           setError(null);
           // Frames that arrived while the listing was in flight are newer: keep them.
-          setSessions((cur) => mergeList(l, cur));
+          setSessions((cur) => mergeList(l, cur, touched));
         })
         .catch((e: unknown) => {
           if (cancelled) return;
           if (e instanceof AgentdError && e.status === 401) unauthorized();
           setError(e instanceof Error ? e.message : String(e));
-        });
+        })
+        .finally(() => inFlight.delete(touched));
+    };
     void load();
     const sub = socket.watchSessions({
       onJoined: () => void load(),
-      onSession: (s) => setSessions((cur) => upsert(cur, s)),
+      onSession: (s) => {
+        for (const t of inFlight) t.add(s.sessionId);
+        setSessions((cur) => upsert(cur, s));
+      },
     });
     return () => {
       cancelled = true;
@@ -49,12 +58,24 @@ export function upsert(list: SessionSummary[], s: SessionSummary & { deleted?: b
   return sortList(next);
 }
 
-export function mergeList(fresh: SessionSummary[], cur: SessionSummary[]): SessionSummary[] {
+/**
+ * Merges a REST listing into the current list. touched holds the sessions
+ * that live frames changed while the listing was in flight: for those the
+ * current list is newer than the listing (a session created meanwhile is
+ * kept, one deleted meanwhile stays deleted). Any other session the listing
+ * lacks is gone.
+ */
+export function mergeList(fresh: SessionSummary[], cur: SessionSummary[], touched: ReadonlySet<string> = new Set()): SessionSummary[] {
   const byId = new Map(cur.map((s) => [s.sessionId, s]));
-  return sortList(fresh.map((s) => {
+  const out: SessionSummary[] = [];
+  for (const s of fresh) {
     const c = byId.get(s.sessionId);
-    return c && !newer(s, c) ? { ...s, ...c } : s;
-  }));
+    byId.delete(s.sessionId);
+    if (touched.has(s.sessionId) && !c) continue; // deleted while the listing was in flight
+    out.push(c && !newer(s, c) ? { ...s, ...c } : s);
+  }
+  for (const [id, c] of byId) if (touched.has(id)) out.push(c); // created while it was in flight
+  return sortList(out);
 }
 
 function sortList(l: SessionSummary[]): SessionSummary[] {

@@ -159,4 +159,14 @@ describe("session list", () => {
     const m = mergeList(fetched, live);
     expect(m.map((x) => `${x.sessionId}:${x.status}`)).toEqual(["c:idle", "a:running"]);
   });
+  it("keeps sessions created, and drops those deleted, while a listing was in flight", () => {
+    // The listing was taken before "new" was created and "gone" deleted; frames said so meanwhile.
+    const fetched = [s("old", "2026-01-01T00:00:00Z"), s("gone", "2026-01-02T00:00:00Z"), s("stale", "2026-01-03T00:00:00Z")];
+    let cur = [s("old", "2026-01-01T00:00:00Z"), s("gone", "2026-01-02T00:00:00Z"), s("stale", "2026-01-03T00:00:00Z")];
+    cur = upsert(cur, s("new", "2026-01-04T00:00:00Z"));
+    cur = upsert(cur, { ...s("gone", "2026-01-02T00:00:00Z"), deleted: true });
+    expect(mergeList(fetched, cur, new Set(["new", "gone"])).map((x) => x.sessionId)).toEqual(["new", "stale", "old"]);
+    // A session the listing lacks and no frame touched is gone (deleted while disconnected).
+    expect(mergeList([s("old", "2026-01-01T00:00:00Z")], cur, new Set()).map((x) => x.sessionId)).toEqual(["old"]);
+  });
 });
