@@ -1,37 +1,66 @@
 // Rendering of every block kind, and permission Allow/Deny, from real Claude
-// Code turns: the real `agentd serve` runs the pinned CLI (tools/agents)
-// against `agentd mock-llm` playing the model from e2e/scripts/claude.yaml.
-// One server and one model serve all the cases; each case has its own
-// session. Without the claude CLI the cases skip and say so.
+// Code turns, and a shell call from each other agent CLI: the real
+// `agentd serve` runs the pinned CLIs (tools/agents) against `agentd
+// mock-llm` playing the model (e2e/scripts/claude.yaml for Claude Code,
+// e2e/scripts/codex-gemini-opencode.yaml for the others). One server and
+// the two model servers serve all the cases; each case has its own session.
+// A case whose CLI is missing skips and says so.
 import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { Agentd, MockLLM, agentPath, architectures, createSession, duplicateBlocks, here, launch, send, waitFor, waitIdle, withPage } from "./harness.mjs";
 
 let browser;
 let server;
-let mock;
-let claude; // the claude-code architecture entry, when available
-let unavailable = "";
+let mock; // Claude Code's model
+let mock2; // the other CLIs' model
+let archs; // GET /api/architectures by name
+let claude; // the claude-code architecture entry
 
 before(async () => {
-  mock = await new MockLLM(path.join(here, "scripts/claude.yaml")).start();
+  [mock, mock2, browser] = await Promise.all([
+    new MockLLM(path.join(here, "scripts/claude.yaml")).start(),
+    new MockLLM(path.join(here, "scripts/codex-gemini-opencode.yaml")).start(),
+    launch(),
+  ]);
   server = new Agentd({
     args: ["--profiles", path.join(here, "profiles")],
-    env: { PATH: agentPath(), ANTHROPIC_BASE_URL: mock.url, ANTHROPIC_API_KEY: "mock-key" },
+    env: {
+      PATH: agentPath(),
+      ANTHROPIC_BASE_URL: mock.url,
+      ANTHROPIC_API_KEY: "mock-key",
+      OPENAI_BASE_URL: mock2.url + "/v1",
+      OPENAI_API_KEY: "mock-key",
+      GOOGLE_GEMINI_BASE_URL: mock2.url,
+      GEMINI_API_KEY: "mock-key",
+    },
   });
   server.mock = mock;
   await server.start();
-  claude = (await architectures(server)).get("claude-code");
-  if (!claude?.available) unavailable = `claude-code unavailable (${claude?.problem ?? "not listed"}): install the pinned CLIs with scripts/setup.sh`;
-  else browser = await launch();
+  archs = await architectures(server);
+  claude = archs.get("claude-code");
 });
 after(async () => {
   await browser?.close();
   await server?.stop();
   server?.cleanup();
   mock?.stop();
+  mock2?.stop();
 });
+
+/**
+ * Why an architecture cannot be tested here, or "" when it can. With
+ * E2E_REQUIRE_AGENTS set (CI, where the CLIs are installed) a missing one
+ * fails the test instead.
+ */
+function missing(name) {
+  const a = archs.get(name);
+  if (a?.available) return "";
+  const why = `${name} unavailable on this server (${a?.problem ?? "not listed"}): install the pinned agent CLIs with scripts/setup.sh`;
+  if (process.env.E2E_REQUIRE_AGENTS) throw new Error(why);
+  return why;
+}
 
 /** The text of the element, or "" when it is not there. */
 const text = (loc) => loc.first().innerText().catch(() => "");
@@ -44,8 +73,10 @@ const fmtTokens = (n) => (n >= 10_000 ? `${(n / 1000).toFixed(1)}k` : String(n))
 
 describe("block rendering (claude-code + mock-llm)", () => {
   it("renders every block kind of a real Claude Code turn", async (t) => {
-    if (unavailable) return t.skip(unavailable);
-    await withPage(t, browser, server, {}, async (page) => {
+    const why = missing("claude-code");
+    if (why) return t.skip(why);
+    // Tall enough that the virtualized conversation keeps every block in the DOM.
+    await withPage(t, browser, server, { width: 1280, height: 1600 }, async (page) => {
       const id = await createSession(page, server, { profile: "render", architecture: claude.name, name: "render" });
       // Claude Code's Write and Edit take absolute paths: the script reads the
       // workspace from the end of the message.
@@ -53,6 +84,16 @@ describe("block rendering (claude-code + mock-llm)", () => {
       const prompt = `RENDER-DEMO in ${ws}`;
       await send(page, prompt);
       const conv = page.getByTestId("conversation");
+      // The subagent's tool call shows while it runs: its Bash command waits
+      // for release-subagent, which the test creates once it has seen the
+      // call, still running, in the subagent's thread.
+      const liveCall = page.getByTestId("block-subagent").locator('[data-tool="Bash"]');
+      await liveCall.waitFor({ state: "attached", timeout: 60_000 });
+      assert.equal(await liveCall.locator(".dot").getAttribute("aria-label"), "running");
+      assert.equal(await liveCall.getByTestId("tool-output").count(), 0);
+      assert.equal(await page.getByTestId("block-subagent").getByTestId("subagent-thread").locator("summary .dot").getAttribute("aria-label"), "running");
+      assert.equal(await page.getByTestId("turn-running").count(), 1);
+      writeFileSync(path.join(ws, "release-subagent"), "");
       await conv.getByText("All done: the greeting says hi.").waitFor({ timeout: 60_000 });
       await waitIdle(page);
 
@@ -119,15 +160,9 @@ describe("block rendering (claude-code + mock-llm)", () => {
       // usage and cost: what the server reduced, as the UI prints it
       const st = await server.api("GET", `/api/sessions/${id}`);
       assert.ok(st.usage.inputTokens > 0 && st.usage.outputTokens > 0 && st.costUSD > 0, `usage ${JSON.stringify(st.usage)} cost ${st.costUSD}`);
-      const usage = await page.getByTestId("usage").innerText();
-      assert.match(usage, new RegExp(`${fmtTokens(st.usage.inputTokens).replace(".", "\\.")} in`));
-      assert.match(usage, new RegExp(`${fmtTokens(st.usage.outputTokens).replace(".", "\\.")} out`));
-      assert.match(usage, new RegExp(`\\$${st.costUSD.toFixed(4).replace(".", "\\.")}`));
+      checkUsage(await page.getByTestId("usage").innerText(), st);
       assert.deepEqual(await duplicateBlocks(page), []);
-      const onServer = [...st.blocks.map((b) => b.id), ...st.subagents.flatMap((s) => s.blocks.map((b) => b.id))];
-      const shown = await page.evaluate(() => [...document.querySelectorAll("[data-block-id]")].map((e) => e.getAttribute("data-block-id")));
-      const results = new Set([...st.blocks, ...st.subagents.flatMap((s) => s.blocks)].filter((b) => b.type === "tool_result").map((b) => b.id));
-      assert.deepEqual(onServer.filter((b) => !results.has(b) && !shown.includes(b)), [], "every block the server has is on screen (results inside their calls)");
+      assert.deepEqual(await missingBlocks(page, st), [], "every block the server has is on screen");
 
       // an error: the model fails the next turn
       await send(page, "BREAK-DEMO now");
@@ -150,7 +185,8 @@ describe("block rendering (claude-code + mock-llm)", () => {
   });
 
   it("answers permission requests with Allow and Deny, with a live countdown", async (t) => {
-    if (unavailable) return t.skip(unavailable);
+    const why = missing("claude-code");
+    if (why) return t.skip(why);
     await withPage(t, browser, server, { width: 375, height: 740 }, async (page) => {
       // The default profile allows no tools: every Bash call asks.
       const id = await createSession(page, server, { architecture: claude.name, name: "perm" });
@@ -188,7 +224,55 @@ describe("block rendering (claude-code + mock-llm)", () => {
       assert.ok(!names.includes("denied.txt"), "the denied call did not run");
     });
   });
+
+  // Codex, Gemini CLI and OpenCode: the same scripted shell call through each
+  // CLI's own protocol and the server's converter for it.
+  for (const arch of ["codex", "gemini-cli", "opencode"]) {
+    it(`renders a shell call made through ${arch}`, async (t) => {
+      const why = missing(arch);
+      if (why) return t.skip(why);
+      await withPage(t, browser, server, {}, async (page) => {
+        const id = await createSession(page, server, { profile: "auto", architecture: arch, name: arch });
+        await send(page, "SHELL-PROBE now");
+        const conv = page.getByTestId("conversation");
+        await conv.getByText(/^The probe ran for (openai|gemini)\.$/).waitFor({ timeout: 90_000 });
+        await waitIdle(page);
+        assert.equal(await text(page.getByTestId("block-user_message")), "SHELL-PROBE now");
+        const md = page.getByTestId("block-assistant_text").first();
+        assert.equal(await md.locator("strong").innerText(), "probe");
+        const call = conv.locator('[data-testid="block-tool_use"]');
+        assert.equal(await call.count(), 1);
+        assert.match(await call.locator("pre.terminal.cmd").innerText(), /^\$ .*echo probe-ran && echo second line/);
+        assert.equal((await call.getByTestId("tool-output").innerText()).trim(), "probe-ran\nsecond line");
+        assert.equal(await call.locator(".dot").getAttribute("aria-label"), "done");
+        const st = await server.api("GET", `/api/sessions/${id}`);
+        if (st.blocks.some((b) => b.type === "thinking")) {
+          await page.getByTestId("block-thinking").locator("summary").click();
+          assert.equal(await page.getByTestId("block-thinking").locator(".thinking-body").innerText(), "A shell command will tell.");
+        }
+        assert.ok(st.usage.inputTokens > 0, `usage ${JSON.stringify(st.usage)}`);
+        checkUsage(await page.getByTestId("usage").innerText(), st);
+        assert.deepEqual(await duplicateBlocks(page), []);
+        assert.deepEqual(await missingBlocks(page, st), [], "every block the server has is on screen");
+      });
+    });
+  }
 });
+
+/** Block ids the server has that the page does not show (results show inside their calls). */
+async function missingBlocks(page, st) {
+  const all = [...st.blocks, ...st.subagents.flatMap((s) => s.blocks)];
+  const shown = new Set(await page.evaluate(() => [...document.querySelectorAll("[data-block-id]")].map((e) => e.getAttribute("data-block-id"))));
+  return all.filter((b) => b.type !== "tool_result" && !shown.has(b.id)).map((b) => `${b.type} ${b.id}`);
+}
+
+/** The usage line as the UI should print it from the server's state. */
+function checkUsage(usage, st) {
+  const re = (s) => new RegExp(s.replace(/[.$]/g, "\\$&"));
+  assert.match(usage, re(`${fmtTokens(st.usage.inputTokens)} in`));
+  assert.match(usage, re(`${fmtTokens(st.usage.outputTokens)} out`));
+  if (st.costUSD) assert.match(usage, re(`$${st.costUSD.toFixed(4)}`));
+}
 
 /** The subagent's thread: its prompt, text, Bash call with output, answer. */
 async function checkThread(thread) {
@@ -196,7 +280,7 @@ async function checkThread(thread) {
   assert.equal(await text(blocks.getByTestId("block-user_message")), "SUBTASK: list the Go files with Bash");
   assert.deepEqual(await blocks.getByTestId("block-assistant_text").allInnerTexts(), ["Listing them.", "Found 1 Go file: main.go."]);
   const call = blocks.locator('[data-tool="Bash"]');
-  assert.equal(await call.locator("pre.terminal.cmd").innerText(), "$ ls *.go && echo sub-ran");
+  assert.equal(await call.locator("pre.terminal.cmd").innerText(), "$ until [ -e release-subagent ]; do sleep 0.1; done; ls *.go && echo sub-ran");
   assert.equal(await call.getByTestId("tool-output").innerText(), "main.go\nsub-ran");
   assert.equal(await call.locator(".dot").getAttribute("aria-label"), "done");
 }
