@@ -23,13 +23,12 @@ import (
 type State struct {
 	// SessionID is the Gemini chat session the next turn resumes.
 	SessionID string `json:"sessionId"`
-	// Chat is the session's chat file, relative to the workspace, saved
-	// with host.SaveTranscript after every turn.
-	Chat string `json:"chat,omitempty"`
 }
 
-// TranscriptName is the name of the chat file saved with the session.
-const TranscriptName = "gemini-chat.jsonl"
+// TranscriptName is the name under which the session's chat files are
+// saved with host.SaveTranscript after every turn (a JSON object of the
+// files by workspace path).
+const TranscriptName = "gemini-chats.json"
 
 func isNotExist(err error) bool {
 	return errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, fs.ErrNotExist)
@@ -240,15 +239,17 @@ func (r *runner) sessionStarted(ctx context.Context, id string, st State) {
 // chatDir is where Gemini keeps chat files (one folder per project).
 const chatDir = HomeDir + "/.gemini/tmp"
 
-// findChat returns the chat file of session id: Gemini names it
-// session-<time>-<first 8 characters of the id>.jsonl.
-func (r *runner) findChat(ctx context.Context, id string) string {
+// chatFiles returns the chat files of session id, sorted: Gemini names
+// them session-<minute it started writing>-<first 8 characters of the
+// id>.jsonl, and a session resumed in a later minute goes on in a new
+// file, so one session can span several.
+func (r *runner) chatFiles(ctx context.Context, id string) []string {
 	if len(id) < 8 {
-		return ""
+		return nil
 	}
 	files, err := r.host.Env().List(ctx, chatDir, true)
 	if err != nil {
-		return ""
+		return nil
 	}
 	var found []string
 	for _, f := range files {
@@ -257,56 +258,70 @@ func (r *runner) findChat(ctx context.Context, id string) string {
 		}
 	}
 	sort.Strings(found)
-	if len(found) == 0 {
-		return ""
-	}
-	return found[len(found)-1]
+	return found
 }
 
-// saveChat stores the session's chat file with the session.
+// savedChats is the transcript saved with the session: every chat file of
+// the Gemini session, by workspace path.
+type savedChats struct {
+	SessionID string            `json:"sessionId"`
+	Files     map[string][]byte `json:"files"`
+}
+
+// saveChat stores the session's chat files with the session.
 func (r *runner) saveChat(ctx context.Context) {
 	st := r.state()
 	if st.SessionID == "" {
 		return
 	}
-	chat := r.findChat(ctx, st.SessionID)
-	if chat == "" {
-		return
-	}
-	data, err := r.host.Env().ReadFile(ctx, chat)
-	if err != nil {
-		r.host.Logger().Debug("read gemini chat", "err", err)
-		return
-	}
-	if err := r.host.SaveTranscript(ctx, TranscriptName, data); err != nil {
-		r.host.Logger().Warn("save gemini chat", "err", err)
-		return
-	}
-	if chat != st.Chat {
-		st.Chat = chat
-		b, _ := json.Marshal(st)
-		if err := r.host.SaveAgentState(ctx, b); err != nil {
-			r.host.Logger().Warn("save gemini chat path", "err", err)
+	saved := savedChats{SessionID: st.SessionID, Files: map[string][]byte{}}
+	for _, f := range r.chatFiles(ctx, st.SessionID) {
+		data, err := r.host.Env().ReadFile(ctx, f)
+		if err != nil {
+			r.host.Logger().Debug("read gemini chat", "path", f, "err", err)
+			return
 		}
+		saved.Files[f] = data
+	}
+	if len(saved.Files) == 0 {
+		return
+	}
+	b, err := json.Marshal(saved)
+	if err == nil {
+		err = r.host.SaveTranscript(ctx, TranscriptName, b)
+	}
+	if err != nil {
+		r.host.Logger().Warn("save gemini chat", "err", err)
 	}
 }
 
-// restoreChat writes the saved chat file back when the workspace lost it
-// (restored elsewhere without .agentd), so --resume finds it.
+// restoreChat writes the saved chat files back when the workspace lost
+// them (restored elsewhere without .agentd), so --resume finds the session.
 func (r *runner) restoreChat(ctx context.Context, st State) {
-	if st.Chat == "" {
-		return
-	}
-	if _, err := r.host.Env().ReadFile(ctx, st.Chat); err == nil || !isNotExist(err) {
+	if len(r.chatFiles(ctx, st.SessionID)) > 0 {
 		return
 	}
 	data, err := r.host.LoadTranscript(ctx, TranscriptName)
 	if err != nil || len(data) == 0 {
 		return
 	}
-	if err := r.host.Env().WriteFile(ctx, st.Chat, data, 0o600); err != nil {
-		r.host.Logger().Warn("restore gemini chat", "err", err)
+	var saved savedChats
+	if err := json.Unmarshal(data, &saved); err != nil || saved.SessionID != st.SessionID {
+		r.host.Logger().Warn("saved gemini chat is not this session's", "err", err)
+		return
 	}
+	files := make([]sandbox.File, 0, len(saved.Files))
+	for p, c := range saved.Files {
+		if !strings.HasPrefix(p, chatDir+"/") {
+			continue // only ever Gemini's chat folder
+		}
+		files = append(files, sandbox.File{Path: p, Content: c, Mode: 0o600})
+	}
+	if err := r.host.Env().WriteFiles(ctx, files); err != nil {
+		r.host.Logger().Warn("restore gemini chat", "err", err)
+		return
+	}
+	r.host.Logger().Info("restored gemini chat", "files", len(files))
 }
 
 // Interrupt implements agent.Runner: SIGINT, then SIGKILL after the grace.
