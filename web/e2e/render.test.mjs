@@ -200,7 +200,12 @@ describe("block rendering (claude-code + mock-llm)", () => {
       await page.locator('[data-tool="Bash"]').getByTestId("awaiting-permission").waitFor();
       const c1 = await page.getByTestId("permission-countdown").innerText();
       assert.match(c1, /^\d+:\d\d left$/);
-      await waitFor(async () => (await page.getByTestId("permission-countdown").innerText()) !== c1, { timeout: 3000, what: "the countdown to tick" });
+      const c2 = await waitFor(async () => {
+        const c = await page.getByTestId("permission-countdown").innerText();
+        return c !== c1 && c;
+      }, { timeout: 5000, what: "the countdown to tick" });
+      const secs = (c) => c.match(/^(\d+):(\d\d)/).slice(1).reduce((m, x) => m * 60 + Number(x), 0);
+      assert.ok(secs(c2) < secs(c1), `the countdown goes down: ${c1} then ${c2}`);
       const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
       assert.ok(overflow <= 0, `the permission card makes the page scroll sideways by ${overflow}px`);
       await page.getByTestId("permission-allow").click();
