@@ -71,10 +71,11 @@ type fakeHost struct {
 	prof profile.Profile
 	opts agent.Options
 
-	mu     sync.Mutex
-	events []conversation.Event
-	state  json.RawMessage
-	info   [2]string
+	mu          sync.Mutex
+	events      []conversation.Event
+	state       json.RawMessage
+	info        [2]string
+	transcripts map[string][]byte
 }
 
 func (h *fakeHost) SessionID() string        { return "s" }
@@ -82,10 +83,25 @@ func (h *fakeHost) Env() sandbox.Environment { return h.env }
 func (h *fakeHost) Profile() profile.Profile { return h.prof }
 func (h *fakeHost) Options() agent.Options   { return h.opts }
 func (h *fakeHost) Logger() *slog.Logger     { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-func (h *fakeHost) LoadTranscript(context.Context, string) ([]byte, error) {
+func (h *fakeHost) LoadTranscript(_ context.Context, name string) ([]byte, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if b, ok := h.transcripts[name]; ok {
+		return b, nil
+	}
 	return nil, errors.New("none")
 }
-func (h *fakeHost) SaveTranscript(context.Context, string, []byte) error { return nil }
+
+func (h *fakeHost) SaveTranscript(_ context.Context, name string, b []byte) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.transcripts == nil {
+		h.transcripts = map[string][]byte{}
+	}
+	h.transcripts[name] = append([]byte(nil), b...)
+	return nil
+}
+
 func (h *fakeHost) RequestPermission(context.Context, agent.PermissionRequest) (agent.PermissionDecision, error) {
 	return agent.PermissionDecision{}, errors.New("gemini never asks")
 }
@@ -217,6 +233,55 @@ func TestRunnerSessionThenResume(t *testing.T) {
 	mem, err := h.env.ReadFile(context.Background(), HomeDir+"/.gemini/GEMINI.md")
 	if err != nil || string(mem) != "be brief\n" {
 		t.Fatalf("GEMINI.md %q %v", mem, err)
+	}
+}
+
+// TestChatFilesSavedAndRestored: every chat file of the session (one per
+// minute it was resumed in) is saved and comes back into a workspace that
+// lost them; other sessions' files are left out.
+func TestChatFilesSavedAndRestored(t *testing.T) {
+	h := &fakeHost{state: json.RawMessage(`{"sessionId":"abcdef12-3456-7890-abcd-ef1234567890"}`)}
+	r := fakeRunner(t, "ok", h)
+	ctx := context.Background()
+	files := map[string]string{
+		chatDir + "/ws/chats/session-2026-11-22T01-00-abcdef12.jsonl": "first minute\n",
+		chatDir + "/ws/chats/session-2026-11-22T01-01-abcdef12.jsonl": "second minute\n",
+		chatDir + "/ws/chats/session-2026-11-22T01-00-99999999.jsonl": "another session\n",
+	}
+	for p, c := range files {
+		if err := h.env.WriteFile(ctx, p, []byte(c), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.saveChat(ctx)
+	if err := h.env.Remove(ctx, HomeDir); err != nil {
+		t.Fatal(err)
+	}
+	r.restoreChat(ctx, r.state())
+	for p, c := range files {
+		got, err := h.env.ReadFile(ctx, p)
+		if strings.Contains(p, "99999999") {
+			if err == nil {
+				t.Errorf("another session's chat was saved: %s", p)
+			}
+			continue
+		}
+		if err != nil || string(got) != c {
+			t.Errorf("%s: %q %v", p, got, err)
+		}
+	}
+	// Files present: nothing is overwritten.
+	_ = h.env.WriteFile(ctx, chatDir+"/ws/chats/session-2026-11-22T01-01-abcdef12.jsonl", []byte("newer\n"), 0o600)
+	r.restoreChat(ctx, r.state())
+	if got, _ := h.env.ReadFile(ctx, chatDir+"/ws/chats/session-2026-11-22T01-01-abcdef12.jsonl"); string(got) != "newer\n" {
+		t.Errorf("a present chat was overwritten: %q", got)
+	}
+	// A transcript of another session is not restored.
+	h.state = json.RawMessage(`{"sessionId":"ffffffff-0000-0000-0000-000000000000"}`)
+	_ = h.env.Remove(ctx, HomeDir)
+	r.restoreChat(ctx, r.state())
+	if got := r.chatFiles(ctx, "abcdef12-3456-7890-abcd-ef1234567890"); len(got) != 0 {
+		t.Errorf("restored into the wrong session: %v", got)
 	}
 }
 
