@@ -51,14 +51,14 @@ after(async () => {
 
 /**
  * Why an architecture cannot be tested here, or "" when it can. With
- * E2E_REQUIRE_AGENTS set (CI, where the CLIs are installed) a missing one
+ * AGENTD_REQUIRE_AGENTS set (scripts/test.sh, CI) a missing one
  * fails the test instead.
  */
 function missing(name) {
   const a = archs.get(name);
   if (a?.available) return "";
   const why = `${name} unavailable on this server (${a?.problem ?? "not listed"}): install the pinned agent CLIs with scripts/setup.sh`;
-  if (process.env.E2E_REQUIRE_AGENTS) throw new Error(why);
+  if (process.env.AGENTD_REQUIRE_AGENTS) throw new Error(why);
   return why;
 }
 
