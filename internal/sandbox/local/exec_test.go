@@ -693,7 +693,7 @@ func TestTerminateKillsEverything(t *testing.T) {
 	var procs []sandbox.Process
 	for _, c := range []sandbox.Cmd{
 		sh(`sleep 100 & sleep 100`),
-		sh(`trap "" TERM; while :; do sleep 0.05; done`), // needs SIGKILL
+		sh(`trap "" TERM; : > trapped; while :; do sleep 0.05; done`), // needs SIGKILL
 		{Argv: []string{"yes"}},                          // nobody reads its output
 		{Argv: []string{"sh"}, PTY: &sandbox.WindowSize{Rows: 24, Cols: 80}},
 	} {
@@ -704,6 +704,16 @@ func TestTerminateKillsEverything(t *testing.T) {
 		procs = append(procs, p)
 	}
 	waitGroupSize(t, procs[0].(*process).pid, 3)
+	// Only once its trap is set does the second one need SIGKILL (on a busy
+	// machine the TERM could otherwise arrive before the trap).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(env.WorkDir(), "trapped")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the TERM-ignoring process never set its trap")
+		}
+	}
 	if err := env.Terminate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
