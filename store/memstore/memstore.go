@@ -27,6 +27,7 @@ type Store struct {
 	profiles    map[string]profile.Profile
 	leases      map[string]lease
 	now         func() time.Time
+	audit       auditLog // audit.go
 }
 
 type lease struct {
@@ -121,6 +122,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	delete(s.transcripts, id)
 	delete(s.files, id)
 	delete(s.leases, id)
+	s.deleteAuditLocked(id)
 	return nil
 }
 

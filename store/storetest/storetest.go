@@ -67,6 +67,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("DeleteSession", h.deleteSession)
 	t.Run("Concurrency", h.concurrency)
 	t.Run("Cancellation", h.cancellation)
+	// Optional interfaces (audit.go): skipped for stores without them.
+	t.Run("Audit", h.audit)
+	t.Run("ModelTokens", h.modelTokens)
 }
 
 // harness carries the open function to the subtests.
