@@ -21,16 +21,24 @@ fi
 
 # npm ci only when the lockfile changed since the last install.
 npm_ci() {
-  local dir=$1 stamp="$1/node_modules/.agentd-lock-hash" hash
+  local dir=$1 how=${2:-ci} stamp="$1/node_modules/.agentd-lock-hash" hash
   hash=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$hash" ]; then
     return
   fi
-  log "npm ci in $dir"
-  npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
+  log "npm $how in $dir"
+  if [ "$how" = ci ]; then
+    npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
+  else
+    npm install --prefix "$dir" --no-save --no-audit --no-fund --loglevel=error
+  fi
   echo "$hash" > "$stamp"
 }
-npm_ci tools/agents
+# The agent CLIs ship native binaries as optional per-platform packages; the
+# registry reachable here serves only linux-x64's, so the lockfile cannot
+# list the others and `npm ci` would refuse it. `npm install --no-save`
+# installs exactly the locked versions and skips the unavailable platforms.
+npm_ci tools/agents install
 npm_ci clients/ts
 npm_ci web
 npm_ci tests/socketio
