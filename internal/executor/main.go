@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
 )
@@ -39,6 +41,14 @@ func Main(ctx context.Context, args []string) error {
 		memory     = fl.Int64("memory", 0, "memory limit in bytes (0: backend default)")
 		pids       = fl.Int64("pids", 0, "process count limit (0: backend default)")
 		cpu        = fl.Int("cpu", 0, "CPU limit in percent of one core (0: backend default)")
+		uid        = fl.Int("uid", -1, "switch to this uid before serving (the executor must start as root)")
+		gid        = fl.Int("gid", -1, "with --uid: the gid to switch to")
+		groups     = fl.String("groups", "", "with --uid: supplementary gids, comma-separated")
+		holdFD     = fl.Int("hold-fd", -1, "keep this inherited fd open (not passed to processes) while the executor lives, e.g. a lock the server holds through it")
+		nproc      = fl.Int64("nproc", 0, "RLIMIT_NPROC of the executor and its processes (per uid; ignored for root; 0: none)")
+		reserve    = fl.Int("reserve-threads", 0, "create this many OS threads at start and keep them, so a process limit reached by the agents cannot starve the executor")
+		proxySock  = fl.String("model-proxy-socket", "", "relay TCP connections on --model-proxy-listen to this Unix socket (the model proxy)")
+		proxyAddr  = fl.String("model-proxy-listen", "127.0.0.1:0", "with --model-proxy-socket: the TCP address agents connect to")
 	)
 	fl.Var(&ignore, "ignore", "path pattern the watcher does not report (repeatable)")
 	if err := fl.Parse(args); err != nil {
@@ -60,6 +70,31 @@ func Main(ctx context.Context, args []string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).
 		With("component", "executor", "session", *session, "pid", os.Getpid())
 
+	if *holdFD >= 0 {
+		// Not for the processes: only this executor's life holds it.
+		if _, err := unix.FcntlInt(uintptr(*holdFD), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+			return fmt.Errorf("executor: --hold-fd %d: %w", *holdFD, err)
+		}
+	}
+	if *uid >= 0 {
+		if *gid < 0 {
+			return errors.New("executor: --uid needs --gid")
+		}
+		gs, err := parseIDs(*groups)
+		if err != nil {
+			return fmt.Errorf("executor: --groups: %w", err)
+		}
+		if err := switchUser(*uid, *gid, gs); err != nil {
+			return fmt.Errorf("executor: %w", err)
+		}
+	}
+	if *nproc > 0 {
+		if err := limitProcs(*nproc); err != nil {
+			return fmt.Errorf("executor: %w", err)
+		}
+	}
+	reserveThreads(*reserve)
+
 	cfg := Config{
 		SocketPath: *socket, Group: *group, Workspace: *workspace, PeerUID: *peerUID,
 		SpoolDir: *spoolDir, SpoolBytes: *spoolBytes, MaxLine: *maxLine,
@@ -80,6 +115,19 @@ func Main(ctx context.Context, args []string) error {
 			return fmt.Errorf("executor: --listen-fd %d is not a Unix socket listener", *listenFD)
 		}
 		cfg.Listener = ln
+	}
+
+	if *proxySock != "" {
+		f, err := NewForwarder(*proxyAddr, *proxySock, 0, log)
+		if err != nil {
+			if cfg.Listener != nil {
+				cfg.Listener.Close()
+			}
+			return fmt.Errorf("executor: --model-proxy-listen: %w", err)
+		}
+		stop := startForwarder(f, log)
+		defer stop()
+		cfg.ModelProxyAddr = f.Addr().String()
 	}
 
 	// The executor outlives its terminal and its server: a hang-up is no
@@ -112,7 +160,8 @@ func Main(ctx context.Context, args []string) error {
 		}
 		return err
 	}
-	log.Info("executor serving", "addr", e.Addr().String(), "workspace", env.WorkDir(), "peerUID", *peerUID, "uid", os.Getuid())
+	log.Info("executor serving", "addr", e.Addr().String(), "workspace", env.WorkDir(), "peerUID", *peerUID,
+		"uid", os.Getuid(), "threads", threadCount(), "modelProxy", cfg.ModelProxyAddr)
 	err = e.Serve(ctx)
 	log.Info("executor stopped", "err", err)
 	return err

@@ -12,6 +12,9 @@ func TestMain(m *testing.M) {
 	if s := os.Getenv("EXECUTOR_TEST_DIAL"); s != "" {
 		dialForTest(s)
 	}
+	if s := os.Getenv("EXECUTOR_TEST_SWITCH"); s != "" {
+		switchUserForTest(s)
+	}
 	if os.Getenv("AGENTD_TEST_LOG") == "" {
 		slog.SetDefault(slog.New(slog.DiscardHandler))
 	}

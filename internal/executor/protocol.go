@@ -138,6 +138,9 @@ type PingResult struct {
 	UID             int       `json:"uid"`
 	GID             int       `json:"gid"`
 	Workspace       string    `json:"workspace"`
+	// ModelProxyAddr is the TCP address (inside the sandbox) relaying to
+	// the model proxy, when the executor runs a forwarder.
+	ModelProxyAddr string `json:"modelProxyAddr,omitempty"`
 }
 
 // ConnOptionsParams sets options of the calling connection

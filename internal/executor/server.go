@@ -46,7 +46,10 @@ type Config struct {
 	// OrphanTimeout, when > 0, makes the executor shut down (killing its
 	// processes) once no server has been connected for that long.
 	OrphanTimeout time.Duration
-	Logger        *slog.Logger
+	// ModelProxyAddr is the address of the executor's model-proxy
+	// forwarder, reported by ping ("" if none).
+	ModelProxyAddr string
+	Logger         *slog.Logger
 }
 
 // Executor serves one session's processes and files to the connections of
@@ -409,6 +412,7 @@ func (e *Executor) ping() PingResult {
 		UID:             os.Getuid(),
 		GID:             os.Getgid(),
 		Workspace:       e.cfg.Workspace,
+		ModelProxyAddr:  e.cfg.ModelProxyAddr,
 	}
 }
 
