@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,8 @@ import (
 //	hook         sends a hook_callback control request, reports the answer
 //	subagent     a Task subagent whose text only its transcript has
 //	subagent-nofile  the same without a subagent transcript
+//	slow N       N streamed lines "line i", one every 40 ms, then a result
+//	big N        N bytes of streamed text at once, then "big end" 300 ms later
 //
 // Every start is recorded (argv, env) in CLAUDE_CONFIG_DIR/fake-starts.jsonl.
 
@@ -156,7 +159,7 @@ func (f *fakeCLI) recordStart(args []string) {
 	for _, k := range []string{"CLAUDE_CONFIG_DIR", "DISABLE_AUTOUPDATER", "DISABLE_TELEMETRY", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "PROFILE_VAR"} {
 		env[k] = os.Getenv(k)
 	}
-	b, _ := json.Marshal(map[string]any{"argv": args, "env": env})
+	b, _ := json.Marshal(map[string]any{"argv": args, "env": env, "pid": os.Getpid()})
 	fh, err := os.OpenFile(filepath.Join(f.config, "fake-starts.jsonl"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err == nil {
 		fh.Write(append(b, '\n'))
@@ -184,7 +187,10 @@ func (f *fakeCLI) readStdin() {
 			ch := f.responses[r.RequestID]
 			f.respMu.Unlock()
 			if ch != nil {
-				ch <- msg["response"]
+				select {
+				case ch <- msg["response"]:
+				default: // an answer sent again (after a server restart)
+				}
 			}
 			continue
 		}
@@ -444,11 +450,42 @@ func (f *fakeCLI) turn(content string) int {
 		f.result("hook answer: "+r.Subtype, false)
 	case "subagent", "subagent-nofile":
 		f.subagent(word == "subagent")
+	case "slow":
+		n, _ := strconv.Atoi(arg)
+		f.slow(n)
+	case "big":
+		n, _ := strconv.Atoi(arg)
+		f.streamText(strings.Repeat("b", n), false)
+		time.Sleep(300 * time.Millisecond)
+		f.streamText("big end", false)
+		f.result("big end", false)
 	default:
 		f.streamText(fmt.Sprintf("turn %d", f.prompts()), true)
 		f.result(fmt.Sprintf("turn %d", f.prompts()), false)
 	}
 	return -1
+}
+
+// slow streams n lines slowly in one text block: a turn long enough to
+// stop a server in the middle of.
+func (f *fakeCLI) slow(n int) {
+	msgID := f.id("msg_")
+	ev := func(e map[string]any) {
+		f.emit(map[string]any{"type": "stream_event", "event": e, "session_id": f.sid, "parent_tool_use_id": nil, "uuid": f.id("uuid-s")})
+	}
+	ev(map[string]any{"type": "message_start", "message": map[string]any{"id": msgID, "model": f.model, "role": "assistant", "content": []any{}}})
+	ev(map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
+	var text strings.Builder
+	for i := 1; i <= n; i++ {
+		line := fmt.Sprintf("line %d\n", i)
+		text.WriteString(line)
+		ev(map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": line}})
+		time.Sleep(40 * time.Millisecond)
+	}
+	f.assistant(msgID, map[string]any{"type": "text", "text": text.String()}, nil, false)
+	ev(map[string]any{"type": "content_block_stop", "index": 0})
+	ev(map[string]any{"type": "message_stop"})
+	f.result(fmt.Sprintf("%d lines", n), false)
 }
 
 // subagent plays a Task call. The stream shows the subagent's prompt, tool

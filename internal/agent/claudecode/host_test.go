@@ -35,6 +35,20 @@ type testHost struct {
 	answer      func(ctx context.Context, req agent.PermissionRequest) (agent.PermissionDecision, error)
 	requests    []agent.PermissionRequest
 	notify      chan struct{}
+
+	// permEvents makes RequestPermission record its request and resolution
+	// as the session does (restart tests).
+	permEvents bool
+	// journal, when on, records every Emit and SaveAgentState in order, so
+	// a test can cut the run at any point as a crash would.
+	journaling bool
+	journal    []journalEntry
+}
+
+// journalEntry is one Emit (events) or one SaveAgentState (state).
+type journalEntry struct {
+	events []conversation.Event
+	state  json.RawMessage
 }
 
 func newTestHost(t testing.TB, path string) *testHost {
@@ -50,6 +64,11 @@ func newTestHost(t testing.TB, path string) *testHost {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.Terminate(context.Background()) })
+	return newHostOn(env)
+}
+
+// newHostOn is a test host for an environment the caller manages.
+func newHostOn(env sandbox.Environment) *testHost {
 	return &testHost{env: env, transcripts: map[string][]byte{}, notify: make(chan struct{}, 1),
 		prof: profile.Default()}
 }
@@ -71,6 +90,9 @@ func (h *testHost) Emit(ctx context.Context, events ...conversation.Event) error
 		}
 		h.events = append(h.events, e)
 	}
+	if h.journaling {
+		h.journal = append(h.journal, journalEntry{events: append([]conversation.Event(nil), events...)})
+	}
 	h.mu.Unlock()
 	select {
 	case h.notify <- struct{}{}:
@@ -82,12 +104,24 @@ func (h *testHost) Emit(ctx context.Context, events ...conversation.Event) error
 func (h *testHost) RequestPermission(ctx context.Context, req agent.PermissionRequest) (agent.PermissionDecision, error) {
 	h.mu.Lock()
 	h.requests = append(h.requests, req)
-	answer := h.answer
+	answer, record := h.answer, h.permEvents
 	h.mu.Unlock()
 	if answer == nil {
 		return agent.PermissionDecision{Behavior: conversation.Allow, By: conversation.ByPolicy}, nil
 	}
-	return answer(ctx, req)
+	if !record {
+		return answer(ctx, req)
+	}
+	id := "perm-" + req.ToolUseID
+	_ = h.Emit(ctx, conversation.NewEvent(conversation.PermissionRequested{RequestID: id, ToolName: req.ToolName,
+		Input: req.Input, ToolUseID: req.ToolUseID}).From(conversation.SourceServer))
+	d, err := answer(ctx, req)
+	res := conversation.PermissionResolved{RequestID: id, Behavior: d.Behavior, By: d.By}
+	if err != nil {
+		res.Behavior, res.By = conversation.Deny, conversation.ByInterrupt
+	}
+	_ = h.Emit(context.WithoutCancel(ctx), conversation.NewEvent(res).From(conversation.SourceServer))
+	return d, err
 }
 
 func (h *testHost) AgentState() json.RawMessage {
@@ -100,6 +134,9 @@ func (h *testHost) SaveAgentState(ctx context.Context, state json.RawMessage) er
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.state = append(json.RawMessage(nil), state...)
+	if h.journaling {
+		h.journal = append(h.journal, journalEntry{state: h.state})
+	}
 	return nil
 }
 

@@ -1,17 +1,30 @@
 package claudecode
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"testing"
+
+	rpc "github.com/agentd/agentd/internal/executor"
 
 	"go.uber.org/goleak"
 )
 
 // TestMain runs the tests under goleak, or, when the binary was started as
-// the fake Claude Code CLI (fakecli_test.go), acts as that CLI.
+// the fake Claude Code CLI (fakecli_test.go), acts as that CLI, or as the
+// executor of the restart tests.
 func TestMain(m *testing.M) {
 	if os.Getenv(fakeEnv) != "" {
 		os.Exit(runFakeCLI(os.Args[1:]))
+	}
+	if os.Getenv(executorEnv) == "1" && len(os.Args) > 1 && os.Args[1] == "executor" {
+		// The executor of the restart tests' sandbox (executor_test.go).
+		if err := rpc.Main(context.Background(), os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "executor:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("github.com/zishang520/socket.io/v3/pkg/queue.(*Queue).run"),

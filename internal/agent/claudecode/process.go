@@ -29,7 +29,17 @@ import (
 type process struct {
 	r       *runner
 	proc    cliProc
+	tag     string
 	resumed bool // started with --resume
+	// resumable: the environment keeps the CLI across server restarts
+	// (sandbox.Attacher); the reader keeps what it stores resumable (see
+	// resume.go).
+	resumable bool
+	attached  bool // re-attached after a restart (Resume), not started here
+
+	detachCh   chan struct{} // closed by detach: the server lets go of the CLI
+	detachOnce sync.Once
+	firstLine  chan struct{} // closed when the reader got its first line
 
 	ctx    context.Context // ends when the CLI exited; bounds permission waits
 	cancel context.CancelFunc
@@ -48,13 +58,24 @@ type process struct {
 	saveUUID  string // the saver waits for this line in the transcript
 	sessionID string // the CLI's session id, once its init line came
 	projDir   string
+	turnQuery string    // the turn being run ("" between turns)
+	idle      turnStart // where the next turn's output starts
+	reqPrefix string    // request ids of agentd's control requests
 
 	saveCh    chan struct{} // reader → saver: the transcript changed
 	saverDone chan struct{}
 
 	// reader goroutine only
-	conv     *StreamConverter
-	out      []conversation.Event
+	conv   *StreamConverter
+	out    []outEvent
+	track  *blockTracker // resumable only: the turn sequence's blocks
+	seqNo  int           // events of the turn sequence so far
+	filter *replayFilter // a resumed turn: drops what the log holds
+	// answered are the responses an earlier server sent for this turn's
+	// permission requests (turnMark.Perms), sent again instead of asking.
+	answered map[string]string
+	lineEnd  int64 // stdout offset after the line being handled
+	gotLine  bool
 	sawInit  bool
 	badRun   int // consecutive lines that are not stream-json
 	anyGood  bool
@@ -68,9 +89,11 @@ type process struct {
 	subOrder      []*liveSubagent
 }
 
-// cliProc is the running CLI as the process uses it (*agentproc.Proc).
+// cliProc is the running CLI as the process uses it (*pipe).
 type cliProc interface {
-	Lines() <-chan agentproc.Line
+	Lines() <-chan cliLine
+	// abandon stops delivering lines; the CLI keeps running (Detach).
+	abandon()
 	Write(b []byte) error
 	CloseStdin() error
 	Signal(sig syscall.Signal) error
@@ -80,8 +103,6 @@ type cliProc interface {
 	Exit() (sandbox.ExitStatus, error)
 	ExitError() error
 }
-
-var _ cliProc = (*agentproc.Proc)(nil)
 
 // turnWait is a Turn waiting for its end.
 type turnWait struct{ done chan turnEnd }
@@ -109,25 +130,48 @@ type resultInfo struct {
 	failed    *conversation.QueryFailed
 }
 
-func newProcess(r *runner, pr cliProc, resumed bool) *process {
+func newProcess(r *runner, pr cliProc, tag string, resumed, resumable bool) *process {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &process{
-		r: r, proc: pr, resumed: resumed, ctx: ctx, cancel: cancel,
+	p := &process{
+		r: r, proc: pr, tag: tag, resumed: resumed, resumable: resumable, ctx: ctx, cancel: cancel,
 		exitedCh: make(chan struct{}), done: make(chan struct{}),
-		inflight: make(map[string]*inflight),
-		saveCh:   make(chan struct{}, 1), saverDone: make(chan struct{}),
+		detachCh: make(chan struct{}), firstLine: make(chan struct{}),
+		inflight: make(map[string]*inflight), reqPrefix: "agentd-",
+		saveCh: make(chan struct{}, 1), saverDone: make(chan struct{}),
 		conv: NewStreamConverter(), subs: make(map[string]*liveSubagent),
 	}
+	if resumable {
+		p.track = newBlockTracker()
+	}
+	return p
 }
 
 // begin starts the reader and the transcript saver, and opens the control
-// protocol.
+// protocol (a re-attached CLI has it open already).
 func (p *process) begin() {
 	go p.read()
 	go p.saver()
+	if p.attached {
+		return
+	}
 	// The CLI answers initialize once it is up; the answer is only logged.
 	// The user message may follow at once: the CLI reads stdin in order.
 	_ = p.sendControl("initialize")
+}
+
+// detach makes the process let go of the CLI: the reader stops (storing
+// nothing more), the CLI keeps running.
+func (p *process) detach() {
+	p.detachOnce.Do(func() { close(p.detachCh) })
+}
+
+func (p *process) detached() bool {
+	select {
+	case <-p.detachCh:
+		return true
+	default:
+		return false
+	}
 }
 
 // write sends one line to the CLI's stdin.
@@ -147,7 +191,7 @@ func (p *process) write(line []byte) error {
 func (p *process) sendControl(subtype string) error {
 	p.mu.Lock()
 	p.reqSeq++
-	id := "agentd-" + strconv.Itoa(p.reqSeq)
+	id := p.reqPrefix + strconv.Itoa(p.reqSeq)
 	p.mu.Unlock()
 	body := map[string]any{"subtype": subtype}
 	if subtype == "initialize" {
@@ -160,7 +204,8 @@ func (p *process) sendControl(subtype string) error {
 	return p.write(line)
 }
 
-// runTurn sends the user message and waits for the turn's end.
+// runTurn sends the user message and waits for the turn's end. In a
+// resumable environment it first records where the turn's output starts.
 func (p *process) runTurn(ctx context.Context, t agent.Turn) turnEnd {
 	w := &turnWait{done: make(chan turnEnd, 1)}
 	p.mu.Lock()
@@ -171,7 +216,18 @@ func (p *process) runTurn(ctx context.Context, t agent.Turn) turnEnd {
 		return end
 	}
 	p.turn = w
+	p.turnQuery = t.QueryID
+	start := p.idle
 	p.mu.Unlock()
+	if p.resumable {
+		p.r.markTurn(ctx, turnMark{QueryID: t.QueryID, Tag: p.tag, Offset: start.offset, Seed: start.seed})
+	}
+	p.sendMessage(ctx, t)
+	return p.waitTurn(ctx, w)
+}
+
+// sendMessage writes the turn's user message.
+func (p *process) sendMessage(ctx context.Context, t agent.Turn) {
 	line, err := userMessageLine(t.Content)
 	if err == nil {
 		err = p.write(line)
@@ -179,13 +235,28 @@ func (p *process) runTurn(ctx context.Context, t agent.Turn) turnEnd {
 	if err != nil && !errors.Is(err, errProcessGone) {
 		p.r.host.Logger().Warn("send message to claude", "err", err)
 	}
+	if err == nil && p.resumable {
+		p.r.markSent(ctx, t.QueryID)
+	}
+}
+
+// waitTurn waits for the end of the turn w waits for.
+func (p *process) waitTurn(ctx context.Context, w *turnWait) turnEnd {
 	select {
 	case end := <-w.done:
 		return end
+	case <-p.detachCh:
+		// The server lets go: the turn goes on in the environment.
+		return turnEnd{err: agent.ErrDetached}
 	case <-ctx.Done():
 		// The session gave up on the turn (interrupt backstop, shutdown).
 		p.proc.Stop(context.Background(), p.r.opts.KillTimeout)
-		end := <-w.done
+		var end turnEnd
+		select {
+		case end = <-w.done:
+		case <-p.detachCh:
+			return turnEnd{err: agent.ErrDetached}
+		}
 		if end.err == nil || !errors.Is(end.err, agent.ErrInterrupted) {
 			end.err = fmt.Errorf("claude turn: %w", ctx.Err())
 		}
@@ -206,6 +277,11 @@ func (p *process) endTurn(end turnEnd) bool {
 	return true
 }
 
+// deferLimit bounds how long events whose presence the log's reduced
+// state cannot show wait for an evident event (resumable environments, see
+// resume.go) before they are stored with a checkpoint.
+const deferLimit = 500 * time.Millisecond
+
 // read is the reader goroutine: it converts every stdout line, answers
 // control requests, follows subagent transcripts, and emits the events in
 // batches of whatever lines are ready.
@@ -213,9 +289,14 @@ func (p *process) read() {
 	lines := p.proc.Lines()
 	var ticker *time.Ticker
 	var tick <-chan time.Time
+	var stale *time.Timer
+	var staleC <-chan time.Time
 	defer func() {
 		if ticker != nil {
 			ticker.Stop()
+		}
+		if stale != nil {
+			stale.Stop()
 		}
 	}()
 	for lines != nil {
@@ -227,7 +308,7 @@ func (p *process) read() {
 			}
 			p.handleLine(ln)
 		drain:
-			for len(p.out) < 1024 {
+			for len(p.out) < 1024 && !p.detached() {
 				select {
 				case ln, ok := <-lines:
 					if !ok {
@@ -241,6 +322,18 @@ func (p *process) read() {
 			}
 		case <-tick:
 			p.pollSubagents()
+		case <-staleC:
+			stale, staleC = nil, nil
+			// Not while a resumed turn still skips what the log holds:
+			// a later line decides whether these are stored.
+			if p.filter == nil || p.filter.live {
+				p.flushAll()
+			}
+		case <-p.detachCh:
+		}
+		if p.detached() {
+			p.endDetached()
+			return
 		}
 		p.flush()
 		// Follow subagent transcripts only while a subagent runs.
@@ -253,8 +346,27 @@ func (p *process) read() {
 			ticker.Stop()
 			ticker, tick = nil, nil
 		}
+		switch {
+		case len(p.out) > 0 && staleC == nil:
+			stale = time.NewTimer(deferLimit)
+			staleC = stale.C
+		case len(p.out) == 0 && stale != nil:
+			stale.Stop()
+			stale, staleC = nil, nil
+		}
 	}
 	p.finish()
+}
+
+// endDetached ends the reader after detach: nothing more is stored or
+// answered; the CLI, its pending permission requests and its output stay
+// with the environment for a later server.
+func (p *process) endDetached() {
+	p.out = nil
+	p.proc.abandon()
+	close(p.saveCh)
+	<-p.saverDone
+	close(p.done)
 }
 
 // finish runs when stdout ended: the CLI exited.
@@ -264,7 +376,7 @@ func (p *process) finish() {
 			p.finalizeSubagent(sa, false) // the CLI exited: its files are complete
 		}
 	}
-	p.flush()
+	p.flushAll()
 	err := p.exitError()
 	if p.resumeKill != nil {
 		p.resumeKill.Stop()
@@ -278,6 +390,7 @@ func (p *process) finish() {
 	p.exited, p.exitEnd = true, end
 	w := p.turn
 	p.turn = nil
+	p.turnQuery = ""
 	p.mu.Unlock()
 	close(p.exitedCh)
 	p.cancel()
@@ -313,23 +426,107 @@ func (p *process) exitError() error {
 	return p.proc.ExitError()
 }
 
-// flush emits the pending events.
-func (p *process) flush() {
+// addSeq queues an event of the turn sequence: converted from a line, in
+// line order (see resume.go).
+func (p *process) addSeq(e conversation.Event) {
+	o := outEvent{ev: e}
+	if p.resumable {
+		p.seqNo++
+		o.seq = p.seqNo
+		o.key, o.after, o.evident, o.isBlock = p.track.apply(e)
+	}
+	p.out = append(p.out, o)
+}
+
+// addPolled queues a subagent block the transcript poller found.
+func (p *process) addPolled(e conversation.Event) {
+	o := outEvent{ev: e, poll: true}
+	if p.resumable {
+		o.key, o.after, _, o.isBlock = p.track.apply(e)
+	}
+	p.out = append(p.out, o)
+}
+
+// flush emits the pending events. In a resumable environment the turn
+// sequence's trailing events that are not evident stay queued.
+func (p *process) flush() { p.store(false) }
+
+// flushAll emits every pending event; in a resumable environment a batch
+// whose last event of the turn sequence is not evident ends with the
+// turn's checkpoint.
+func (p *process) flushAll() { p.store(true) }
+
+func (p *process) store(all bool) {
 	if len(p.out) == 0 {
 		return
 	}
-	evs := p.out
+	if p.detached() {
+		p.out = nil
+		return
+	}
+	batch := p.out
 	p.out = nil
+	if p.resumable {
+		cut := len(batch)
+		if !all {
+			cut = 0
+			for i := len(batch) - 1; i >= 0; i-- {
+				if !batch[i].poll && batch[i].evident {
+					cut = i + 1
+					break
+				}
+			}
+		}
+		now := append([]outEvent(nil), batch[:cut]...)
+		for _, o := range batch[cut:] {
+			if o.poll {
+				now = append(now, o)
+			} else {
+				p.out = append(p.out, o)
+			}
+		}
+		batch = now
+		if p.filter != nil {
+			batch = p.filter.pass(batch, all)
+		}
+	}
+	evs := make([]conversation.Event, 0, len(batch)+1)
+	for _, o := range batch {
+		evs = append(evs, o.ev)
+	}
+	if all && p.resumable {
+		last := -1
+		for i := len(batch) - 1; i >= 0; i-- {
+			if !batch[i].poll {
+				last = i
+				break
+			}
+		}
+		p.mu.Lock()
+		q := p.turnQuery
+		p.mu.Unlock()
+		if last >= 0 && !batch[last].evident && q != "" {
+			evs = append(evs, checkpoint(q, p.seqNo))
+		}
+	}
+	if len(evs) == 0 {
+		return
+	}
 	if err := p.r.host.Emit(context.Background(), evs...); err != nil {
 		p.r.host.Logger().Error("record Claude Code events", "err", err, "events", len(evs))
 	}
 }
 
 // handleLine converts one stdout line.
-func (p *process) handleLine(ln agentproc.Line) {
+func (p *process) handleLine(ln cliLine) {
+	p.lineEnd = ln.End
 	data := bytes.TrimSpace(ln.Data)
 	if len(data) == 0 {
 		return
+	}
+	if !p.gotLine {
+		p.gotLine = true
+		close(p.firstLine)
 	}
 	if ln.Truncated {
 		p.badLine(data, fmt.Sprintf("a line longer than %d bytes (cut)", agentproc.MaxLine))
@@ -389,7 +586,7 @@ func (p *process) handleLine(ln agentproc.Line) {
 		if sa := p.subs[e.Context.ConversationID]; sa != nil && sa.hold(e) {
 			continue
 		}
-		p.out = append(p.out, e)
+		p.addSeq(e)
 	}
 	if l.ParentToolUseID == "" && l.UUID != "" && (l.Type == "user" || l.Type == "assistant") {
 		p.mu.Lock()
@@ -397,7 +594,6 @@ func (p *process) handleLine(ln agentproc.Line) {
 		p.mu.Unlock()
 	}
 	if l.Type == "result" {
-		p.flush()
 		p.onResult()
 	}
 }
@@ -416,7 +612,7 @@ func (p *process) badLine(data []byte, why string) {
 	if why == "" {
 		why = strconv.Quote(shown)
 	}
-	p.out = append(p.out, conversation.NewEvent(conversation.LogEvent{Level: conversation.LevelWarn,
+	p.addSeq(conversation.NewEvent(conversation.LogEvent{Level: conversation.LevelWarn,
 		Message: "Claude Code printed a line that is not stream-json: " + why}).From(conversation.SourceServer))
 	if p.badRun >= p.r.opts.MaxBadLines {
 		p.protoErr = agent.Fail(agent.CodeAgentProtocol, "%s printed %d lines in a row that are not stream-json (the first: %q)",
@@ -451,7 +647,9 @@ func (p *process) onInit(in Init) {
 	p.r.recordSession(p.ctx, in)
 }
 
-// onResult ends the turn at the CLI's result line.
+// onResult ends the turn at the CLI's result line: it stores the turn's
+// last events, notes where the next turn's output starts, and reports the
+// end.
 func (p *process) onResult() {
 	res := p.result
 	p.result = nil
@@ -467,6 +665,7 @@ func (p *process) onResult() {
 			// The CLI refused to resume (it answers a session it cannot
 			// find with this result, then exits): finish decides, with the
 			// CLI's stderr at hand. A CLI that lingers is stopped.
+			p.flush()
 			p.resumeFailure = orElse(f.Error, "resume failed")
 			p.resumeKill = time.AfterFunc(p.r.opts.FlushTimeout, func() { _ = p.proc.Kill() })
 			return
@@ -478,12 +677,23 @@ func (p *process) onResult() {
 				code = agent.CodeBudgetExceeded
 			}
 			msg := orElse(f.Error, "Claude Code reported an error")
-			p.out = append(p.out, conversation.NewEvent(conversation.ErrorEvent{Message: msg, Code: code}))
-			p.flush()
+			p.addSeq(conversation.NewEvent(conversation.ErrorEvent{Message: msg, Code: code}))
 			end.err = agent.Fail(code, "%s", msg)
 		}
 	}
+	p.flushAll()
 	p.abandonPermissions()
+	// The next turn's output starts after this line, with the converter as
+	// it is now.
+	p.mu.Lock()
+	p.idle = turnStart{offset: p.lineEnd, seed: p.conv.seed()}
+	p.turnQuery = ""
+	p.mu.Unlock()
+	p.seqNo = 0
+	if p.resumable {
+		p.track = newBlockTracker()
+	}
+	p.filter = nil
 	p.requestSave()
 	p.endTurn(end)
 }
@@ -505,7 +715,7 @@ func (p *process) abandonPermissions() {
 func (p *process) control(line []byte) {
 	m, err := parseControl(line)
 	if err != nil {
-		p.out = append(p.out, conversation.NewEvent(conversation.LogEvent{Level: conversation.LevelWarn,
+		p.addSeq(conversation.NewEvent(conversation.LogEvent{Level: conversation.LevelWarn,
 			Message: "unusable control message from Claude Code: " + err.Error(), Data: json.RawMessage(compactJSON(line))}).From(conversation.SourceServer))
 		return
 	}
@@ -514,21 +724,26 @@ func (p *process) control(line []byte) {
 		var r controlResponseBody
 		_ = json.Unmarshal(m.Response, &r)
 		if r.Subtype == "error" {
-			p.out = append(p.out, conversation.NewEvent(conversation.LogEvent{Level: conversation.LevelWarn,
+			p.addSeq(conversation.NewEvent(conversation.LogEvent{Level: conversation.LevelWarn,
 				Message: "Claude Code refused control request " + r.RequestID + ": " + r.Error}).From(conversation.SourceServer))
 		}
 	case typeControlCancel:
 		p.mu.Lock()
-		if in := p.inflight[m.RequestID]; in != nil {
+		in, q := p.inflight[m.RequestID], p.turnQuery
+		if in != nil {
 			in.canceled = true
 			in.cancel()
 		}
 		p.mu.Unlock()
+		if in != nil && p.resumable {
+			// A later server replaying this turn must not ask again.
+			p.r.recordPerm(p.ctx, q, m.RequestID, "")
+		}
 	case typeControlRequest:
 		var head controlRequestBody
 		_ = json.Unmarshal(m.Request, &head)
 		if head.Subtype != "can_use_tool" {
-			p.out = append(p.out, conversation.NewEvent(conversation.LogEvent{Level: conversation.LevelInfo,
+			p.addSeq(conversation.NewEvent(conversation.LogEvent{Level: conversation.LevelInfo,
 				Message: "refused Claude Code control request " + strconv.Quote(head.Subtype) + " (agentd does not use it)"}).From(conversation.SourceServer))
 			p.answerError(m.RequestID, "agentd does not support control request "+strconv.Quote(head.Subtype))
 			return
@@ -540,13 +755,23 @@ func (p *process) control(line []byte) {
 		}
 		// The tool call's block goes out before the permission request.
 		p.flush()
+		if line, ok := p.answered[m.RequestID]; ok {
+			// Decided before the restart: the same answer again (the CLI
+			// ignores it if it got the first), or nothing for a request it
+			// withdrew.
+			if line != "" {
+				_ = p.write([]byte(line))
+			}
+			return
+		}
 		ctx, cancel := context.WithCancel(p.ctx)
 		in := &inflight{cancel: cancel}
 		p.mu.Lock()
 		p.inflight[m.RequestID] = in
+		q := p.turnQuery
 		p.mu.Unlock()
 		p.perms.Add(1)
-		go p.answerPermission(ctx, m.RequestID, in, req)
+		go p.answerPermission(ctx, q, m.RequestID, in, req)
 	}
 }
 
@@ -558,7 +783,7 @@ func (p *process) answerError(id, msg string) {
 
 // answerPermission asks the session (policy, clients, timeout) and answers
 // the CLI.
-func (p *process) answerPermission(ctx context.Context, id string, in *inflight, req canUseTool) {
+func (p *process) answerPermission(ctx context.Context, queryID, id string, in *inflight, req canUseTool) {
 	defer p.perms.Done()
 	defer func() {
 		in.cancel()
@@ -574,12 +799,14 @@ func (p *process) answerPermission(ctx context.Context, id string, in *inflight,
 	p.mu.Lock()
 	withdrawn := in.canceled
 	p.mu.Unlock()
-	if withdrawn {
+	if withdrawn || p.detached() {
+		// Withdrawn; or this server let go of the CLI, and the next one
+		// asks again.
 		return
 	}
 	if err != nil {
 		// The CLI exited, or the session could not record the request.
-		p.answerError(id, "agentd could not ask for permission: "+err.Error())
+		p.answerPerm(ctx, queryID, id, "agentd could not ask for permission: "+err.Error(), nil)
 		return
 	}
 	var resp any
@@ -594,8 +821,23 @@ func (p *process) answerPermission(ctx context.Context, id string, in *inflight,
 	}
 	line, err := controlSuccessLine(id, resp)
 	if err != nil {
-		p.answerError(id, err.Error())
+		p.answerPerm(ctx, queryID, id, err.Error(), nil)
 		return
+	}
+	p.answerPerm(ctx, queryID, id, "", line)
+}
+
+// answerPerm sends a permission answer (line, or an error answer with msg)
+// to the CLI, recording it first in a resumable environment.
+func (p *process) answerPerm(ctx context.Context, queryID, id, msg string, line []byte) {
+	if line == nil {
+		var err error
+		if line, err = controlErrorLine(id, msg); err != nil {
+			return
+		}
+	}
+	if p.resumable {
+		p.r.recordPerm(ctx, queryID, id, string(line))
 	}
 	_ = p.write(line)
 }
@@ -622,7 +864,9 @@ func (p *process) saver() {
 	for range p.saveCh {
 		p.saveTranscript(true)
 	}
-	p.saveTranscript(false)
+	if !p.detached() {
+		p.saveTranscript(false)
+	}
 }
 
 // saveTranscript reads the main transcript and saves it. With wait, it

@@ -13,7 +13,6 @@ import (
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/agent/agentproc"
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
@@ -24,6 +23,9 @@ type agentState struct {
 	// ProjectDir is the projects/ sub-folder the CLI used (from its cwd).
 	ProjectDir string `json:"projectDir,omitempty"`
 	Version    string `json:"version,omitempty"`
+	// Turn is where the last turn's output starts, for a later server to
+	// resume it (environments that are a sandbox.Attacher only).
+	Turn *turnMark `json:"turn,omitempty"`
 }
 
 // transcriptName is the name a Claude session's transcript is saved under
@@ -38,18 +40,27 @@ type runner struct {
 	host agent.Host
 	m    materialized
 
-	mu          sync.Mutex // guards the fields below; never held across I/O
-	proc        *process
-	turnDone    chan struct{} // closed when the running Turn returns; nil when idle
-	interrupted bool          // the running turn was interrupted
-	closed      bool
-	state       agentState
+	tag      string // the CLI's sandbox tag (stable per session)
+	detachCh chan struct{}
+
+	mu            sync.Mutex // guards the fields below; never held across I/O
+	proc          *process
+	turnDone      chan struct{} // closed when the running Turn returns; nil when idle
+	interrupted   bool          // the running turn was interrupted
+	closed        bool
+	detached      bool
+	orphanChecked bool // a CLI left by an earlier server was stopped or taken over
+	state         agentState
+	stateVer      int64 // bumped by every change of state
+
+	saveMu   sync.Mutex // serialises SaveAgentState calls (see saveState)
+	savedVer int64      // the state version stored last; guarded by saveMu
 }
 
 var _ agent.Runner = (*runner)(nil)
 
 func newRunner(opts Options, h agent.Host, m materialized) *runner {
-	r := &runner{opts: opts, host: h, m: m}
+	r := &runner{opts: opts, host: h, m: m, tag: cliTag(h.SessionID()), detachCh: make(chan struct{})}
 	if raw := h.AgentState(); len(raw) > 0 {
 		if err := json.Unmarshal(raw, &r.state); err != nil {
 			h.Logger().Warn("ignoring unreadable Claude Code state", "err", err)
@@ -75,25 +86,39 @@ func (r *runner) currentState() agentState {
 // and returns when the CLI's result line for it arrived, the CLI exited, or
 // ctx ended.
 func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, error) {
+	done, err := r.beginTurn()
+	if err != nil {
+		return agent.TurnResult{}, err
+	}
+	defer r.endTurn(done)
+	return r.turn(ctx, t)
+}
+
+// beginTurn marks a turn running; endTurn(done) marks it over.
+func (r *runner) beginTurn() (chan struct{}, error) {
 	done := make(chan struct{})
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	switch {
 	case r.closed:
-		r.mu.Unlock()
-		return agent.TurnResult{}, agent.Fail(agent.CodeInternal, "claude-code runner is closed")
+		return nil, agent.Fail(agent.CodeInternal, "claude-code runner is closed")
+	case r.detached:
+		return nil, agent.Fail(agent.CodeInternal, "claude-code runner is detached")
 	case r.turnDone != nil:
-		r.mu.Unlock()
-		return agent.TurnResult{}, agent.Fail(agent.CodeInternal, "a turn is already running")
+		return nil, agent.Fail(agent.CodeInternal, "a turn is already running")
 	}
 	r.turnDone, r.interrupted = done, false
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		r.turnDone = nil
-		r.mu.Unlock()
-		close(done)
-	}()
+	return done, nil
+}
 
+func (r *runner) endTurn(done chan struct{}) {
+	r.mu.Lock()
+	r.turnDone = nil
+	r.mu.Unlock()
+	close(done)
+}
+
+func (r *runner) turn(ctx context.Context, t agent.Turn) (agent.TurnResult, error) {
 	fresh := false
 	for attempt := 0; ; attempt++ {
 		p, err := r.ensureProcess(ctx, fresh)
@@ -145,7 +170,11 @@ func (r *runner) ensureProcess(ctx context.Context, fresh bool) (*process, error
 	}
 	r.mu.Lock()
 	r.proc = p
+	detached := r.detached
 	r.mu.Unlock()
+	if detached {
+		p.detach()
+	}
 	return p, nil
 }
 
@@ -166,7 +195,8 @@ func (r *runner) start(ctx context.Context, fresh bool) (*process, error) {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
-	pr, err := agentproc.Start(ctx, r.host.Env(), r.opts.Command, sandbox.Cmd{Argv: argv, Env: env})
+	r.stopOrphan(ctx)
+	pr, err := startPipe(ctx, r.host.Env(), r.opts.Command, sandbox.Cmd{Argv: argv, Env: env, Tag: r.tag})
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +206,8 @@ func (r *runner) start(ctx context.Context, fresh bool) (*process, error) {
 	}
 	data, _ := json.Marshal(map[string]any{"argv": argv})
 	r.emitLog(ctx, conversation.LevelInfo, msg, data)
-	p := newProcess(r, pr, resume != "")
+	_, resumable := r.host.Env().(sandbox.Attacher)
+	p := newProcess(r, pr, pr.Tag(), resume != "", resumable)
 	p.begin()
 	return p, nil
 }
@@ -325,9 +356,23 @@ func waitClosed(ctx context.Context, ch <-chan struct{}, d time.Duration) bool {
 func (r *runner) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
-	p := r.proc
+	p, detached := r.proc, r.detached
 	r.mu.Unlock()
+	if detached {
+		// The CLI belongs to the environment now (a later server resumes
+		// it); only wait for the reader to let go.
+		if p != nil {
+			select {
+			case <-p.done:
+			case <-ctx.Done():
+				return fmt.Errorf("close claude: %w", ctx.Err())
+			}
+		}
+		return nil
+	}
 	if p == nil {
+		// A CLI an earlier server left running, if any, goes too.
+		r.stopOrphan(ctx)
 		return nil
 	}
 	p.closing.Store(true)
@@ -354,30 +399,26 @@ func (r *runner) emitLog(ctx context.Context, level conversation.LogLevel, msg s
 // recordSession notes the CLI's version and Claude session id from its
 // init line: on the session's runtime and in the resume state.
 func (r *runner) recordSession(ctx context.Context, in Init) {
-	r.mu.Lock()
-	st := r.state
-	changed := st.ClaudeSessionID != in.SessionID || st.Version != in.Version ||
-		(in.Cwd != "" && st.ProjectDir != projectDirName(in.Cwd))
-	if in.SessionID != "" {
-		st.ClaudeSessionID = in.SessionID
-	}
-	if in.Version != "" {
-		st.Version = in.Version
-	}
-	if in.Cwd != "" {
-		st.ProjectDir = projectDirName(in.Cwd)
-	}
-	r.state = st
-	r.mu.Unlock()
+	changed := false
+	r.saveState(ctx, func(st *agentState) bool {
+		changed = st.ClaudeSessionID != in.SessionID || st.Version != in.Version ||
+			(in.Cwd != "" && st.ProjectDir != projectDirName(in.Cwd))
+		if in.SessionID != "" {
+			st.ClaudeSessionID = in.SessionID
+		}
+		if in.Version != "" {
+			st.Version = in.Version
+		}
+		if in.Cwd != "" {
+			st.ProjectDir = projectDirName(in.Cwd)
+		}
+		return changed
+	})
 	if !changed {
 		return
 	}
 	if err := r.host.SetAgentInfo(ctx, in.Version, in.SessionID); err != nil {
 		r.host.Logger().Warn("record Claude Code version", "err", err)
-	}
-	raw, _ := json.Marshal(st)
-	if err := r.host.SaveAgentState(ctx, raw); err != nil {
-		r.host.Logger().Warn("save Claude Code state", "err", err)
 	}
 }
 

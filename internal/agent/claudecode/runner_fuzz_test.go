@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/agent/agentproc"
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
@@ -17,7 +16,8 @@ import (
 // line handler directly.
 type stubProc struct{ writes bytes.Buffer }
 
-func (s *stubProc) Lines() <-chan agentproc.Line { return nil }
+func (s *stubProc) Lines() <-chan cliLine { return nil }
+func (s *stubProc) abandon()              {}
 func (s *stubProc) Write(b []byte) error {
 	if !json.Valid(bytes.TrimSpace(b)) {
 		panic("agentd wrote invalid JSON to the CLI: " + string(b))
@@ -55,9 +55,9 @@ func FuzzProcessLines(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := newRunner(opts, h, materialized{})
 		sp := &stubProc{}
-		p := newProcess(r, sp, false)
+		p := newProcess(r, sp, "t", false, false)
 		for _, ln := range strings.Split(string(data), "\n") {
-			p.handleLine(agentproc.Line{Data: []byte(ln)})
+			p.handleLine(cliLine{Data: []byte(ln)})
 		}
 		p.flush()
 		p.cancel()

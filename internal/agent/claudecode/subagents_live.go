@@ -209,7 +209,7 @@ func (p *process) pollSubagent(sa *liveSubagent) {
 			} else if !sa.fromFile[id] {
 				continue
 			}
-			p.out = append(p.out, e)
+			p.addPolled(e)
 		}
 	}
 }
@@ -243,7 +243,7 @@ func (p *process) finalizeSubagent(sa *liveSubagent, wait bool) {
 	sa.done = true
 	for _, e := range sa.held {
 		if id, _ := eventBlockID(e); !sa.fromFile[id] {
-			p.out = append(p.out, e)
+			p.addSeq(e)
 		}
 	}
 	sa.held = nil
