@@ -1,0 +1,146 @@
+package modelproxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/store"
+)
+
+type stateKey struct{}
+
+// reqState is one proxied request, from its arrival to the end of its
+// answer's body.
+type reqState struct {
+	session string
+	prov    Provider
+	rest    string // the upstream path
+	method  string
+	start   time.Time
+	in      *countingReader
+	done    sync.Once
+}
+
+func stateOf(ctx context.Context) *reqState {
+	st, _ := ctx.Value(stateKey{}).(*reqState)
+	if st == nil {
+		return &reqState{} // not reached: ServeHTTP always sets it
+	}
+	return st
+}
+
+// finish records the request once: usage into the session's account and
+// the metrics, one audit record.
+func (st *reqState) finish(p *Proxy, status int, outcome store.AuditOutcome, errMsg string, usage *conversation.Usage, model string) {
+	st.finishOut(p, status, outcome, errMsg, usage, model, 0)
+}
+
+func (st *reqState) finishOut(p *Proxy, status int, outcome store.AuditOutcome, errMsg string, usage *conversation.Usage, model string, out int64) {
+	st.done.Do(func() {
+		if usage != nil {
+			p.account(context.Background(), st.session).add(*usage)
+			p.cfg.Metrics.tokens(st.prov, *usage)
+		}
+		p.cfg.Metrics.request(st.prov, status)
+		p.cfg.Metrics.duration(st.prov, time.Since(st.start))
+		if p.cfg.Audit == nil {
+			return
+		}
+		var in int64
+		if st.in != nil {
+			in = st.in.n.Load()
+		}
+		rec := store.AuditRecord{
+			SessionID: st.session, Time: st.start, Kind: store.AuditModel, Method: st.method, Path: st.rest,
+			Provider: string(st.prov), Model: model, Outcome: outcome, Status: status, Error: errMsg,
+			BytesIn: in, BytesOut: out, DurationMs: time.Since(st.start).Milliseconds(), Usage: usage,
+		}
+		if p.cfg.Actor != nil {
+			rec.Actor = p.cfg.Actor(st.session)
+		}
+		p.cfg.Audit.Record(rec)
+	})
+}
+
+// countingReader counts the request body bytes sent upstream.
+type countingReader struct {
+	rc io.ReadCloser
+	n  atomic.Int64
+}
+
+func (c *countingReader) Read(b []byte) (int, error) {
+	n, err := c.rc.Read(b)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (c *countingReader) Close() error { return c.rc.Close() }
+
+// meterResponse wraps the answer's body so its bytes are counted and its
+// usage read as they pass, and the request is recorded when the body is
+// closed (the reverse proxy closes it after copying, also when the client
+// went away).
+func (p *Proxy) meterResponse(resp *http.Response) error {
+	st := stateOf(resp.Request.Context())
+	resp.Body = &meter{
+		rc: resp.Body, p: p, st: st, status: resp.StatusCode,
+		parser: newUsageParser(st.prov, resp.Header.Get("Content-Type")),
+	}
+	return nil
+}
+
+// meter reads the upstream body for the reverse proxy. Read and Close are
+// called from the proxy's copying goroutine only.
+type meter struct {
+	rc     io.ReadCloser
+	p      *Proxy
+	st     *reqState
+	status int
+	parser *usageParser
+	n      int64
+	eof    bool
+	err    error
+}
+
+func (m *meter) Read(b []byte) (int, error) {
+	n, err := m.rc.Read(b)
+	if n > 0 {
+		m.n += int64(n)
+		_, _ = m.parser.Write(b[:n])
+	}
+	if errors.Is(err, io.EOF) {
+		m.eof = true
+	} else if err != nil {
+		m.err = err
+	}
+	return n, err
+}
+
+func (m *meter) Close() error {
+	err := m.rc.Close()
+	u, model, ok := m.parser.Result()
+	var usage *conversation.Usage
+	if ok {
+		usage = &u
+	}
+	outcome, msg := store.AuditOK, ""
+	switch {
+	case m.status >= 400:
+		outcome = store.AuditError
+		msg = http.StatusText(m.status)
+	case !m.eof:
+		outcome = store.AuditAborted
+		msg = "the answer was cut off"
+		if m.err != nil {
+			msg += ": " + m.err.Error()
+		}
+	}
+	m.st.finishOut(m.p, m.status, outcome, msg, usage, model, m.n)
+	return err
+}
