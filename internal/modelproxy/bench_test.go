@@ -105,4 +105,3 @@ func BenchmarkRequest(b *testing.B) {
 		})
 	}
 }
-

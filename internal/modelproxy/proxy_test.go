@@ -186,31 +186,34 @@ var calls = []call{
 	{
 		name: "anthropic messages stream", provider: "anthropic", urlVar: "ANTHROPIC_BASE_URL", path: "/v1/messages?beta=true",
 		body: `{"model":"claude-x","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"say hello"}]}`,
-		auth: func(r *http.Request, tok string) { r.Header.Set("x-api-key", tok); r.Header.Set("anthropic-version", "2023-06-01") },
+		auth: func(r *http.Request, tok string) {
+			r.Header.Set("x-api-key", tok)
+			r.Header.Set("anthropic-version", "2023-06-01")
+		},
 		keyHeader: "X-Api-Key", keyValue: anthropicKey, wantText: "Hello", deltaMark: "content_block_delta",
 	},
 	{
 		name: "openai responses stream", provider: "openai", urlVar: "OPENAI_BASE_URL", path: "/responses",
-		body: `{"model":"gpt-5.5","stream":true,"input":[{"role":"user","content":"say hello"}]}`,
-		auth: func(r *http.Request, tok string) { r.Header.Set("Authorization", "Bearer "+tok) },
+		body:      `{"model":"gpt-5.5","stream":true,"input":[{"role":"user","content":"say hello"}]}`,
+		auth:      func(r *http.Request, tok string) { r.Header.Set("Authorization", "Bearer "+tok) },
 		keyHeader: "Authorization", keyValue: "Bearer " + openaiKey, wantText: "Hello", deltaMark: "output_text.delta",
 	},
 	{
 		name: "openai chat stream", provider: "openai", urlVar: "OPENAI_BASE_URL", path: "/chat/completions",
-		body: `{"model":"gpt-5.5","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"say hello"}]}`,
-		auth: func(r *http.Request, tok string) { r.Header.Set("Authorization", "Bearer "+tok) },
+		body:      `{"model":"gpt-5.5","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"say hello"}]}`,
+		auth:      func(r *http.Request, tok string) { r.Header.Set("Authorization", "Bearer "+tok) },
 		keyHeader: "Authorization", keyValue: "Bearer " + openaiKey, wantText: "Hello",
 	},
 	{
 		name: "openai chat", provider: "openai", urlVar: "OPENAI_BASE_URL", path: "/chat/completions",
-		body: `{"model":"gpt-5.5","messages":[{"role":"user","content":"say hello"}]}`,
-		auth: func(r *http.Request, tok string) { r.Header.Set("Authorization", "Bearer "+tok) },
+		body:      `{"model":"gpt-5.5","messages":[{"role":"user","content":"say hello"}]}`,
+		auth:      func(r *http.Request, tok string) { r.Header.Set("Authorization", "Bearer "+tok) },
 		keyHeader: "Authorization", keyValue: "Bearer " + openaiKey, wantText: "Hello",
 	},
 	{
 		name: "gemini sse, key header", provider: "gemini", urlVar: "GOOGLE_GEMINI_BASE_URL", path: "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
-		body: `{"contents":[{"role":"user","parts":[{"text":"say hello"}]}]}`,
-		auth: func(r *http.Request, tok string) { r.Header.Set("x-goog-api-key", tok) },
+		body:      `{"contents":[{"role":"user","parts":[{"text":"say hello"}]}]}`,
+		auth:      func(r *http.Request, tok string) { r.Header.Set("x-goog-api-key", tok) },
 		keyHeader: "X-Goog-Api-Key", keyValue: geminiKey, wantText: "Hello", deltaMark: `"text"`,
 	},
 	{
