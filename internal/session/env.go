@@ -25,35 +25,50 @@ func (m *Manager) startEnvironment(ctx context.Context, s *Session, rec store.Se
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	spec := m.spec(rec, prof)
+	spec, err := m.spec(ctx, rec, prof)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	_, statErr := os.Stat(spec.Workspace)
 	fresh := errors.Is(statErr, os.ErrNotExist)
 	start := time.Now()
 	e, err := m.cfg.Sandbox.Create(ctx, spec)
 	if err != nil {
+		m.revokeCredentials(rec.ID)
 		return nil, nil, nil, agent.Fail(agent.CodeSandboxError, "start %s sandbox: %v", m.cfg.Sandbox.Name(), err)
 	}
 	if fresh {
 		if err := m.populate(ctx, e, rec.ID, prof.DefaultWorkspaceFiles); err != nil {
 			terminateQuietly(e)
+			m.revokeCredentials(rec.ID)
 			return nil, nil, nil, agent.Fail(agent.CodeSandboxError, "prepare workspace: %v", err)
 		}
 	}
 	runner, h, err := m.attachEnvironment(ctx, s, e, rec, actor)
 	if err != nil {
 		terminateQuietly(e)
+		m.revokeCredentials(rec.ID)
 		return nil, nil, nil, err
 	}
 	m.log.Info("environment up", "session", rec.ID, "sandbox", m.cfg.Sandbox.Name(), "ms", time.Since(start).Milliseconds())
 	return e, runner, h, nil
 }
 
-// spec is the sandbox specification of a session.
-func (m *Manager) spec(rec store.Session, prof profile.Profile) sandbox.Spec {
+// spec is the sandbox specification of a session; with Credentials, its
+// model credentials are issued here (Revoke them if the environment does
+// not come up).
+func (m *Manager) spec(ctx context.Context, rec store.Session, prof profile.Profile) (sandbox.Spec, error) {
 	env := make(map[string]string, len(m.cfg.Env)+len(prof.EnvironmentVariables))
 	maps.Copy(env, m.cfg.Env)
 	maps.Copy(env, prof.EnvironmentVariables)
-	return sandbox.Spec{SessionID: rec.ID, Workspace: m.workspace(rec.ID), Env: env, Ignore: m.cfg.WatchIgnore}
+	if m.cfg.Credentials != nil {
+		issued, err := m.cfg.Credentials.Issue(ctx, rec.ID, env)
+		if err != nil {
+			return sandbox.Spec{}, agent.Fail(agent.CodeSandboxError, "issue model credentials: %v", err)
+		}
+		env = issued
+	}
+	return sandbox.Spec{SessionID: rec.ID, Workspace: m.workspace(rec.ID), Env: env, Ignore: m.cfg.WatchIgnore}, nil
 }
 
 // attachEnvironment makes an environment that is up (new, or recovered

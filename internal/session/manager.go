@@ -61,6 +61,9 @@ type Config struct {
 	Logger   *slog.Logger
 	// Metrics observes session state counts when set.
 	Metrics Metrics
+	// Credentials, when set, issues each environment's model credentials
+	// in place of the provider keys in Env (credentials.go).
+	Credentials Credentials
 }
 
 // Metrics receives session lifecycle observations.

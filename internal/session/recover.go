@@ -38,8 +38,12 @@ func (o *owner) recover(rc sandbox.Recoverer) {
 		ctx := envCtx
 		prof, err := m.cfg.Profiles.Get(ctx, rec.AgentProfileRef)
 		var env sandbox.Environment
+		var spec sandbox.Spec
 		if err == nil {
-			env, err = rc.Recover(ctx, m.spec(rec, prof), rec.SandboxState)
+			spec, err = m.spec(ctx, rec, prof)
+		}
+		if err == nil {
+			env, err = rc.Recover(ctx, spec, rec.SandboxState)
 		}
 		var runner agent.Runner
 		var h *host
@@ -139,5 +143,8 @@ func (m *Manager) settle(ctx context.Context, s *Session, reason, code string) e
 		return fmt.Errorf("update session: %w", err)
 	}
 	_ = m.cfg.Store.ReleaseLease(ctx, s.id, m.cfg.Holder)
+	// The environment is gone: so are its credentials (an agent process
+	// that outlived a crashed server must not keep model access).
+	m.revokeCredentials(s.id)
 	return nil
 }

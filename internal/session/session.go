@@ -26,6 +26,8 @@ type Session struct {
 	mu  sync.Mutex // guards rec and own; never held across I/O or channel sends
 	rec store.Session
 	own *owner
+
+	turnActor atomic.Pointer[string] // the running turn's principal (TurnActor)
 }
 
 func newSession(m *Manager, rec store.Session) *Session {
@@ -75,6 +77,7 @@ type turnState struct {
 	cancel      context.CancelFunc
 	interrupted bool
 	graceTimer  *time.Timer
+	failure     error // set by FailTurn: the turn ends failed with it
 }
 
 // do runs f in the owner goroutine, starting it if needed.
@@ -301,6 +304,7 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 	o.stopIdle()
 	tctx, cancel := context.WithCancel(context.Background())
 	o.turn = &turnState{queryID: queryID, actor: actor, started: time.Now(), cancel: cancel}
+	s.turnActor.Store(&actor)
 	s.m.watchers.notify(s.m.summary(ctx, rec))
 	t := agent.Turn{QueryID: queryID, Content: content}
 	o.whenReady(actor, func(err error) {
@@ -355,6 +359,7 @@ func (o *owner) finishTurn(res agent.TurnResult, err error) {
 		return
 	}
 	o.turn = nil
+	o.s.turnActor.Store(nil)
 	if o.detach && errors.Is(err, agent.ErrDetached) {
 		// Shutting down with the turn still running in the environment:
 		// record nothing; the next server resumes it.
@@ -373,6 +378,8 @@ func (o *owner) finishTurn(res agent.TurnResult, err error) {
 	interrupted := t.interrupted || errors.Is(err, agent.ErrInterrupted)
 	var ev conversation.Event
 	switch {
+	case t.failure != nil:
+		ev = conversation.NewEvent(conversation.QueryFailed{QueryID: t.queryID, Error: t.failure.Error(), Code: agent.CodeOf(t.failure), DurationMs: dur})
 	case err == nil || (interrupted && (errors.Is(err, agent.ErrInterrupted) || errors.Is(err, context.Canceled))):
 		ev = conversation.NewEvent(conversation.QueryCompleted{QueryID: t.queryID, Interrupted: interrupted, DurationMs: dur, Result: res.Result})
 	default:
@@ -443,6 +450,7 @@ func (o *owner) terminate(reason, actor string) {
 			if err := o.env.Terminate(ctx); err != nil {
 				o.s.m.log.Warn("terminate environment", "session", o.s.id, "err", err)
 			}
+			o.s.m.revokeCredentials(o.s.id)
 			o.env, o.runner, o.host = nil, nil, nil
 			_ = o.s.m.cfg.Store.ReleaseLease(ctx, o.s.id, o.s.m.cfg.Holder)
 			o.setStatus(conversation.SessionTerminated, reason, actor)
