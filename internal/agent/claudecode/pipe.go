@@ -93,6 +93,19 @@ func newPipe(name string, p sandbox.Process, from int64) *pipe {
 // so nothing after it can be converted faithfully.
 func (pr *pipe) pump(pos int64) {
 	defer close(pr.done)
+	if pr.split(pos) {
+		return
+	}
+	// Abandoned: the rest of what this view of the process delivers is
+	// someone else's (the next server replays it from the spool). Drain it,
+	// so the sandbox's delivery ends with the view, without Wait (which
+	// would let the executor forget the process).
+	for range pr.p.Output() {
+	}
+}
+
+// split delivers the lines; it reports false when abandoned.
+func (pr *pipe) split(pos int64) bool {
 	var buf []byte
 	start := pos
 	truncated := false
@@ -111,7 +124,7 @@ func (pr *pipe) pump(pos int64) {
 		select {
 		case c, ok = <-out:
 		case <-pr.quit:
-			return // abandoned: the process goes on without us
+			return false
 		}
 		if !ok {
 			break
@@ -165,7 +178,7 @@ func (pr *pipe) pump(pos int64) {
 			}
 			pos += int64(i + 1)
 			if !send(cliLine{Data: bytes.TrimRight(buf, "\r"), Truncated: truncated, Start: start, End: pos}) {
-				return
+				return false
 			}
 			buf, truncated, start = nil, false, pos
 			data = data[i+1:]
@@ -173,11 +186,12 @@ func (pr *pipe) pump(pos int64) {
 	}
 	if len(buf) > 0 && !pr.gapped() {
 		if !send(cliLine{Data: buf, Truncated: truncated, Start: start, End: pos}) {
-			return
+			return false
 		}
 	}
 	close(pr.lines)
 	pr.status, pr.werr = pr.p.Wait(context.Background())
+	return true
 }
 
 const stderrTail = 16 << 10
@@ -201,8 +215,8 @@ func (pr *pipe) Tag() string { return pr.tag }
 // Lines delivers stdout lines; it is closed at EOF (never after abandon).
 func (pr *pipe) Lines() <-chan cliLine { return pr.lines }
 
-// Done is closed when the process exited and its output was read, or the
-// pipe was abandoned.
+// Done is closed when the process exited and its output was read, or,
+// after abandon, when the sandbox stopped delivering this view of it.
 func (pr *pipe) Done() <-chan struct{} { return pr.done }
 
 // abandon stops delivering: the process keeps running in the sandbox
