@@ -45,6 +45,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Version is reported by /health.
 	Version string
+	// Audit serves GET /api/sessions/{id}/audit (audit.go); nil: every
+	// session's list is empty.
+	Audit AuditReader
+	// ModelUsage adds the model proxy's count to that answer when set.
+	ModelUsage ModelUsage
 }
 
 // Server is the HTTP handler. It is safe for concurrent use.

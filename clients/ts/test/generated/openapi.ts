@@ -45,6 +45,32 @@ export interface ArchitectureList {
   architectures: ArchitectureInfo[];
 }
 
+export interface AuditPage {
+  last: number;
+  modelUsage?: Usage;
+  records: AuditRecord[];
+  tokenBudget?: number;
+}
+
+export interface AuditRecord {
+  actor?: string;
+  bytesIn: number;
+  bytesOut: number;
+  durationMs: number;
+  error?: string;
+  id: number;
+  kind: string;
+  method: string;
+  model?: string;
+  outcome: string;
+  path?: string;
+  provider?: string;
+  sessionId: string;
+  status?: number;
+  time: string;
+  usage?: Usage;
+}
+
 export interface AuthInfo {
   required: boolean;
 }
