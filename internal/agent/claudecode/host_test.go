@@ -169,7 +169,7 @@ func (h *testHost) allEvents() []conversation.Event {
 	return append([]conversation.Event(nil), h.events...)
 }
 
-func (h *testHost) reduce(t *testing.T) conversation.State {
+func (h *testHost) reduce(t testing.TB) conversation.State {
 	t.Helper()
 	st, err := conversation.Reduce(h.allEvents())
 	if err != nil {

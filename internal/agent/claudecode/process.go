@@ -862,7 +862,9 @@ func (p *process) requestSave() {
 func (p *process) saver() {
 	defer close(p.saverDone)
 	for range p.saveCh {
-		p.saveTranscript(true)
+		if !p.detached() {
+			p.saveTranscript(true)
+		}
 	}
 	if !p.detached() {
 		p.saveTranscript(false)
@@ -898,6 +900,8 @@ func (p *process) saveTranscript(wait bool) {
 		}
 		select {
 		case <-time.After(25 * time.Millisecond):
+		case <-p.detachCh:
+			return // this server let go; the next one saves it
 		case <-p.exitedCh:
 			// The CLI exited: the file is final; the saver saves it once
 			// more anyway.

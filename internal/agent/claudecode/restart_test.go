@@ -33,13 +33,13 @@ import (
 const executorEnv = "AGENTD_TEST_EXECUTOR"
 
 type execWorld struct {
-	t    *testing.T
+	t    testing.TB
 	prov *executor.Provider
 	spec sandbox.Spec
 	env  sandbox.Environment
 }
 
-func newExecWorld(t *testing.T, mod func(*executor.Options)) *execWorld {
+func newExecWorld(t testing.TB, mod func(*executor.Options)) *execWorld {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "cx") // socket paths are limited to 107 bytes
 	if err != nil {
@@ -114,7 +114,7 @@ func (w *execWorld) successor(h *testHost, n int) *testHost {
 	return next
 }
 
-func startOn(t *testing.T, h *testHost) *runner {
+func startOn(t testing.TB, h *testHost) *runner {
 	t.Helper()
 	r, err := New(fastOpts).Start(context.Background(), h)
 	if err != nil {
@@ -125,7 +125,7 @@ func startOn(t *testing.T, h *testHost) *runner {
 
 // userTurn writes the turn's user_message block, as the session does, and
 // runs the turn.
-func userTurn(t *testing.T, h *testHost, r *runner, q, content string) (agent.TurnResult, error) {
+func userTurn(t testing.TB, h *testHost, r *runner, q, content string) (agent.TurnResult, error) {
 	t.Helper()
 	_ = h.Emit(context.Background(), conversation.Upsert(conversation.Block{ID: userBlockID(q), Type: conversation.BlockUserMessage,
 		Status: conversation.StatusComplete, Content: content}).From(conversation.SourceClient))
@@ -647,8 +647,11 @@ func TestResumeSendsAMessageTheCLINeverGot(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.mu.Lock()
-	idle := r.proc.idle
+	p := r.proc
 	r.mu.Unlock()
+	p.mu.Lock()
+	idle := p.idle
+	p.mu.Unlock()
 	r.Detach()
 	r.markTurn(context.Background(), turnMark{QueryID: "q2", Tag: r.tag, Offset: idle.offset, Seed: idle.seed})
 	next := w.successor(h, -1)

@@ -54,17 +54,23 @@ func FuzzProcessLines(f *testing.F) {
 	opts := Options{FlushTimeout: time.Millisecond, SubagentPoll: time.Millisecond, MaxBadLines: 5}.withDefaults()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := newRunner(opts, h, materialized{})
-		sp := &stubProc{}
-		p := newProcess(r, sp, "t", false, false)
-		for _, ln := range strings.Split(string(data), "\n") {
-			p.handleLine(cliLine{Data: []byte(ln)})
+		// Both in a local sandbox and in a resumable one (block tracking,
+		// deferred events, checkpoints).
+		for _, resumable := range []bool{false, true} {
+			sp := &stubProc{}
+			p := newProcess(r, sp, "t", false, resumable)
+			p.turnQuery = "q1"
+			for _, ln := range strings.Split(string(data), "\n") {
+				p.handleLine(cliLine{Data: []byte(ln)})
+				p.flush()
+			}
+			p.flushAll()
+			p.cancel()
+			p.perms.Wait()
+			h.mu.Lock()
+			h.events = h.events[:0]
+			h.mu.Unlock()
 		}
-		p.flush()
-		p.cancel()
-		p.perms.Wait()
-		h.mu.Lock()
-		h.events = h.events[:0]
-		h.mu.Unlock()
 	})
 }
 
