@@ -32,6 +32,36 @@ type WorkspaceFile struct {
 	SHA256 string `json:"sha256,omitempty"`
 }
 
+// TurnStatus is where a turn stands.
+type TurnStatus string
+
+const (
+	TurnRunning   TurnStatus = "running"
+	TurnCompleted TurnStatus = "completed"
+	TurnFailed    TurnStatus = "failed"
+)
+
+// TurnStatuses lists every turn status.
+var TurnStatuses = []TurnStatus{TurnRunning, TurnCompleted, TurnFailed}
+
+// Turn is one query:started and how it ended, so a client that loads the
+// reduced state (rather than following the log) still knows which turns
+// failed or were interrupted. The outcome fields come from the turn's
+// query:completed or query:failed payload; a running turn has none.
+type Turn struct {
+	QueryID     string     `json:"queryId"`
+	Status      TurnStatus `json:"status"`
+	Interrupted bool       `json:"interrupted,omitempty"`
+	Error       string     `json:"error,omitempty"`
+	Code        string     `json:"code,omitempty"`
+	DurationMs  int64      `json:"durationMs,omitempty"`
+	Result      string     `json:"result,omitempty"`
+	// AfterBlock is the number of main-conversation blocks when the turn
+	// ended: a UI shows the outcome after that many blocks, where it
+	// happened. Blocks are only ever appended, so the position stays right.
+	AfterBlock int `json:"afterBlock,omitempty"`
+}
+
 // State is a conversation reduced from its events.
 type State struct {
 	Status             SessionStatus         `json:"status"`
@@ -44,7 +74,9 @@ type State struct {
 	PendingPermissions []PermissionRequested `json:"pendingPermissions"`
 	WorkspaceFiles     []WorkspaceFile       `json:"workspaceFiles"`
 	ActiveQueryID      string                `json:"activeQueryId,omitempty"`
-	LastSeq            int64                 `json:"lastSeq"`
+	// Turns holds one entry per query:started, in log order.
+	Turns   []Turn `json:"turns"`
+	LastSeq int64  `json:"lastSeq"`
 }
 
 // ErrDuplicate is returned by Apply for an event whose seq was already
@@ -111,15 +143,18 @@ type Reducer struct {
 	pending   map[string]PermissionRequested
 	pendOrder []string
 	files     map[string]WorkspaceFile
+	turns     []Turn
+	turnIndex map[string]int // queryId → its last entry in turns
 }
 
 // NewReducer returns an empty reducer.
 func NewReducer() *Reducer {
 	return &Reducer{
-		subs:    make(map[string]*thread),
-		subMeta: make(map[string]*Subagent),
-		pending: make(map[string]PermissionRequested),
-		files:   make(map[string]WorkspaceFile),
+		subs:      make(map[string]*thread),
+		subMeta:   make(map[string]*Subagent),
+		pending:   make(map[string]PermissionRequested),
+		files:     make(map[string]WorkspaceFile),
+		turnIndex: make(map[string]int),
 	}
 }
 
@@ -193,10 +228,16 @@ func (r *Reducer) Apply(e Event) error {
 		r.st.Runtime = p.Runtime
 	case *QueryStarted:
 		r.st.ActiveQueryID = p.QueryID
+		r.turnIndex[p.QueryID] = len(r.turns)
+		r.turns = append(r.turns, Turn{QueryID: p.QueryID, Status: TurnRunning})
 	case *QueryCompleted:
 		r.endQuery(p.QueryID)
+		r.endTurn(Turn{QueryID: p.QueryID, Status: TurnCompleted, Interrupted: p.Interrupted,
+			DurationMs: p.DurationMs, Result: p.Result})
 	case *QueryFailed:
 		r.endQuery(p.QueryID)
+		r.endTurn(Turn{QueryID: p.QueryID, Status: TurnFailed, Interrupted: p.Interrupted,
+			Error: p.Error, Code: p.Code, DurationMs: p.DurationMs})
 	case *PermissionRequested:
 		if _, ok := r.pending[p.RequestID]; !ok {
 			r.pendOrder = append(r.pendOrder, p.RequestID)
@@ -233,6 +274,18 @@ func (r *Reducer) endQuery(id string) {
 	if r.st.ActiveQueryID == id || id == "" {
 		r.st.ActiveQueryID = ""
 	}
+}
+
+// endTurn records how a turn ended on the latest turn with its queryId,
+// replacing any earlier outcome (the last end event wins). An end without a
+// query:started for its queryId records nothing: turns are one per start.
+func (r *Reducer) endTurn(t Turn) {
+	i, ok := r.turnIndex[t.QueryID]
+	if !ok {
+		return
+	}
+	t.AfterBlock = len(r.main.blocks)
+	r.turns[i] = t
 }
 
 func (r *Reducer) thread(conv string) *thread {
@@ -281,6 +334,10 @@ func (r *Reducer) State() State {
 		st.WorkspaceFiles = append(st.WorkspaceFiles, f)
 	}
 	sort.Slice(st.WorkspaceFiles, func(i, j int) bool { return st.WorkspaceFiles[i].Path < st.WorkspaceFiles[j].Path })
+	st.Turns = slices.Clone(r.turns)
+	if st.Turns == nil {
+		st.Turns = []Turn{}
+	}
 	return st
 }
 

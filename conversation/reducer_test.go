@@ -3,6 +3,8 @@ package conversation_test
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/agentd/agentd/conversation"
@@ -123,6 +125,124 @@ func TestSubagentsPermissionsFilesUsage(t *testing.T) {
 	}
 }
 
+func TestTurnsRecordEachQueryAndHowItEnded(t *testing.T) {
+	user := func(id string) conversation.Event {
+		return conversation.Upsert(conversation.Block{ID: id, Type: conversation.BlockUserMessage, Content: "go"})
+	}
+	evs := []conversation.Event{
+		user("q1-user"),
+		conversation.NewEvent(conversation.QueryStarted{QueryID: "q1", Content: "go"}),
+		conversation.Upsert(conversation.Block{ID: "a1", Type: conversation.BlockAssistantText, Content: "done"}),
+		conversation.NewEvent(conversation.QueryCompleted{QueryID: "q1", DurationMs: 12, Result: "done"}),
+		user("q2-user"),
+		conversation.NewEvent(conversation.QueryStarted{QueryID: "q2"}),
+		// A subagent's blocks do not move the main conversation's position.
+		conversation.Upsert(conversation.Block{ID: "s1", Type: conversation.BlockAssistantText}).In("task"),
+		conversation.NewEvent(conversation.QueryFailed{QueryID: "q2", Error: "API Error: 400", Code: "MODEL_ERROR", DurationMs: 7}),
+		user("q3-user"),
+		conversation.NewEvent(conversation.QueryStarted{QueryID: "q3"}),
+		conversation.NewEvent(conversation.QueryCompleted{QueryID: "q3", Interrupted: true}),
+		// An end for a query that never started records nothing.
+		conversation.NewEvent(conversation.QueryFailed{QueryID: "nope", Error: "x"}),
+		user("q4-user"),
+		conversation.NewEvent(conversation.QueryStarted{QueryID: "q4"}),
+	}
+	for i := range evs {
+		evs[i].Seq = int64(i + 1)
+	}
+	st, err := conversation.Reduce(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []conversation.Turn{
+		{QueryID: "q1", Status: conversation.TurnCompleted, DurationMs: 12, Result: "done", AfterBlock: 2},
+		{QueryID: "q2", Status: conversation.TurnFailed, Error: "API Error: 400", Code: "MODEL_ERROR", DurationMs: 7, AfterBlock: 3},
+		{QueryID: "q3", Status: conversation.TurnCompleted, Interrupted: true, AfterBlock: 4},
+		{QueryID: "q4", Status: conversation.TurnRunning},
+	}
+	if !reflect.DeepEqual(st.Turns, want) {
+		t.Fatalf("turns\n got %+v\nwant %+v", st.Turns, want)
+	}
+	if st.ActiveQueryID != "q4" {
+		t.Fatalf("active query %q", st.ActiveQueryID)
+	}
+	// The wire shape: what the UI reads after a reload.
+	b, err := json.Marshal(st.Turns[1:3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wire = `[{"queryId":"q2","status":"failed","error":"API Error: 400","code":"MODEL_ERROR","durationMs":7,"afterBlock":3},` +
+		`{"queryId":"q3","status":"completed","interrupted":true,"afterBlock":4}]`
+	if string(b) != wire {
+		t.Fatalf("json %s", b)
+	}
+}
+
+func TestTurnsEndLatestStartAndLastEndWins(t *testing.T) {
+	r := conversation.NewReducer()
+	apply := func(p conversation.Payload) {
+		t.Helper()
+		if err := r.Apply(conversation.NewEvent(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(conversation.QueryStarted{QueryID: "q"})
+	apply(conversation.QueryStarted{QueryID: "q"}) // a reused id: the end goes to the latest start
+	apply(conversation.QueryFailed{QueryID: "q", Error: "first", Code: "C", Interrupted: true})
+	before := r.State()
+	// A second end replaces the outcome outright: nothing of the failure stays.
+	apply(conversation.QueryCompleted{QueryID: "q", Result: "ok"})
+	st := r.State()
+	want := []conversation.Turn{
+		{QueryID: "q", Status: conversation.TurnRunning},
+		{QueryID: "q", Status: conversation.TurnCompleted, Result: "ok"},
+	}
+	if !reflect.DeepEqual(st.Turns, want) {
+		t.Fatalf("turns %+v", st.Turns)
+	}
+	if before.Turns[1].Status != conversation.TurnFailed || before.Turns[1].Error != "first" {
+		t.Fatalf("an earlier State changed: %+v", before.Turns[1])
+	}
+	// A duplicate (replayed) end changes nothing.
+	r2 := conversation.NewReducer()
+	r2.Apply(seq(1, conversation.NewEvent(conversation.QueryStarted{QueryID: "q"})))
+	end := seq(2, conversation.NewEvent(conversation.QueryFailed{QueryID: "q", Error: "e"}))
+	r2.Apply(end)
+	r2.Apply(seq(3, conversation.Upsert(conversation.Block{ID: "later", Type: conversation.BlockAssistantText})))
+	if err := r2.Apply(end); !errors.Is(err, conversation.ErrDuplicate) {
+		t.Fatalf("replayed end: %v", err)
+	}
+	if got := r2.State().Turns; len(got) != 1 || got[0].AfterBlock != 0 || got[0].Error != "e" {
+		t.Fatalf("turns after a replayed end %+v", got)
+	}
+}
+
+func TestTurnsEmptyAndMalformed(t *testing.T) {
+	st, err := conversation.Reduce(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(st)
+	if !strings.Contains(string(b), `"turns":[]`) {
+		t.Fatalf("an empty log must send turns as []: %s", b)
+	}
+	r := conversation.NewReducer()
+	r.Apply(seq(1, conversation.NewEvent(conversation.QueryStarted{QueryID: "q1"})))
+	bad := []conversation.Event{
+		{Seq: 2, Type: conversation.TypeQueryStarted, Payload: json.RawMessage(`{"queryId":7}`)},
+		{Seq: 3, Type: conversation.TypeQueryFailed, Payload: json.RawMessage(`{"queryId":"q1","error":false}`)},
+		{Seq: 4, Type: conversation.TypeQueryCompleted, Payload: json.RawMessage(`[]`)},
+	}
+	for _, e := range bad {
+		if err := r.Apply(e); err == nil {
+			t.Errorf("seq %d: no error for %s", e.Seq, e.Payload)
+		}
+	}
+	if got := r.State().Turns; !reflect.DeepEqual(got, []conversation.Turn{{QueryID: "q1", Status: conversation.TurnRunning}}) {
+		t.Fatalf("malformed query events changed the turns: %+v", got)
+	}
+}
+
 func TestMalformedEventsReportedNotFatal(t *testing.T) {
 	r := conversation.NewReducer()
 	bad := []conversation.Event{
@@ -176,6 +296,7 @@ func FuzzReducer(f *testing.F) {
 	f.Add([]byte(`{"seq":1,"type":"block:upsert","payload":{"block":{"id":"a","type":"assistant_text"}},"context":{"conversationId":"main"}}`))
 	f.Add([]byte(`{"seq":2,"type":"block:delta","payload":{"blockId":"a","delta":"x"},"context":{"conversationId":"sub"}}`))
 	f.Add([]byte(`{"seq":3,"type":"subagent:completed","payload":{"toolUseId":"t"},"context":{}}`))
+	f.Add([]byte(`{"seq":4,"type":"query:failed","payload":{"queryId":"q1","error":"e","code":"C","interrupted":true},"context":{}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var e conversation.Event
 		if json.Unmarshal(data, &e) != nil {

@@ -20,7 +20,7 @@ type Error struct {
 
 // CreateSessionRequest is the body of POST /api/sessions.
 type CreateSessionRequest struct {
-	AgentProfileRef string          `json:"agentProfileRef,omitempty"`
+	AgentProfileRef string `json:"agentProfileRef,omitempty"`
 	// Architecture may be omitted when the profile names one.
 	Architecture   string          `json:"architecture,omitempty"`
 	SessionOptions json.RawMessage `json:"sessionOptions,omitempty"`
@@ -73,6 +73,7 @@ type SessionState struct {
 	Model                 string                             `json:"model,omitempty"`
 	PendingPermissions    []conversation.PermissionRequested `json:"pendingPermissions"`
 	ActiveQueryID         string                             `json:"activeQueryId,omitempty"`
+	Turns                 []conversation.Turn                `json:"turns"`
 }
 
 // Success is the body of calls that only succeed.

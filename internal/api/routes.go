@@ -143,7 +143,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 		Status: rec.Status, CreatedAt: rec.CreatedAt, LastActivity: rec.LastActivity, SessionOptions: rec.SessionOptions,
 		Blocks: st.Blocks, Subagents: st.Subagents, WorkspaceFiles: st.WorkspaceFiles,
 		Runtime: rec.Runtime, LastSeq: st.LastSeq, Usage: st.Usage, CostUSD: st.CostUSD, Model: st.Model,
-		PendingPermissions: st.PendingPermissions, ActiveQueryID: st.ActiveQueryID,
+		PendingPermissions: st.PendingPermissions, ActiveQueryID: st.ActiveQueryID, Turns: st.Turns,
 	})
 }
 
