@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -28,7 +29,9 @@ import (
 	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/internal/agent/shell"
 	"github.com/agentd/agentd/internal/api"
+	"github.com/agentd/agentd/internal/audit"
 	"github.com/agentd/agentd/internal/eventlog"
+	"github.com/agentd/agentd/internal/modelproxy"
 	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor"
 	"github.com/agentd/agentd/internal/sandbox/local"
@@ -82,6 +85,19 @@ type Config struct {
 	// in ProviderEnv are taken from the server's environment; nothing else of
 	// it reaches a sandbox.
 	Env map[string]string
+	// DisableModelProxy passes the provider keys of Env into sandboxes as
+	// they are. By default, whenever Env has a provider key, sandboxes get
+	// a per-session token and the model proxy's address instead, and the
+	// keys stay in the server (package modelproxy).
+	DisableModelProxy bool
+	// ModelProxyAddr is the proxy's loopback listen address (default: a
+	// port kept in DataDir/model-proxy.port, the same across restarts, so
+	// environments that outlive the server keep reaching it).
+	ModelProxyAddr string
+	// SessionTokenBudget bounds the model tokens (input, output and cache)
+	// of each session; 0 means none. A profile may set a lower one with
+	// the variable AGENTD_SESSION_TOKEN_BUDGET. Needs the model proxy.
+	SessionTokenBudget int64
 	// WatchIgnore adds workspace paths the file watcher ignores.
 	WatchIgnore []string
 	// DisableUI serves no web UI at /.
@@ -107,8 +123,12 @@ type Server struct {
 	ownStore bool
 	events   *eventlog.Log
 	sessions *session.Manager
+	audit    *audit.Recorder
+	proxy    *modelproxy.Proxy // nil when off
 	api      *api.Server
 	handler  http.Handler
+
+	manager atomic.Pointer[session.Manager] // sessions, for hooks that may run before New returns
 
 	mu       sync.Mutex
 	listener net.Listener
@@ -164,10 +184,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.store, s.ownStore = st, true
 	}
 	fail := func(err error) (*Server, error) {
+		s.closeSecurity(context.Background())
 		if s.ownStore {
 			s.store.Close()
 		}
 		return nil, err
+	}
+	if err := s.startSecurity(dataDir); err != nil {
+		return fail(err)
 	}
 
 	// Profiles: folder files (reported and skipped when malformed), then
@@ -203,6 +227,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		provider = p
 	}
+	if err := s.forwardModelProxy(provider, dataDir); err != nil {
+		return fail(err)
+	}
 
 	// Agent configuration written into workspaces lives under .agentd/; it
 	// is not the user's work, so it is not watched.
@@ -221,11 +248,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		IdleTimeout: cfg.IdleTimeout, PermissionTimeout: cfg.PermissionTimeout,
 		Env: cfg.Env, WatchIgnore: cfg.WatchIgnore, PersistFilesMax: 1 << 20,
 		Logger: log, Metrics: newSessionMetrics(cfg.Registerer), Holder: holder,
+		Credentials: s.credentials(),
 	})
 	if err != nil {
 		s.events.Close()
 		return fail(err)
 	}
+	s.manager.Store(s.sessions)
 	if err := s.sessions.Start(ctx); err != nil {
 		s.events.Close()
 		return fail(err)
@@ -238,6 +267,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Sessions: s.sessions, Log: s.events, Profiles: profiles, Architectures: archs,
 		APIKey: cfg.APIKey, MaxBody: cfg.MaxBody, Gatherer: cfg.Registerer, Registerer: cfg.Registerer,
 		UI: ui, Logger: log, Version: Version,
+		Audit: auditReader(s.store), ModelUsage: s.modelUsage(),
 	})
 	if err != nil {
 		s.events.Close()
@@ -253,6 +283,7 @@ func (s *Server) builtinSandbox(name, dataDir string) (sandbox.Provider, error) 
 	case "executor":
 		p, err := executor.New(executor.Options{
 			RunAsUser: s.cfg.RunAsUser,
+			OnCall:    s.audit.ExecutorCall,
 			Logger:    s.log,
 		})
 		if err != nil {
@@ -379,6 +410,11 @@ func (s *Server) Close(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	s.api.Shutdown(ctx)
+	// Last before the store: agents in environments that outlive the
+	// server (executor) keep reaching the model while the rest shuts down.
+	if err := s.closeSecurity(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	if s.ownStore {
 		if err := s.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close store: %w", err))

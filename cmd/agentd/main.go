@@ -37,17 +37,20 @@ type cli struct {
 }
 
 type serveCmd struct {
-	Addr              string        `help:"Listen address." default:"127.0.0.1:8080" env:"AGENTD_ADDR"`
-	DataDir           string        `help:"Data folder: database, workspaces, run files." default:"./data" env:"AGENTD_DATA_DIR" type:"path"`
-	Store             string        `help:"Store URL (default sqlite://<data-dir>/agentd.db)." env:"AGENTD_STORE"`
-	Profiles          string        `help:"Folder of agent profiles (YAML or JSON, one a file)." env:"AGENTD_PROFILES" type:"path"`
-	Sandbox           string        `help:"Sandbox backend: local, executor, bwrap." default:"local" env:"AGENTD_SANDBOX"`
-	RunAsUser         string        `help:"With --sandbox executor: run agents as this Unix user (needs root)." env:"AGENTD_RUN_AS_USER"`
-	APIKey            string        `help:"Require this bearer key on /api/* and the WebSocket." env:"AGENTD_API_KEY"`
-	IdleTimeout       time.Duration `help:"Terminate an idle environment after this long." default:"15m" env:"AGENTD_IDLE_TIMEOUT"`
-	PermissionTimeout time.Duration `help:"Deny an unanswered permission request after this long." default:"5m" env:"AGENTD_PERMISSION_TIMEOUT"`
-	MaxBody           int64         `help:"Largest request body in bytes." default:"1048576" env:"AGENTD_MAX_BODY"`
-	NoUI              bool          `help:"Do not serve the web UI." env:"AGENTD_NO_UI"`
+	Addr               string        `help:"Listen address." default:"127.0.0.1:8080" env:"AGENTD_ADDR"`
+	DataDir            string        `help:"Data folder: database, workspaces, run files." default:"./data" env:"AGENTD_DATA_DIR" type:"path"`
+	Store              string        `help:"Store URL (default sqlite://<data-dir>/agentd.db)." env:"AGENTD_STORE"`
+	Profiles           string        `help:"Folder of agent profiles (YAML or JSON, one a file)." env:"AGENTD_PROFILES" type:"path"`
+	Sandbox            string        `help:"Sandbox backend: local, executor, bwrap." default:"local" env:"AGENTD_SANDBOX"`
+	RunAsUser          string        `help:"With --sandbox executor: run agents as this Unix user (needs root)." env:"AGENTD_RUN_AS_USER"`
+	APIKey             string        `help:"Require this bearer key on /api/* and the WebSocket." env:"AGENTD_API_KEY"`
+	IdleTimeout        time.Duration `help:"Terminate an idle environment after this long." default:"15m" env:"AGENTD_IDLE_TIMEOUT"`
+	PermissionTimeout  time.Duration `help:"Deny an unanswered permission request after this long." default:"5m" env:"AGENTD_PERMISSION_TIMEOUT"`
+	MaxBody            int64         `help:"Largest request body in bytes." default:"1048576" env:"AGENTD_MAX_BODY"`
+	NoUI               bool          `help:"Do not serve the web UI." env:"AGENTD_NO_UI"`
+	ModelProxy         bool          `help:"Keep provider API keys out of sandboxes: agents get a per-session token and the model proxy's address (on whenever a key is set; --no-model-proxy passes the keys in)." default:"true" negatable:"" env:"AGENTD_MODEL_PROXY"`
+	ModelProxyAddr     string        `help:"Loopback address of the model proxy (default: a port kept in the data folder across restarts)." env:"AGENTD_MODEL_PROXY_ADDR"`
+	SessionTokenBudget int64         `help:"Most model tokens (input, output, cache) a session may use, counted by the model proxy; 0 for no limit." default:"0" env:"AGENTD_SESSION_TOKEN_BUDGET"`
 }
 
 func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
@@ -55,6 +58,7 @@ func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
 		Addr: c.Addr, DataDir: c.DataDir, StoreURL: c.Store, ProfilesDir: c.Profiles,
 		Sandbox: c.Sandbox, RunAsUser: c.RunAsUser, APIKey: c.APIKey, IdleTimeout: c.IdleTimeout,
 		PermissionTimeout: c.PermissionTimeout, MaxBody: c.MaxBody, DisableUI: c.NoUI, Logger: log,
+		DisableModelProxy: !c.ModelProxy, ModelProxyAddr: c.ModelProxyAddr, SessionTokenBudget: c.SessionTokenBudget,
 	})
 	if err != nil {
 		return err

@@ -142,24 +142,34 @@ func (p *Proxy) serve(ln net.Listener) error {
 	return nil
 }
 
-// Close stops the listeners, lets requests in flight finish until ctx
-// ends, then cuts the rest.
+// Close stops the listeners at once, lets requests in flight finish until
+// ctx ends, then cuts every connection. (http.Server.Shutdown alone would
+// also wait out connections a client opened ahead and never used, seconds
+// in which a surviving environment's agent finds no proxy.)
 func (p *Proxy) Close(ctx context.Context) error {
 	p.mu.Lock()
 	p.closed = true
 	servers := p.servers
 	p.servers = nil
 	p.mu.Unlock()
-	var errs []error
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
 	for _, hs := range servers {
-		if err := hs.Shutdown(ctx); err != nil {
-			errs = append(errs, err)
-			_ = hs.Close()
+		_ = hs.Shutdown(stopped) // closes the listeners and idle connections, then returns
+	}
+	var err error
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for p.inflight.Load() > 0 && err == nil {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			err = fmt.Errorf("model proxy: close: requests still running: %w", ctx.Err())
 		}
 	}
-	p.serveWG.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("model proxy: close: %w", err)
+	for _, hs := range servers {
+		_ = hs.Close()
 	}
-	return nil
+	p.serveWG.Wait()
+	return err
 }

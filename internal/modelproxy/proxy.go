@@ -24,6 +24,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentd/agentd/conversation"
@@ -88,6 +89,7 @@ type Proxy struct {
 	servers  []*http.Server
 	closed   bool
 	serveWG  sync.WaitGroup
+	inflight atomic.Int64 // ServeHTTP calls running
 
 	lookupMu sync.Mutex // serialises store lookups with Revoke, so a revoked token is not cached again
 }
@@ -183,6 +185,8 @@ func (p *Proxy) reverseProxy(prov Provider, target *url.URL, key string) *httput
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.inflight.Add(1)
+	defer p.inflight.Add(-1)
 	start := time.Now()
 	prov, rest := splitPath(r.URL.Path)
 	rp, ok := p.proxies[prov]
