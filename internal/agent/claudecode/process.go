@@ -39,7 +39,7 @@ type process struct {
 
 	detachCh   chan struct{} // closed by detach: the server lets go of the CLI
 	detachOnce sync.Once
-	firstLine  chan struct{} // closed when the reader got its first line
+	firstLine  chan struct{} // closed at the first line of the CLI's own (not control, not keep-alive)
 
 	ctx    context.Context // ends when the CLI exited; bounds permission waits
 	cancel context.CancelFunc
@@ -524,10 +524,6 @@ func (p *process) handleLine(ln cliLine) {
 	if len(data) == 0 {
 		return
 	}
-	if !p.gotLine {
-		p.gotLine = true
-		close(p.firstLine)
-	}
 	if ln.Truncated {
 		p.badLine(data, fmt.Sprintf("a line longer than %d bytes (cut)", agentproc.MaxLine))
 		return
@@ -539,6 +535,11 @@ func (p *process) handleLine(ln cliLine) {
 		return
 	}
 	p.badRun, p.anyGood = 0, true
+	if !p.gotLine && l.Type != "keep_alive" && !strings.HasPrefix(l.Type, "control_") {
+		// The CLI is working on a message (Resume: it got the turn's).
+		p.gotLine = true
+		close(p.firstLine)
+	}
 	if strings.HasPrefix(l.Type, "control_") {
 		p.control(data)
 		return
