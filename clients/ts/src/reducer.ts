@@ -17,6 +17,9 @@
 //   - permission:requested adds (in request order), permission:resolved
 //     removes; file:created|modified upsert, file:deleted removes; the file
 //     list is sorted by path.
+//   - query:started appends a running turn; query:completed|failed replaces
+//     the outcome of the latest turn with its queryId (none: nothing is
+//     recorded) and notes the main conversation's block count (afterBlock).
 //
 // The state is immutable: applyEvent returns a new state sharing everything
 // that did not change, so UI frameworks can compare blocks by identity.
@@ -30,38 +33,73 @@ import {
   type ReducedState,
   type Runtime,
   type Subagent,
+  type Turn,
   type Usage,
   type WorkspaceFile,
 } from "./types.js";
 
 /** Something the UI shows between blocks: a failed or interrupted turn, an error event. */
 export interface Notice {
-  seq: number;
+  /** Unique and stable within a conversation: a list key. */
+  key: string;
   kind: "turn_failed" | "turn_interrupted" | "error";
   message: string;
   code?: string;
   queryId?: string;
   /** The number of main-conversation blocks when it happened: it belongs after them. */
   afterBlock: number;
+  /** The error event's seq (error notices only). */
+  seq?: number;
   timestamp?: string;
-}
-
-/** How the last turn ended (or that it still runs). */
-export interface TurnInfo {
-  queryId: string;
-  state: "running" | "completed" | "failed";
-  interrupted?: boolean;
-  error?: string;
-  durationMs?: number;
 }
 
 /**
  * The Go reducer's State plus what a UI needs that Go keeps out of State:
- * notices (turn failures, error events) and the last turn's outcome.
+ * notices of error events. (Turn outcomes are in `turns`, which the server's
+ * snapshot carries too; noticesOf makes notices of both.)
  */
 export interface ConversationState extends ReducedState {
-  notices: readonly Notice[];
-  lastTurn?: TurnInfo;
+  errorNotices: readonly Notice[];
+}
+
+/** The notice of a failed or interrupted turn; undefined for one that completed or still runs. */
+export function turnNotice(t: Turn, index: number): Notice | undefined {
+  const failed = t.status === "failed";
+  if (!failed && !t.interrupted) return undefined;
+  const n: Notice = {
+    key: `turn-${index}`,
+    kind: failed && !t.interrupted ? "turn_failed" : "turn_interrupted",
+    message: failed ? t.error || "turn failed" : "turn interrupted",
+    queryId: t.queryId,
+    afterBlock: t.afterBlock ?? 0,
+  };
+  if (t.code) n.code = t.code;
+  return n;
+}
+
+/**
+ * Every notice of a state, in conversation order: failed and interrupted
+ * turns (from `turns`, so they are there after a reload from a snapshot) and
+ * error events. At the same position an error event's notice comes first, as
+ * a failing turn logs its error before it ends.
+ */
+export function noticesOf(state: Pick<ConversationState, "turns" | "errorNotices">): Notice[] {
+  const turns: Notice[] = [];
+  state.turns.forEach((t, i) => {
+    const n = turnNotice(t, i);
+    if (n) turns.push(n);
+  });
+  // Both lists are already ordered by afterBlock: merge them.
+  const errs = state.errorNotices;
+  if (errs.length === 0) return turns;
+  const out: Notice[] = [];
+  let i = 0;
+  let j = 0;
+  while (i < turns.length || j < errs.length) {
+    if (j < errs.length && (i >= turns.length || errs[j]!.afterBlock <= turns[i]!.afterBlock)) out.push(errs[j++]!);
+    else out.push(turns[i++]!);
+  }
+  return out;
 }
 
 export type ApplyOutcome = "applied" | "duplicate" | "error";
@@ -88,8 +126,9 @@ export function initialState(): ConversationState {
     costUSD: 0,
     pendingPermissions: [],
     workspaceFiles: [],
+    turns: [],
     lastSeq: 0,
-    notices: [],
+    errorNotices: [],
   };
 }
 
@@ -111,6 +150,7 @@ export function stateFromSnapshot(s: Partial<ReducedState> & { lastSeq?: number 
     pendingPermissions: s.pendingPermissions ?? [],
     workspaceFiles: s.workspaceFiles ?? [],
     ...(s.activeQueryId ? { activeQueryId: s.activeQueryId } : {}),
+    turns: s.turns ?? [],
     lastSeq: s.lastSeq ?? 0,
   };
 }
@@ -291,6 +331,7 @@ class Draft {
   private pending: PermissionRequestedPayload[] | null = null;
   private files: Map<string, WorkspaceFile> | null = null;
   private notices: Notice[] | null = null;
+  private turns: Turn[] | null = null;
 
   constructor(state: ConversationState) {
     this.st = { ...state };
@@ -333,8 +374,13 @@ class Draft {
   }
 
   private addNotice(n: Notice): void {
-    if (!this.notices) this.notices = this.st.notices.slice();
+    if (!this.notices) this.notices = this.st.errorNotices.slice();
     this.notices.push(n);
+  }
+
+  private writableTurns(): Turn[] {
+    if (!this.turns) this.turns = this.st.turns.slice();
+    return this.turns;
   }
 
   private applyPayload(e: AgentEvent, seq: number): string | undefined {
@@ -378,35 +424,38 @@ class Draft {
         return undefined;
       }
       case "query:started": {
-        const q = String(p.queryId ?? "");
+        if (!optional(p, "queryId", "string") || !optional(p, "content", "string")) return "malformed query:started";
+        const q = (p.queryId as string | undefined) ?? "";
         if (q) this.st.activeQueryId = q;
         else delete this.st.activeQueryId;
-        this.st.lastTurn = { queryId: q, state: "running" };
+        this.writableTurns().push({ queryId: q, status: "running" });
         return undefined;
       }
       case "query:completed":
       case "query:failed": {
-        const q = String(p.queryId ?? "");
-        if (this.st.activeQueryId === q || q === "") delete this.st.activeQueryId;
         const failed = e.type === "query:failed";
-        const interrupted = p.interrupted === true;
-        const turn: TurnInfo = { queryId: q, state: failed ? "failed" : "completed" };
-        if (interrupted) turn.interrupted = true;
-        if (typeof p.durationMs === "number") turn.durationMs = p.durationMs;
-        if (failed && typeof p.error === "string") turn.error = p.error;
-        this.st.lastTurn = turn;
-        if (failed || interrupted) {
-          const n: Notice = {
-            seq,
-            kind: failed && !interrupted ? "turn_failed" : "turn_interrupted",
-            message: failed ? String(p.error ?? "turn failed") : "turn interrupted",
-            queryId: q,
-            afterBlock: this.main.length,
-          };
-          if (typeof p.code === "string") n.code = p.code;
-          if (ts) n.timestamp = ts;
-          this.addNotice(n);
+        const shape: [string, string][] = [["queryId", "string"], ["interrupted", "boolean"], ["durationMs", "integer"]];
+        if (failed) shape.push(["error", "string"], ["code", "string"]);
+        else shape.push(["result", "string"]);
+        if (!shape.every(([k, t]) => optional(p, k, t))) return `malformed ${e.type}`;
+        const q = (p.queryId as string | undefined) ?? "";
+        if (this.st.activeQueryId === q || q === "") delete this.st.activeQueryId;
+        // The latest turn with this queryId; an end without a start records nothing.
+        const turns = this.turns ?? this.st.turns;
+        let at = turns.length - 1;
+        while (at >= 0 && turns[at]!.queryId !== q) at--;
+        if (at < 0) return undefined;
+        // Like Go's omitempty: only what is set, so a live state equals the snapshot.
+        const t: Turn = { queryId: q, status: failed ? "failed" : "completed" };
+        if (p.interrupted === true) t.interrupted = true;
+        if (failed) {
+          setOpt(t, "error", p.error);
+          setOpt(t, "code", p.code);
         }
+        if (typeof p.durationMs === "number" && p.durationMs !== 0) t.durationMs = p.durationMs;
+        if (!failed) setOpt(t, "result", p.result);
+        if (this.main.length > 0) t.afterBlock = this.main.length;
+        this.writableTurns()[at] = t;
         return undefined;
       }
       case "permission:requested": {
@@ -459,7 +508,7 @@ class Draft {
         return undefined;
       }
       case "error": {
-        const n: Notice = { seq, kind: "error", message: String(p.message ?? ""), afterBlock: this.main.length };
+        const n: Notice = { key: `error-${seq}`, seq, kind: "error", message: String(p.message ?? ""), afterBlock: this.main.length };
         if (typeof p.code === "string") n.code = p.code;
         if (ts) n.timestamp = ts;
         this.addNotice(n);
@@ -483,7 +532,8 @@ class Draft {
     if (this.files) {
       st.workspaceFiles = [...this.files.values()].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
     }
-    if (this.notices) st.notices = this.notices;
+    if (this.notices) st.errorNotices = this.notices;
+    if (this.turns) st.turns = this.turns;
     return st;
   }
 }
@@ -494,6 +544,14 @@ function setOpt<T extends object>(o: T, k: keyof T & string, v: unknown): void {
   const r = o as Record<string, unknown>;
   if (typeof v === "string" && v !== "") r[k] = v;
   else delete r[k];
+}
+
+// optional reports whether o[k] is absent or of JSON type t, as Go's decoding
+// into a typed field demands (null counts as absent).
+function optional(o: Record<string, unknown>, k: string, t: string): boolean {
+  const v = o[k];
+  if (v === undefined || v === null) return true;
+  return t === "integer" ? Number.isSafeInteger(v) : typeof v === t;
 }
 
 function firstNonEmpty(a: unknown, b: unknown): string | undefined {

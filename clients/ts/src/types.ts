@@ -329,6 +329,24 @@ export interface WorkspaceFile {
   sha256?: string;
 }
 
+export type TurnStatus = "running" | "completed" | "failed";
+
+/**
+ * One query:started and how it ended (from its query:completed or
+ * query:failed payload; a running turn has no outcome fields).
+ */
+export interface Turn {
+  queryId: string;
+  status: TurnStatus;
+  interrupted?: boolean;
+  error?: string;
+  code?: string;
+  durationMs?: number;
+  result?: string;
+  /** The number of main-conversation blocks when the turn ended: its outcome belongs after them. Absent means 0. */
+  afterBlock?: number;
+}
+
 /** What the Go reducer's State holds (GET /api/sessions/{id} adds session fields). */
 export interface ReducedState {
   status: SessionStatus | "";
@@ -341,6 +359,8 @@ export interface ReducedState {
   pendingPermissions: readonly PermissionRequestedPayload[];
   workspaceFiles: readonly WorkspaceFile[];
   activeQueryId?: string;
+  /** One entry per query:started, in log order. */
+  turns: readonly Turn[];
   lastSeq: number;
 }
 

@@ -66,9 +66,21 @@ function randomLog(seed: number): AgentEvent[] {
       payload = type === "subagent:spawned"
         ? { toolUseId: pick(["toolu_A", "toolu_B"]), prompt: "p", ...(r() < 0.5 ? { agentId: "ag" } : {}), ...(r() < 0.5 ? { subagentType: "t" } : {}) }
         : { toolUseId: pick(["toolu_A", "toolu_B"]), status: pick(["complete", "error"]), ...(r() < 0.5 ? { output: "o", durationMs: 5 } : {}) };
-    } else if (k < 0.93) {
-      type = pick(["query:started", "query:completed", "query:failed"] as const);
-      payload = { queryId: pick(["q1", "q2", ""]), ...(type === "query:failed" ? { error: "boom" } : {}) };
+    } else if (k < 0.95) {
+      // Turns: starts (reused ids too), ends with and without a start, every outcome field.
+      type = pick(["query:started", "query:started", "query:completed", "query:failed"] as const);
+      const p: Record<string, unknown> = { queryId: pick(["q1", "q2", "q3", ""]) };
+      if (type === "query:started") {
+        if (r() < 0.5) p.content = "do it";
+      } else {
+        if (r() < 0.4) p.interrupted = r() < 0.7;
+        if (r() < 0.5) p.durationMs = Math.floor(r() * 3) * 17;
+        if (type === "query:failed") {
+          p.error = pick(["boom", "", "API Error: 400"]);
+          if (r() < 0.5) p.code = pick(["MODEL_ERROR", "INTERRUPTED", ""]);
+        } else if (r() < 0.5) p.result = pick(["done", ""]);
+      }
+      payload = p;
     } else {
       type = "status";
       payload = { status: pick(["running", "idle"]), runtime: { status: "running", architecture: "shell" } };
@@ -105,7 +117,7 @@ function normalize(v: unknown, key = ""): unknown {
 
 function tsState(events: AgentEvent[]): unknown {
   const st = reduceAll(events) as unknown as Record<string, unknown>;
-  const { notices: _n, lastTurn: _t, ...goShape } = st;
+  const { errorNotices: _n, ...goShape } = st;
   return normalize(goShape);
 }
 
@@ -122,21 +134,32 @@ describe.skipIf(!hasGo)("parity with the Go reducer", () => {
     for (let i = 0; i < logs.length; i++) {
       expect(tsState(logs[i]!), `log seed ${i + 1}`).toEqual(normalize(goStates[i]));
     }
+    // The generator reaches every kind of turn outcome, so the comparison covers them.
+    const turns = goStates.flatMap((g) => (g as { turns: Record<string, unknown>[] }).turns);
+    for (const want of [{ status: "running" }, { status: "failed", code: "MODEL_ERROR" }, { status: "completed", interrupted: true }, { status: "completed", result: "done" }]) {
+      expect(turns.some((t) => Object.entries(want).every(([k, v]) => t[k] === v)), JSON.stringify(want)).toBe(true);
+    }
+    expect(turns.some((t) => typeof t.afterBlock === "number" && t.afterBlock > 0)).toBe(true);
   });
 
   it("agrees on a hand-written log with every event type", { timeout: 180_000 }, () => {
     const b = (x: AnyBlock) => ({ block: x });
     const log = [
       ["block:upsert", b({ id: "u", type: "user_message", content: "go" })],
-      ["query:started", { queryId: "q1" }],
+      ["query:started", { queryId: "q1", content: "go" }],
       ["block:upsert", b({ id: "toolu_1", type: "tool_use", toolName: "Task", input: { prompt: "p" } })],
       ["subagent:spawned", { toolUseId: "toolu_1", prompt: "p" }],
       ["session:idle", {}],
       ["log", { level: "info", message: "m" }],
       ["error", { message: "e" }],
-      ["query:completed", { queryId: "q1" }],
+      ["query:completed", { queryId: "q1", durationMs: 3, result: "r" }],
+      ["query:started", { queryId: "q2" }],
+      ["query:failed", { queryId: "q2", error: "x", code: "C", interrupted: true, durationMs: 1 }],
+      ["query:started", { queryId: "q3" }],
     ].map(([type, payload], i) => ({ seq: i + 1, type, payload, context: { sessionId: "s", conversationId: "main", source: "runner", timestamp: "2026-11-21T23:47:49Z", actor: null } })) as AgentEvent[];
     const out = execFileSync("go", ["run", "./clients/ts/test/goref"], { cwd: repoRoot, input: JSON.stringify([log]) }).toString();
-    expect(tsState(log)).toEqual(normalize((JSON.parse(out) as unknown[])[0]));
+    const goState = normalize((JSON.parse(out) as unknown[])[0]) as { turns: unknown[] };
+    expect(goState.turns).toHaveLength(3);
+    expect(tsState(log)).toEqual(goState);
   });
 });

@@ -4,6 +4,7 @@ import {
   applyEvent,
   Conversation,
   initialState,
+  noticesOf,
   reduce,
   reduceAll,
   stateFromSnapshot,
@@ -202,21 +203,78 @@ describe("session-level events", () => {
     ]);
   });
 
-  it("tracks the active query and records failures and interrupts as notices", () => {
+  it("tracks the active query and records each turn and how it ended", () => {
     let st = reduceAll([
       ev(1, "block:upsert", { block: { id: "u", type: "user_message", content: "x" } }),
-      ev(2, "query:started", { queryId: "q1" }),
+      ev(2, "query:started", { queryId: "q1", content: "x" }),
     ]);
     expect(st.activeQueryId).toBe("q1");
-    expect(st.lastTurn).toEqual({ queryId: "q1", state: "running" });
-    st = reduce(st, ev(3, "query:failed", { queryId: "q1", error: "server restarted", code: "INTERRUPTED" }));
+    expect(st.turns).toEqual([{ queryId: "q1", status: "running" }]);
+    st = reduce(st, ev(3, "query:failed", { queryId: "q1", error: "server restarted", code: "INTERRUPTED", durationMs: 4 }));
     expect(st.activeQueryId).toBeUndefined();
-    expect(st.notices).toMatchObject([{ kind: "turn_failed", message: "server restarted", afterBlock: 1, seq: 3 }]);
-    st = reduceAll([ev(4, "query:started", { queryId: "q2" }), ev(5, "query:completed", { queryId: "q2", interrupted: true })], st);
-    expect(st.notices.map((n) => n.kind)).toEqual(["turn_failed", "turn_interrupted"]);
-    // A completion for another query leaves the active one alone (Go: endQuery).
-    st = reduceAll([ev(6, "query:started", { queryId: "q3" }), ev(7, "query:completed", { queryId: "q2" })], st);
-    expect(st.activeQueryId).toBe("q3");
+    expect(st.turns).toEqual([{ queryId: "q1", status: "failed", error: "server restarted", code: "INTERRUPTED", durationMs: 4, afterBlock: 1 }]);
+    st = reduceAll([
+      ev(4, "query:started", { queryId: "q2" }),
+      ev(5, "block:upsert", { block: { id: "a", type: "assistant_text", content: "partial" } }),
+      ev(6, "query:completed", { queryId: "q2", interrupted: true }),
+      ev(7, "query:started", { queryId: "q3" }),
+      ev(8, "query:completed", { queryId: "q3", result: "fine", durationMs: 0 }),
+    ], st);
+    expect(st.turns.slice(1)).toEqual([
+      { queryId: "q2", status: "completed", interrupted: true, afterBlock: 2 },
+      { queryId: "q3", status: "completed", result: "fine", afterBlock: 2 },
+    ]);
+    expect(noticesOf(st).map((n) => [n.kind, n.message, n.afterBlock, n.key])).toEqual([
+      ["turn_failed", "server restarted", 1, "turn-0"],
+      ["turn_interrupted", "turn interrupted", 2, "turn-1"],
+    ]);
+    expect(noticesOf(st)[0]!.code).toBe("INTERRUPTED");
+    // A completion for another query leaves the active one alone (Go: endQuery),
+    // and an end for a query that never started records no turn.
+    st = reduceAll([ev(9, "query:started", { queryId: "q4" }), ev(10, "query:completed", { queryId: "q9" })], st);
+    expect(st.activeQueryId).toBe("q4");
+    expect(st.turns.map((t) => [t.queryId, t.status])).toEqual([["q1", "failed"], ["q2", "completed"], ["q3", "completed"], ["q4", "running"]]);
+  });
+
+  it("ends the latest turn with a reused queryId, the last end replacing the outcome", () => {
+    const st = reduceAll([
+      ev(1, "query:started", { queryId: "q" }),
+      ev(2, "query:started", { queryId: "q" }),
+      ev(3, "query:failed", { queryId: "q", error: "first", code: "C", interrupted: true }),
+      ev(4, "query:completed", { queryId: "q", result: "ok" }),
+    ]);
+    expect(st.turns).toEqual([{ queryId: "q", status: "running" }, { queryId: "q", status: "completed", result: "ok" }]);
+  });
+
+  it("rejects malformed query events without touching the turns", () => {
+    const st = reduceAll([ev(1, "query:started", { queryId: "q1" })]);
+    for (const [type, payload] of [
+      ["query:started", { queryId: 7 }],
+      ["query:failed", { queryId: "q1", error: false }],
+      ["query:completed", { queryId: "q1", durationMs: 1.5 }],
+      ["query:completed", { queryId: "q1", interrupted: "yes" }],
+    ] as const) {
+      const r = applyEvent(st, ev(2, type, payload as never));
+      expect(r.outcome, JSON.stringify(payload)).toBe("error");
+      expect(r.state.turns).toBe(st.turns);
+      expect(r.state.activeQueryId).toBe("q1");
+    }
+  });
+
+  it("orders error-event notices with turn notices by position, an error first at the same spot", () => {
+    const st = reduceAll([
+      ev(1, "block:upsert", { block: { id: "u", type: "user_message", content: "x" } }),
+      ev(2, "query:started", { queryId: "q1" }),
+      ev(3, "error", { message: "budget", code: "BUDGET_EXCEEDED" }),
+      ev(4, "query:failed", { queryId: "q1", error: "budget", code: "BUDGET_EXCEEDED" }),
+      ev(5, "block:upsert", { block: { id: "u2", type: "user_message", content: "y" } }),
+      ev(6, "block:upsert", { block: { id: "a2", type: "assistant_text", content: "z" } }),
+      ev(7, "error", { message: "later" }),
+      ev(8, "query:started", { queryId: "q2" }),
+    ]);
+    expect(st.errorNotices.map((n) => n.key)).toEqual(["error-3", "error-7"]);
+    expect(noticesOf(st).map((n) => `${n.kind}@${n.afterBlock}`)).toEqual(["error@1", "turn_failed@1", "error@3"]);
+    expect(noticesOf({ turns: [], errorNotices: [] })).toEqual([]);
   });
 
   it("sets status and runtime", () => {
@@ -259,6 +317,26 @@ describe("immutability and sharing", () => {
     const batch = applyBatch(initialState(), log);
     expect(batch.applied).toBe(log.length);
     expect(batch.state.blocks).toEqual(one.blocks);
+  });
+
+  it("keeps the turns of a server snapshot: a reload has the same notices as the live state", () => {
+    const log = [
+      ev(1, "block:upsert", { block: { id: "q1-user", type: "user_message", content: "x" } }),
+      ev(2, "query:started", { queryId: "q1" }),
+      ev(3, "block:upsert", { block: { id: "e", type: "error", message: "API Error: 400" } }),
+      ev(4, "query:failed", { queryId: "q1", error: "API Error: 400", code: "MODEL_ERROR", durationMs: 9 }),
+    ];
+    const live = reduceAll(log);
+    // What GET /api/sessions/{id} sends: the Go state as JSON.
+    const snap = stateFromSnapshot(JSON.parse(JSON.stringify({ ...live, errorNotices: undefined })));
+    expect(snap.turns).toEqual(live.turns);
+    expect(noticesOf(snap)).toEqual(noticesOf(live));
+    expect(noticesOf(snap)).toHaveLength(1);
+    // Following the log from lastSeq adds no second notice for the same turn.
+    const after = applyEvent(snap, log[3]!);
+    expect(after.outcome).toBe("duplicate");
+    expect(noticesOf(reduce(snap, ev(5, "query:started", { queryId: "q2" })))).toHaveLength(1);
+    expect(stateFromSnapshot({}).turns).toEqual([]);
   });
 
   it("resumes from a server snapshot", () => {

@@ -78,6 +78,7 @@ check<Agree<M.Runtime, S.Runtime>>();
 check<Agree<M.Usage, S.Usage>>();
 check<Agree<M.Subagent, S.Subagent>>();
 check<Agree<M.WorkspaceFile, S.WorkspaceFile>>();
+check<Agree<M.Turn, S.Turn>>();
 check<Agree<M.ReducedState, S.ConversationState>>();
 
 // REST shapes.

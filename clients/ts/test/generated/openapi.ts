@@ -142,6 +142,7 @@ export interface ConversationState {
   runtime: Runtime;
   status: "" | "created" | "starting" | "ready" | "running" | "idle" | "terminated" | "error";
   subagents: Subagent[];
+  turns: Turn[];
   usage: Usage;
   workspaceFiles: WorkspaceFile[];
 }
@@ -353,6 +354,7 @@ export interface SessionState {
   sessionOptions: Json;
   status: string;
   subagents: Subagent[];
+  turns: Turn[];
   type: string;
   usage: Usage;
   workspaceFiles: WorkspaceFile[];
@@ -416,6 +418,17 @@ export interface SubagentSpawned {
 
 export interface Success {
   success: boolean;
+}
+
+export interface Turn {
+  afterBlock?: number;
+  code?: string;
+  durationMs?: number;
+  error?: string;
+  interrupted?: boolean;
+  queryId: string;
+  result?: string;
+  status: string;
 }
 
 export interface Usage {
