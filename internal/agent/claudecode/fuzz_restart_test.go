@@ -188,3 +188,32 @@ func TestReplayFilterDecidesPendingEvents(t *testing.T) {
 		t.Fatalf("final pass %+v", out)
 	}
 }
+
+// TestPermAnswerLines: an answer recorded in the turn mark gives back the
+// control response that was sent, with the request's input unless a client
+// changed it, and survives the agent state's JSON.
+func TestPermAnswerLines(t *testing.T) {
+	in := json.RawMessage(`{"command":"ls"}`)
+	for _, c := range []struct {
+		a    permAnswer
+		want string
+	}{
+		{permAnswer{Behavior: "allow"}, `{"behavior":"allow","updatedInput":{"command":"ls"}}`},
+		{permAnswer{Behavior: "allow", UpdatedInput: json.RawMessage(`{"command":"pwd"}`)}, `{"behavior":"allow","updatedInput":{"command":"pwd"}}`},
+		{permAnswer{Behavior: "deny", Message: "no"}, `{"behavior":"deny","message":"no"}`},
+		{permAnswer{Error: "broken"}, `"error":"broken"`},
+	} {
+		raw, _ := json.Marshal(map[string]permAnswer{"r": c.a})
+		var back map[string]permAnswer
+		if err := json.Unmarshal(raw, &back); err != nil || back["r"].withdrawn() {
+			t.Fatalf("%+v: %s %v", c.a, raw, err)
+		}
+		line, err := back["r"].line("req-1", in)
+		if err != nil || !strings.Contains(string(line), c.want) || !strings.Contains(string(line), `"request_id":"req-1"`) || !json.Valid(bytes.TrimSpace(line)) {
+			t.Errorf("%+v: line %s %v, want %s", c.a, line, err, c.want)
+		}
+	}
+	if !(permAnswer{}).withdrawn() {
+		t.Error("the zero answer is a withdrawal")
+	}
+}

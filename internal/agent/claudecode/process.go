@@ -73,7 +73,7 @@ type process struct {
 	filter *replayFilter // a resumed turn: drops what the log holds
 	// answered are the responses an earlier server sent for this turn's
 	// permission requests (turnMark.Perms), sent again instead of asking.
-	answered map[string]string
+	answered map[string]permAnswer
 	lineEnd  int64 // stdout offset after the line being handled
 	gotLine  bool
 	sawInit  bool
@@ -738,7 +738,7 @@ func (p *process) control(line []byte) {
 		p.mu.Unlock()
 		if in != nil && p.resumable {
 			// A later server replaying this turn must not ask again.
-			p.r.recordPerm(p.ctx, q, m.RequestID, "")
+			p.r.recordPerm(p.ctx, q, m.RequestID, permAnswer{})
 		}
 	case typeControlRequest:
 		var head controlRequestBody
@@ -756,12 +756,14 @@ func (p *process) control(line []byte) {
 		}
 		// The tool call's block goes out before the permission request.
 		p.flush()
-		if line, ok := p.answered[m.RequestID]; ok {
+		if a, ok := p.answered[m.RequestID]; ok {
 			// Decided before the restart: the same answer again (the CLI
 			// ignores it if it got the first), or nothing for a request it
 			// withdrew.
-			if line != "" {
-				_ = p.write([]byte(line))
+			if !a.withdrawn() {
+				if line, err := a.line(m.RequestID, permInput(req)); err == nil {
+					_ = p.write(line)
+				}
 			}
 			return
 		}
@@ -782,6 +784,15 @@ func (p *process) answerError(id, msg string) {
 	}
 }
 
+// permInput is the tool input of a permission request as agentd passes it
+// on (an object).
+func permInput(req canUseTool) json.RawMessage {
+	if !isJSONObject(req.Input) {
+		return json.RawMessage("{}")
+	}
+	return req.Input
+}
+
 // answerPermission asks the session (policy, clients, timeout) and answers
 // the CLI.
 func (p *process) answerPermission(ctx context.Context, queryID, id string, in *inflight, req canUseTool) {
@@ -792,10 +803,7 @@ func (p *process) answerPermission(ctx context.Context, queryID, id string, in *
 		delete(p.inflight, id)
 		p.mu.Unlock()
 	}()
-	input := req.Input
-	if !isJSONObject(input) {
-		input = json.RawMessage("{}")
-	}
+	input := permInput(req)
 	d, err := p.r.host.RequestPermission(ctx, agent.PermissionRequest{ToolName: req.ToolName, Input: input, ToolUseID: req.ToolUseID})
 	p.mu.Lock()
 	withdrawn := in.canceled
@@ -805,40 +813,30 @@ func (p *process) answerPermission(ctx context.Context, queryID, id string, in *
 		// asks again.
 		return
 	}
-	if err != nil {
+	var a permAnswer
+	switch {
+	case err != nil:
 		// The CLI exited, or the session could not record the request.
-		p.answerPerm(ctx, queryID, id, "agentd could not ask for permission: "+err.Error(), nil)
-		return
-	}
-	var resp any
-	if d.Behavior == conversation.Allow {
-		upd := d.UpdatedInput
-		if !isJSONObject(upd) {
-			upd = input
+		a.Error = "agentd could not ask for permission: " + err.Error()
+	case d.Behavior == conversation.Allow:
+		a.Behavior = "allow"
+		if isJSONObject(d.UpdatedInput) && !bytes.Equal(d.UpdatedInput, input) {
+			a.UpdatedInput = d.UpdatedInput
 		}
-		resp = permissionAllow{Behavior: "allow", UpdatedInput: upd}
-	} else {
-		resp = permissionDeny{Behavior: "deny", Message: orElse(d.Message, "denied")}
+	default:
+		a.Behavior, a.Message = "deny", orElse(d.Message, "denied")
 	}
-	line, err := controlSuccessLine(id, resp)
+	line, err := a.line(id, input)
 	if err != nil {
-		p.answerPerm(ctx, queryID, id, err.Error(), nil)
-		return
-	}
-	p.answerPerm(ctx, queryID, id, "", line)
-}
-
-// answerPerm sends a permission answer (line, or an error answer with msg)
-// to the CLI, recording it first in a resumable environment.
-func (p *process) answerPerm(ctx context.Context, queryID, id, msg string, line []byte) {
-	if line == nil {
-		var err error
-		if line, err = controlErrorLine(id, msg); err != nil {
+		a = permAnswer{Error: err.Error()}
+		if line, err = a.line(id, input); err != nil {
 			return
 		}
 	}
 	if p.resumable {
-		p.r.recordPerm(ctx, queryID, id, string(line))
+		// Recorded first: a later server replaying the turn sends it again
+		// rather than asking.
+		p.r.recordPerm(ctx, queryID, id, a)
 	}
 	_ = p.write(line)
 }

@@ -358,7 +358,7 @@ func TestResumeFromEveryCrashPoint(t *testing.T) {
 
 // prefixStateAnswers returns the permission answers the state of a journal
 // prefix records.
-func prefixStateAnswers(journal []journalEntry) map[string]string {
+func prefixStateAnswers(journal []journalEntry) map[string]permAnswer {
 	var st agentState
 	for _, e := range journal {
 		if e.state != nil {

@@ -68,9 +68,9 @@ type turnMark struct {
 	// Sent: the message was written to the CLI (recorded after the write;
 	// when false the write may or may not have happened).
 	Sent bool `json:"sent,omitempty"`
-	// Perms are the control responses sent for the CLI's permission
-	// requests of this turn, by request id ("" = the CLI withdrew it).
-	Perms map[string]string `json:"perms,omitempty"`
+	// Perms are the answers sent to the CLI's permission requests of this
+	// turn, by request id.
+	Perms map[string]permAnswer `json:"perms,omitempty"`
 }
 
 // convSeed is the part of the stream converter's state that carries from
@@ -407,23 +407,53 @@ func (r *runner) markSent(ctx context.Context, queryID string) {
 	})
 }
 
-// recordPerm records the response line sent for a permission request of
-// the turn ("" when the CLI withdrew it).
-func (r *runner) recordPerm(ctx context.Context, queryID, requestID, line string) {
+// recordPerm records how a permission request of the turn was answered
+// (the zero permAnswer: the CLI withdrew it).
+func (r *runner) recordPerm(ctx context.Context, queryID, requestID string, a permAnswer) {
 	r.saveState(ctx, func(st *agentState) bool {
 		if st.Turn == nil || st.Turn.QueryID != queryID {
-			return false
-		}
-		if old, ok := st.Turn.Perms[requestID]; ok && old == line {
 			return false
 		}
 		m := *st.Turn
 		m.Perms = maps.Clone(m.Perms)
 		if m.Perms == nil {
-			m.Perms = map[string]string{}
+			m.Perms = map[string]permAnswer{}
 		}
-		m.Perms[requestID] = line
+		m.Perms[requestID] = a
 		st.Turn = &m
 		return true
 	})
+}
+
+// permAnswer is how a permission request of the CLI was answered, as the
+// turn mark keeps it: enough to send the same answer again. The tool's
+// input is not kept (the request carries it), only a client's change of
+// it.
+type permAnswer struct {
+	Behavior string `json:"behavior,omitempty"` // allow or deny
+	Message  string `json:"message,omitempty"`
+	// UpdatedInput is the input a client allowed instead of the request's.
+	UpdatedInput json.RawMessage `json:"updatedInput,omitempty"`
+	// Error: the request was answered with this error.
+	Error string `json:"error,omitempty"`
+}
+
+// withdrawn reports the zero answer: the CLI withdrew the request.
+func (a permAnswer) withdrawn() bool {
+	return a.Behavior == "" && a.Error == ""
+}
+
+// line is the control response for request id whose tool input is input.
+func (a permAnswer) line(id string, input json.RawMessage) ([]byte, error) {
+	switch a.Behavior {
+	case "allow":
+		upd := input
+		if len(a.UpdatedInput) > 0 {
+			upd = a.UpdatedInput
+		}
+		return controlSuccessLine(id, permissionAllow{Behavior: "allow", UpdatedInput: upd})
+	case "deny":
+		return controlSuccessLine(id, permissionDeny{Behavior: "deny", Message: a.Message})
+	}
+	return controlErrorLine(id, orElse(a.Error, "withdrawn"))
 }
