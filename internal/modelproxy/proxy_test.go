@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -287,6 +289,14 @@ func TestIssueReplacesKeysAndURLs(t *testing.T) {
 				t.Errorf("%s carries a real key", k)
 			}
 		}
+	}
+	// Only the token's hash is stored.
+	sum := sha256.Sum256([]byte(f.token))
+	if tok, err := f.st.LookupModelToken(context.Background(), hex.EncodeToString(sum[:])); err != nil || tok.SessionID != "s1" {
+		t.Fatalf("stored token by hash: %+v, %v", tok, err)
+	}
+	if _, err := f.st.LookupModelToken(context.Background(), f.token); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the token itself is a key in the store: %v", err)
 	}
 	// Another issue mints another token; both work.
 	env2, err := f.p.Issue(context.Background(), "s1", serverEnv(f.up.url))
@@ -728,4 +738,42 @@ func TestListenLoopbackKeepsPort(t *testing.T) {
 	}
 	p2.Close(context.Background())
 	p3.Close(context.Background())
+}
+
+// TestCloseLetsStreamsFinish: Close stops taking connections at once but
+// lets an answer in flight end; with a context that ends first, it cuts it.
+func TestCloseLetsStreamsFinish(t *testing.T) {
+	for _, cut := range []bool{false, true} {
+		f := newFixture(t, 0, nil)
+		c := calls[0]
+		c.body = strings.Replace(c.body, "say hello", "go slow", 1)
+		req, _ := http.NewRequest("POST", f.env[c.urlVar]+c.path, strings.NewReader(c.body))
+		c.auth(req, f.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := make(chan error, 1)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if cut {
+			cancel()
+		}
+		go func() { closed <- f.p.Close(ctx) }()
+		body, readErr := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		err = <-closed
+		cancel()
+		if cut {
+			if err == nil || readErr == nil && strings.Contains(string(body), "message_stop") {
+				t.Fatalf("Close with an ended context: %v; the stream ended cleanly anyway", err)
+			}
+			continue
+		}
+		if err != nil || readErr != nil || !strings.Contains(string(body), "message_stop") {
+			t.Fatalf("Close: %v; stream read: %v, complete: %v", err, readErr, strings.Contains(string(body), "message_stop"))
+		}
+		if _, err := http.Post(f.env[c.urlVar]+c.path, "application/json", strings.NewReader(c.body)); err == nil {
+			t.Fatal("the proxy still takes requests after Close")
+		}
+	}
 }
