@@ -227,9 +227,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		provider = p
 	}
-	if err := s.forwardModelProxy(provider, dataDir); err != nil {
-		return fail(err)
-	}
 
 	// Agent configuration written into workspaces lives under .agentd/; it
 	// is not the user's work, so it is not watched.

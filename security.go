@@ -2,8 +2,11 @@ package agentd
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -11,7 +14,6 @@ import (
 	"github.com/agentd/agentd/internal/api"
 	"github.com/agentd/agentd/internal/audit"
 	"github.com/agentd/agentd/internal/modelproxy"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/store"
 )
@@ -57,8 +59,12 @@ func (s *Server) startSecurity(dataDir string) error {
 	if auditStore != nil {
 		usage = auditStore
 	}
+	secret, err := loadSecret(filepath.Join(dataDir, "model-proxy.secret"))
+	if err != nil {
+		return err
+	}
 	p, err := modelproxy.New(modelproxy.Config{
-		Upstreams: ups, Tokens: tokens, Usage: usage, Audit: s.audit, Budget: cfg.SessionTokenBudget,
+		Upstreams: ups, Tokens: tokens, Usage: usage, Audit: s.audit, Budget: cfg.SessionTokenBudget, Secret: secret,
 		OnBudgetExceeded: s.budgetExceeded, Actor: s.turnActor,
 		Metrics: modelproxy.NewMetrics(cfg.Registerer), Logger: s.log,
 	})
@@ -75,21 +81,6 @@ func (s *Server) startSecurity(dataDir string) error {
 		return err
 	}
 	s.proxy = p
-	return nil
-}
-
-// forwardModelProxy serves the proxy on a Unix socket for a sandbox
-// without network (modelproxy.Forwarder) and tells it where.
-func (s *Server) forwardModelProxy(provider sandbox.Provider, dataDir string) error {
-	f, ok := provider.(modelproxy.Forwarder)
-	if !ok || s.proxy == nil {
-		return nil
-	}
-	sock := modelproxy.SocketPath(dataDir)
-	if err := s.proxy.ListenUnix(sock); err != nil {
-		return err
-	}
-	f.ForwardModelProxy(s.proxy.Port(), sock)
 	return nil
 }
 
@@ -148,6 +139,26 @@ func (s *Server) modelUsage() api.ModelUsage {
 		return nil
 	}
 	return s.proxy
+}
+
+// loadSecret reads the model proxy's secret (which derives the tokens of
+// session sockets, so they survive a restart), making it on first use.
+func loadSecret(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil && len(b) >= 32 {
+		return b, nil
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("model proxy secret: %w", err)
+	}
+	b = make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return nil, fmt.Errorf("model proxy secret: %w", err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return nil, fmt.Errorf("model proxy secret: %w", err)
+	}
+	return b, nil
 }
 
 func auditReader(st store.Store) api.AuditReader {

@@ -541,7 +541,7 @@ func TestE2EExecutorAuditAndRestart(t *testing.T) {
 	})
 	out := shellOutput(t, c, sh, `printf '%s %s' "$ANTHROPIC_API_KEY" "$ANTHROPIC_BASE_URL"`)
 	token, url, _ := strings.Cut(out, " ")
-	if !tokenRE.MatchString(token) || !strings.HasSuffix(url, "/anthropic") {
+	if !tokenRE.MatchString(token) || !regexp.MustCompile(`^http://127\.0\.0\.1:\d+`).MatchString(url) {
 		t.Fatalf("the executor's processes see %q", out)
 	}
 	page := auditPage(t, p.URL, sh, func(p api.AuditPage) bool { return hasRecord(p, store.AuditExecutor, "exec.start") })

@@ -7,21 +7,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 )
-
-// Forwarder is implemented by sandbox providers whose environments have no
-// network of their own (bwrap): the server calls ForwardModelProxy once,
-// before any environment starts, and the provider makes 127.0.0.1:port
-// inside every environment reach socket, a Unix socket on the host serving
-// this proxy (bind-mount it; the executor forwards the port to it). The
-// URLs Issue hands out name 127.0.0.1:port in every backend.
-type Forwarder interface {
-	ForwardModelProxy(port int, socket string)
-}
 
 // ListenTCP serves the proxy on addr (keep it loopback: sandboxes reach
 // it there) and makes it the address Issue hands out.
@@ -39,7 +28,7 @@ func (p *Proxy) ListenTCP(addr string) (*net.TCPAddr, error) {
 	p.baseURL = "http://" + net.JoinHostPort(host, strconv.Itoa(ta.Port))
 	p.port = ta.Port
 	p.mu.Unlock()
-	if err := p.serve(ln); err != nil {
+	if _, err := p.listen(ln, p); err != nil {
 		return nil, err
 	}
 	p.log.Info("model proxy listening", "addr", ta.String())
@@ -70,43 +59,6 @@ func (p *Proxy) ListenLoopback(stateFile string) (*net.TCPAddr, error) {
 	return ta, nil
 }
 
-// ListenUnix serves the proxy on a Unix socket at path (for Forwarder
-// sandboxes). The socket is world-connectable like the loopback port:
-// a session token is what grants access.
-func (p *Proxy) ListenUnix(path string) error {
-	if len(path) > 107 {
-		return fmt.Errorf("model proxy: socket path %s is longer than 107 bytes", path)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("model proxy: %w", err)
-	}
-	_ = os.Remove(path)
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return fmt.Errorf("model proxy: listen: %w", err)
-	}
-	if err := os.Chmod(path, 0o666); err != nil {
-		ln.Close()
-		return fmt.Errorf("model proxy: %w", err)
-	}
-	if err := p.serve(ln); err != nil {
-		return err
-	}
-	p.log.Info("model proxy listening", "socket", path)
-	return nil
-}
-
-// SocketPath is where a server with data folder dataDir puts the proxy's
-// Unix socket: in the folder when the path fits a socket address, else in
-// the temporary folder under a name derived from it.
-func SocketPath(dataDir string) string {
-	p := filepath.Join(dataDir, "model-proxy.sock")
-	if len(p) <= 107 {
-		return p
-	}
-	return filepath.Join(os.TempDir(), "agentd-model-proxy-"+hashToken(dataDir)[:12]+".sock")
-}
-
 // Port is the loopback port Issue's URLs name (0 before ListenTCP).
 func (p *Proxy) Port() int {
 	p.mu.Lock()
@@ -122,13 +74,13 @@ func (p *Proxy) BaseURL() string {
 	return p.baseURL
 }
 
-func (p *Proxy) serve(ln net.Listener) error {
-	hs := &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second}
+func (p *Proxy) listen(ln net.Listener, h http.Handler) (*http.Server, error) {
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		ln.Close()
-		return errors.New("model proxy: closed")
+		return nil, errors.New("model proxy: closed")
 	}
 	p.servers = append(p.servers, hs)
 	p.serveWG.Add(1)
@@ -139,7 +91,7 @@ func (p *Proxy) serve(ln net.Listener) error {
 			p.log.Error("model proxy stopped serving", "err", err)
 		}
 	}()
-	return nil
+	return hs, nil
 }
 
 // Close stops the listeners at once, lets requests in flight finish until

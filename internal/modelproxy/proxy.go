@@ -16,6 +16,7 @@ package modelproxy
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -67,6 +68,10 @@ type Config struct {
 	// Actor names the principal of a session's running turn, for audit
 	// records.
 	Actor func(sessionID string) string
+	// Secret derives the tokens of session sockets (ServeSession); keep it
+	// across restarts (default: random, so recovered environments get new
+	// tokens their running agents do not have).
+	Secret []byte
 	// Transport reaches the upstreams (default: a clone of
 	// http.DefaultTransport).
 	Transport http.RoundTripper
@@ -80,6 +85,7 @@ type Proxy struct {
 	cfg     Config
 	log     *slog.Logger
 	proxies map[Provider]*httputil.ReverseProxy
+	secret  []byte
 
 	mu       sync.Mutex // guards accounts, tokens, baseURL, port, servers, closed
 	accounts map[string]*account
@@ -87,6 +93,7 @@ type Proxy struct {
 	baseURL  string
 	port     int
 	servers  []*http.Server
+	sockets  map[string]*http.Server // by session: ServeSession
 	closed   bool
 	serveWG  sync.WaitGroup
 	inflight atomic.Int64 // ServeHTTP calls running
@@ -129,6 +136,14 @@ func New(cfg Config) (*Proxy, error) {
 		proxies:  map[Provider]*httputil.ReverseProxy{},
 		accounts: map[string]*account{},
 		tokens:   map[string]tokenEntry{},
+		sockets:  map[string]*http.Server{},
+		secret:   cfg.Secret,
+	}
+	if len(p.secret) == 0 {
+		p.secret = make([]byte, 32)
+		if _, err := rand.Read(p.secret); err != nil {
+			return nil, fmt.Errorf("model proxy: secret: %w", err)
+		}
 	}
 	for prov, up := range cfg.Upstreams {
 		if _, ok := specOf(prov); !ok {
@@ -183,12 +198,19 @@ func (p *Proxy) reverseProxy(prov Provider, target *url.URL, key string) *httput
 	}
 }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler: the loopback listener, where the
+// first path segment names the provider (/anthropic/v1/messages).
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	prov, rest := splitPath(r.URL.Path)
+	p.serve(w, r, prov, rest, "")
+}
+
+// serve proxies one request to prov's upstream path rest. bound, when set,
+// is the only session whose token is accepted (a session's own socket).
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov Provider, rest, bound string) {
 	p.inflight.Add(1)
 	defer p.inflight.Add(-1)
 	start := time.Now()
-	prov, rest := splitPath(r.URL.Path)
 	rp, ok := p.proxies[prov]
 	if !ok {
 		status := writeFailure(w, prov, failNotFound, "agentd model proxy: no proxied provider at "+r.URL.Path)
@@ -202,8 +224,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	token := tokenFrom(r)
 	sess, ok := p.lookup(r.Context(), token)
+	if ok && bound != "" && sess != bound {
+		ok = false
+	}
 	if !ok {
-		p.log.Warn("request with an unknown model token refused", "provider", prov, "method", r.Method, "path", rest, "remote", r.RemoteAddr)
+		p.log.Warn("request with an unknown model token refused", "provider", prov, "method", r.Method, "path", rest, "remote", r.RemoteAddr, "socketOf", bound)
 		status := writeFailure(w, prov, failUnauthorized, "agentd model proxy: missing or unknown session token")
 		p.cfg.Metrics.request(prov, status)
 		p.cfg.Metrics.refused(prov, "unauthorized")

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -682,33 +683,126 @@ func TestClientGoesAwayMidStream(t *testing.T) {
 	}
 }
 
-func TestUnixSocket(t *testing.T) {
-	f := newFixture(t, 0, nil)
-	sock := filepath.Join(t.TempDir(), "mp.sock")
-	if err := f.p.ListenUnix(sock); err != nil {
-		t.Fatal(err)
-	}
-	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+func unixClient(sock string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
-	defer client.CloseIdleConnections()
-	c := calls[0]
-	req, _ := http.NewRequest("POST", f.env[c.urlVar]+c.path, strings.NewReader(c.body))
-	c.auth(req, f.token)
-	resp, err := client.Do(req)
+}
+
+// TestSessionSocket: a session's own socket takes the providers' native
+// paths, only that session's tokens, and gives the same token to a
+// restarted proxy with the same secret.
+func TestSessionSocket(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	f := newFixture(t, 0, func(c *modelproxy.Config) { c.Secret = secret })
+	dir, err := os.MkdirTemp("", "mps")
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(body), "Hello") {
-		t.Fatalf("through the socket: %d %s", resp.StatusCode, body)
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "model.sock")
+	token, err := f.p.ServeSession(context.Background(), "s1", sock)
+	if err != nil || !strings.HasPrefix(token, "agentd-mp-") {
+		t.Fatalf("ServeSession = %q, %v", token, err)
 	}
-	if err := f.p.ListenUnix(strings.Repeat("x", 120)); err == nil {
+	client := unixClient(sock)
+	defer client.CloseIdleConnections()
+	do := func(method, path, body string, hdr map[string]string) (int, string) {
+		req, _ := http.NewRequest(method, "http://relay"+path, strings.NewReader(body))
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	native := []struct {
+		name, method, path, body, keyHeader, keyValue, upPath string
+		hdr                                                   func(tok string) map[string]string
+	}{
+		{"anthropic", "POST", "/v1/messages?beta=true", calls[0].body, "X-Api-Key", anthropicKey, "/v1/messages",
+			func(tok string) map[string]string { return map[string]string{"x-api-key": tok} }},
+		{"openai", "POST", "/v1/responses", calls[1].body, "Authorization", "Bearer " + openaiKey, "/v1/responses",
+			func(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }},
+		{"gemini", "POST", "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", calls[4].body, "X-Goog-Api-Key", geminiKey,
+			"/v1beta/models/gemini-2.5-flash:streamGenerateContent", func(tok string) map[string]string { return map[string]string{"x-goog-api-key": tok} }},
+		{"anthropic models", "GET", "/v1/models", "", "X-Api-Key", anthropicKey, "/v1/models",
+			func(tok string) map[string]string {
+				return map[string]string{"x-api-key": tok, "anthropic-version": "2023-06-01"}
+			}},
+		{"openai models", "GET", "/v1/models", "", "Authorization", "Bearer " + openaiKey, "/v1/models",
+			func(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }},
+	}
+	for _, c := range native {
+		code, body := do(c.method, c.path, c.body, c.hdr(token))
+		seen := f.up.requests()
+		if code != 200 || len(seen) == 0 {
+			t.Fatalf("%s: %d %.200s", c.name, code, body)
+		}
+		last := seen[len(seen)-1]
+		if last.path != c.upPath || last.header.Get(c.keyHeader) != c.keyValue {
+			t.Errorf("%s reached the upstream at %s with %s %.12q…", c.name, last.path, c.keyHeader, last.header.Get(c.keyHeader))
+		}
+	}
+	if code, _ := do("HEAD", "/", "", nil); code != 200 {
+		t.Errorf("probe of the relay's root: %d", code)
+	}
+	// The session's other token works here; another session's does not.
+	if code, _ := do("POST", "/v1/messages", calls[0].body, map[string]string{"x-api-key": f.token}); code != 200 {
+		t.Errorf("s1's issued token on s1's socket: %d", code)
+	}
+	env2, err := f.p.Issue(context.Background(), "s2", serverEnv(f.up.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := do("POST", "/v1/messages", calls[0].body, map[string]string{"x-api-key": env2["ANTHROPIC_API_KEY"]}); code != 401 || !strings.Contains(body, "authentication_error") {
+		t.Errorf("s2's token on s1's socket: %d %s", code, body)
+	}
+	if code, _ := do("POST", "/v1/messages", calls[0].body, nil); code != 401 {
+		t.Errorf("no token: %d", code)
+	}
+	if code, _ := do("POST", "/elsewhere", "", map[string]string{"x-api-key": token}); code != 404 {
+		t.Errorf("unknown path: %d", code)
+	}
+
+	// A restarted proxy with the same secret hands out the same token for
+	// the same socket (and accepts it); another secret would not.
+	ups, _ := modelproxy.UpstreamsFromEnv(serverEnv(f.up.url))
+	p2, err := modelproxy.New(modelproxy.Config{Upstreams: ups, Tokens: f.st, Secret: secret, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Close(context.Background())
+	f.p.StopSession("s1")
+	if _, err := client.Get("http://relay/v1/models"); err == nil {
+		t.Fatal("the socket still answers after StopSession")
+	}
+	client.CloseIdleConnections()
+	again, err := p2.ServeSession(context.Background(), "s1", sock)
+	if err != nil || again != token {
+		t.Fatalf("after a restart: %q, %v; want the same token", again, err)
+	}
+	if code, _ := do("POST", "/v1/messages", calls[0].body, map[string]string{"x-api-key": token}); code != 200 {
+		t.Fatalf("the token after a restart: %d", code)
+	}
+	p3, _ := modelproxy.New(modelproxy.Config{Upstreams: ups, Secret: []byte("another secret, another token..")})
+	if other, err := p3.ServeSession(context.Background(), "s1", filepath.Join(dir, "other.sock")); err != nil || other == token {
+		t.Fatalf("another secret or path gave %q, %v", other, err)
+	}
+	p3.Close(context.Background())
+	// Revoke ends the token, on the socket too.
+	if err := p2.Revoke(context.Background(), "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := do("POST", "/v1/messages", calls[0].body, map[string]string{"x-api-key": token}); code != 401 {
+		t.Fatalf("a revoked socket token: %d", code)
+	}
+	if _, err := p2.ServeSession(context.Background(), "s1", "/"+strings.Repeat("x", 120)); err == nil {
 		t.Fatal("a socket path over 107 bytes was accepted")
-	}
-	if p := modelproxy.SocketPath("/" + strings.Repeat("d", 200)); len(p) > 107 {
-		t.Fatalf("SocketPath for a long data folder = %q", p)
 	}
 }
 
