@@ -48,9 +48,11 @@ default:
   text: "no rule for {{lastUserText}}"
 `
 
-// restartProfile lets Bash run without a prompt.
+// restartProfile lets Bash run without a prompt. The CLI's model calls may
+// go through the server (its model proxy): a few retries ride over the
+// moment the server is down.
 var restartProfile = profile.Profile{ID: "auto", Name: "Auto", AllowedTools: []string{"Bash"},
-	EnvironmentVariables: map[string]string{"CLAUDE_CODE_MAX_RETRIES": "1"}}
+	EnvironmentVariables: map[string]string{"CLAUDE_CODE_MAX_RETRIES": "4"}}
 
 // shortDir is a temporary folder with a short path (socket paths are
 // limited to 107 bytes).
@@ -97,7 +99,9 @@ func followRestart(t *testing.T, c *client.Client, id string, restart func(), lo
 			// The command runs for 3 s: stop the server a second into it.
 			time.Sleep(time.Until(bashAt.Add(time.Second)))
 			restarted = true
+			start := time.Now()
 			restart()
+			t.Logf("server restarted in %v", time.Since(start).Round(time.Millisecond))
 		}
 		if ev.Type == conversation.TypeQueryCompleted || ev.Type == conversation.TypeQueryFailed {
 			var q struct{ QueryID string }
