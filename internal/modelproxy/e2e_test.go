@@ -391,6 +391,21 @@ func TestE2EClaudeThroughTheProxy(t *testing.T) {
 	}
 	waitShell(t, c, sh)
 
+	// The proxy's counters are in /metrics (without session labels).
+	resp, err = http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`agentd_model_proxy_tokens_total{provider="anthropic",type="input"}`,
+		`agentd_model_proxy_requests_total{provider="anthropic",status="200"}`, `agentd_model_proxy_refusals_total{provider="anthropic",reason="unauthorized"} 1`,
+		`agentd_audit_records_total{kind="model"}`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+
 	// Deleting the session revokes its token.
 	if err := c.DeleteSession(ctx, claude, false); err != nil {
 		t.Fatal(err)
