@@ -83,6 +83,8 @@ type Manager struct {
 type hierarchy struct {
 	dir         string   // the parent group's folder in this hierarchy
 	controllers []string // controllers of this hierarchy we use
+	mount       string   // the hierarchy's mount point
+	key         string   // its name in /proc/<pid>/cgroup ("" for v2, "pids", "cpu,cpuacct"…)
 }
 
 // Detect finds the hierarchy to use and creates the parent group. Without
@@ -172,7 +174,7 @@ func detectV2(mounts []mount, own map[string]string, parent string) (*Manager, e
 	if err := enable(dir, ctrls); err != nil {
 		return nil, fmt.Errorf("v2: %v", err)
 	}
-	return &Manager{version: V2, dirs: []hierarchy{{dir: dir, controllers: ctrls}}}, nil
+	return &Manager{version: V2, dirs: []hierarchy{{dir: dir, controllers: ctrls, mount: mnt.point}}}, nil
 }
 
 // enable turns controllers on for dir's children.
@@ -209,7 +211,8 @@ func detectV1(mounts []mount, own map[string]string, parent string) (*Manager, e
 		if len(ctrls) == 0 {
 			continue
 		}
-		ownPath, ok := own[strings.Join(mt.controllerKey(), ",")]
+		key := strings.Join(mt.controllerKey(), ",")
+		ownPath, ok := own[key]
 		if !ok {
 			continue
 		}
@@ -220,7 +223,7 @@ func detectV1(mounts []mount, own map[string]string, parent string) (*Manager, e
 		for _, c := range ctrls {
 			found[c] = true
 		}
-		m.dirs = append(m.dirs, hierarchy{dir: dir, controllers: ctrls})
+		m.dirs = append(m.dirs, hierarchy{dir: dir, controllers: ctrls, mount: mt.point, key: key})
 	}
 	if !found["pids"] && !found["memory"] && !found["cpu"] {
 		return nil, fmt.Errorf("v1: none of %v is mounted", wanted)
@@ -360,9 +363,9 @@ func (g *Group) setLimits(l sandbox.Limits) error {
 
 // Start starts cmd inside the group: with v2 the child is cloned straight
 // into it (CLONE_INTO_CGROUP); with v1 the thread that forks is moved into
-// the group first, so the child is born there, and that thread is then
-// discarded rather than moved back (a thread the runtime cannot hand back to
-// other goroutines in a known state).
+// the group just before the fork, so the child is born there, and moved
+// back right after. A thread that cannot be moved back is not handed back
+// to the runtime: it ends with its goroutine.
 func (g *Group) Start(cmd *exec.Cmd) error {
 	if g.m.version == V2 {
 		return g.startV2(cmd)
@@ -387,14 +390,12 @@ func (g *Group) startV2(cmd *exec.Cmd) error {
 	return cmd.Start()
 }
 
-// startV1 runs on a goroutine of its own, locked to its thread until the
-// goroutine ends, which makes the runtime terminate that thread.
+// startV1 runs on a goroutine of its own, locked to its thread.
 func (g *Group) startV1(cmd *exec.Cmd, errc chan<- error) {
 	runtime.LockOSThread()
-	// Never on the main thread: a goroutine that ends locked to it leaves
-	// it parked for good instead of terminating it, and the main thread
-	// names the whole process in /proc/<pid>/cgroup. Hold it busy and
-	// let another goroutine (so another thread) do the work.
+	// Never on the main thread, which names the whole process in
+	// /proc/<pid>/cgroup: hold it busy and let another goroutine (so
+	// another thread) do the work.
 	if unix.Gettid() == os.Getpid() {
 		done := make(chan struct{})
 		go func() {
@@ -405,14 +406,48 @@ func (g *Group) startV1(cmd *exec.Cmd, errc chan<- error) {
 		runtime.UnlockOSThread()
 		return
 	}
-	tid := []byte(strconv.Itoa(unix.Gettid()))
-	for _, d := range g.dirs() {
-		if err := os.WriteFile(filepath.Join(d, "tasks"), tid, 0); err != nil {
+	tid := unix.Gettid()
+	home, err := threadGroups(tid)
+	if err != nil {
+		runtime.UnlockOSThread()
+		errc <- fmt.Errorf("cgroup: start in %s: %w", g.name, err)
+		return
+	}
+	moved := 0
+	back := func() bool {
+		ok := true
+		for _, h := range g.m.dirs[:moved] {
+			p, found := home[h.key]
+			if !found || writeFile(filepath.Join(h.mount, p, "tasks"), strconv.Itoa(tid)) != nil {
+				ok = false
+			}
+		}
+		return ok
+	}
+	for _, h := range g.m.dirs {
+		if err := writeFile(filepath.Join(h.dir, g.name, "tasks"), strconv.Itoa(tid)); err != nil {
+			if back() {
+				runtime.UnlockOSThread()
+			}
 			errc <- fmt.Errorf("cgroup: start in %s: %w", g.name, err)
 			return
 		}
+		moved++
 	}
-	errc <- cmd.Start()
+	err = cmd.Start()
+	if back() {
+		runtime.UnlockOSThread()
+	}
+	errc <- err
+}
+
+// threadGroups maps each hierarchy's key to the group of thread tid.
+func threadGroups(tid int) (map[string]string, error) {
+	b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	return parseSelfCgroup(b), nil
 }
 
 // Pids lists the processes in the group.
@@ -460,6 +495,9 @@ func (g *Group) Kill(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// One of our threads may be passing through (Start): never
+		// ourselves.
+		pids = slices.DeleteFunc(pids, func(p int) bool { return p == os.Getpid() })
 		if len(pids) == 0 {
 			return nil
 		}
