@@ -572,13 +572,24 @@ func TestE2EExecutorAuditAndRestart(t *testing.T) {
 	mustComplete(t, evs)
 
 	p.Restart() // SIGKILL, then a new server on the same data and port
-	// The shell environment survived; its token still opens the proxy.
-	req, _ := http.NewRequest("POST", url+"/v1/messages", strings.NewReader(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hello"}]}`))
-	req.Header.Set("x-api-key", token)
-	req.Header.Set("anthropic-version", "2023-06-01")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("the proxy after the restart: %v", err)
+	// The shell environment survived; its token still opens the proxy
+	// (retried while the restarted server re-attaches: an agent's CLI
+	// retries the same way).
+	var resp *http.Response
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		req, _ := http.NewRequest("POST", url+"/v1/messages", strings.NewReader(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hello"}]}`))
+		req.Header.Set("x-api-key", token)
+		req.Header.Set("anthropic-version", "2023-06-01")
+		var err error
+		resp, err = http.DefaultClient.Do(req)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the proxy after the restart: %v\n%s", err, p.Logs())
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
