@@ -508,7 +508,9 @@ class Draft {
         return undefined;
       }
       case "error": {
-        const n: Notice = { key: `error-${seq}`, seq, kind: "error", message: String(p.message ?? ""), afterBlock: this.main.length };
+        // Keyed by position in the list: unique even for unsequenced events.
+        const key = `error-${(this.notices ?? this.st.errorNotices).length}`;
+        const n: Notice = { key, seq, kind: "error", message: String(p.message ?? ""), afterBlock: this.main.length };
         if (typeof p.code === "string") n.code = p.code;
         if (ts) n.timestamp = ts;
         this.addNotice(n);

@@ -272,7 +272,7 @@ describe("session-level events", () => {
       ev(7, "error", { message: "later" }),
       ev(8, "query:started", { queryId: "q2" }),
     ]);
-    expect(st.errorNotices.map((n) => n.key)).toEqual(["error-3", "error-7"]);
+    expect(st.errorNotices.map((n) => [n.key, n.seq, n.code])).toEqual([["error-0", 3, "BUDGET_EXCEEDED"], ["error-1", 7, undefined]]);
     expect(noticesOf(st).map((n) => `${n.kind}@${n.afterBlock}`)).toEqual(["error@1", "turn_failed@1", "error@3"]);
     expect(noticesOf({ turns: [], errorNotices: [] })).toEqual([]);
   });
