@@ -172,11 +172,25 @@ describe("block rendering (claude-code + mock-llm)", () => {
       await page.getByTestId("notice-turn_failed").waitFor();
       assert.match(await page.getByTestId("notice-turn_failed").innerText(), /MODEL_ERROR/);
       await waitIdle(page);
+      assert.equal(await page.getByTestId("notice-turn_failed").count(), 1, "one notice for the failed turn");
+      const failedTurns = (await server.api("GET", `/api/sessions/${id}`)).turns.filter((t) => t.status === "failed");
+      assert.equal(failedTurns.length, 1, "the snapshot records the failed turn");
+      assert.equal(failedTurns[0].code, "MODEL_ERROR");
 
       // A reload renders the same conversation from the snapshot, the
-      // subagent's thread included.
+      // subagent's thread included, and the failed turn's notice (from the
+      // snapshot's turns, not from live events), once.
       await page.reload();
       await page.getByTestId("block-error").waitFor();
+      const notice = page.getByTestId("notice-turn_failed");
+      await notice.waitFor();
+      assert.match(await notice.innerText(), /^Turn failed: .+\(MODEL_ERROR\)$/s);
+      assert.equal(await notice.count(), 1, "the reloaded page shows the failed turn's notice once");
+      assert.ok(await page.evaluate(() => {
+        const errs = document.querySelectorAll('[data-testid="block-error"]');
+        const n = document.querySelector('[data-testid="notice-turn_failed"]');
+        return !!n && errs.length > 0 && !!(errs[errs.length - 1].compareDocumentPosition(n) & Node.DOCUMENT_POSITION_FOLLOWING);
+      }), "the notice follows the failed turn's error block");
       const again = page.getByTestId("block-subagent").getByTestId("subagent-thread");
       await again.locator("summary").click();
       await checkThread(again);

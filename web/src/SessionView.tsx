@@ -2,6 +2,7 @@ import { useCallback, useEffect, useMemo, useRef, useState, useSyncExternalStore
 import {
   AgentdError,
   Conversation,
+  noticesOf,
   stateFromSnapshot,
   type ConversationState,
   type PermissionRequestedPayload,
@@ -201,11 +202,14 @@ const estimateItem = (it: Item) => (it.kind === "tool" ? 120 : 56);
 const renderItem = (it: Item) => <ItemView item={it} />;
 
 function ConversationPane({ state }: { state: ConversationState }) {
+  // Turn notices come from the reduced turns, which the snapshot carries: a
+  // failed or interrupted turn keeps its notice across a reload, once.
+  const notices = useMemo(() => noticesOf(state), [state.turns, state.errorNotices]);
   const items = useMemo(() => {
     const awaiting = new Set<string>();
     for (const p of state.pendingPermissions) if (p.toolUseId) awaiting.add(p.toolUseId);
-    return buildItems(state.blocks, state.notices, state.subagents, awaiting);
-  }, [state.blocks, state.notices, state.subagents, state.pendingPermissions]);
+    return buildItems(state.blocks, notices, state.subagents, awaiting);
+  }, [state.blocks, notices, state.subagents, state.pendingPermissions]);
   const running = !!state.activeQueryId;
   return (
     <VirtualList

@@ -341,7 +341,7 @@ export function buildItems(
   const flushNotices = (upTo: number) => {
     while (n < notices.length && notices[n]!.afterBlock <= upTo) {
       const x = notices[n++]!;
-      items.push({ key: `notice-${x.seq}-${n}`, kind: "notice", notice: x });
+      items.push({ key: `notice-${x.key}`, kind: "notice", notice: x });
     }
   };
   blocks.forEach((b, i) => {

@@ -1,6 +1,6 @@
 import { renderToStaticMarkup } from "react-dom/server";
 import { describe, expect, it } from "vitest";
-import type { AnyBlock, Notice, Subagent } from "@agentd/client";
+import { noticesOf, reduce, stateFromSnapshot, type AnyBlock, type Notice, type Subagent } from "@agentd/client";
 import { ItemView, buildItems, commandOf } from "../src/blocks";
 import { diffLines, editsOf } from "../src/diff";
 import { Markdown, parseBlocks, safeHref } from "../src/markdown";
@@ -75,15 +75,40 @@ describe("items", () => {
   ];
   const sub: Subagent = { id: "t2", toolUseId: "t2", status: "pending", blocks: [] };
   const lone: Subagent = { id: "t9", toolUseId: "t9", status: "complete", blocks: [] };
-  const notice: Notice = { seq: 9, kind: "turn_failed", message: "x", afterBlock: 3 };
+  const notice: Notice = { key: "turn-0", kind: "turn_failed", message: "x", afterBlock: 3 };
 
   it("nests results and threads in their tool call and places notices after their block", () => {
     const items = buildItems(blocks, [notice], [sub, lone]);
-    expect(items.map((i) => i.key)).toEqual(["u", "t1", "notice-9-1", "t2", "r-orphan", "sub-t9"]);
+    expect(items.map((i) => i.key)).toEqual(["u", "t1", "notice-turn-0", "t2", "r-orphan", "sub-t9"]);
     const t1 = items[1]!;
     expect(t1.kind === "tool" && t1.result?.output).toBe("a\n");
     const t2 = items[3]!;
     expect(t2.kind === "tool" && t2.sub?.id).toBe("t2");
+  });
+
+  it("shows a failed turn of a snapshot after its blocks, once, and an interrupted one without its message", () => {
+    // What GET /api/sessions/{id} sends after a reload: no events, only turns.
+    const snap = stateFromSnapshot({
+      lastSeq: 9,
+      blocks: [blocks[0]!, { id: "e", type: "error", message: "API Error: 400" }, { id: "u2", type: "user_message", content: "again" }],
+      turns: [
+        { queryId: "q1", status: "failed", error: "API Error: 400", code: "MODEL_ERROR", afterBlock: 2 },
+        { queryId: "q2", status: "completed", interrupted: true, afterBlock: 3 },
+        { queryId: "q3", status: "completed", afterBlock: 3 },
+      ],
+    });
+    const items = buildItems(snap.blocks, noticesOf(snap), []);
+    expect(items.map((i) => i.key)).toEqual(["u", "e", "notice-turn-0", "u2", "notice-turn-1"]);
+    const failed = renderToStaticMarkup(<ItemView item={items[2]!} />);
+    expect(failed).toContain('data-testid="notice-turn_failed"');
+    expect(failed).toContain("Turn failed</strong>: API Error: 400");
+    expect(failed).toContain("(MODEL_ERROR)");
+    const interrupted = renderToStaticMarkup(<ItemView item={items[4]!} />);
+    expect(interrupted).toContain('data-testid="notice-turn_interrupted"');
+    expect(interrupted).not.toContain("turn interrupted");
+    // A live event after the snapshot for a new turn adds nothing until it ends.
+    const live = reduce(snap, { seq: 10, type: "query:started", payload: { queryId: "q4" }, context: { sessionId: "s", conversationId: "main", source: "client", timestamp: "2026-11-21T23:47:49Z", actor: null } });
+    expect(noticesOf(live).map((n) => n.key)).toEqual(["turn-0", "turn-1"]);
   });
 
   it("nests a thread in the subagent block that spawned it", () => {
