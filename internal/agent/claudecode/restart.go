@@ -32,7 +32,6 @@ func (r *runner) Detach() {
 		return
 	}
 	r.detached = true
-	close(r.detachCh)
 	p := r.proc
 	r.mu.Unlock()
 	if p != nil {

@@ -40,8 +40,7 @@ type runner struct {
 	host agent.Host
 	m    materialized
 
-	tag      string // the CLI's sandbox tag (stable per session)
-	detachCh chan struct{}
+	tag string // the CLI's sandbox tag (stable per session)
 
 	mu            sync.Mutex // guards the fields below; never held across I/O
 	proc          *process
@@ -60,7 +59,7 @@ type runner struct {
 var _ agent.Runner = (*runner)(nil)
 
 func newRunner(opts Options, h agent.Host, m materialized) *runner {
-	r := &runner{opts: opts, host: h, m: m, tag: cliTag(h.SessionID()), detachCh: make(chan struct{})}
+	r := &runner{opts: opts, host: h, m: m, tag: cliTag(h.SessionID())}
 	if raw := h.AgentState(); len(raw) > 0 {
 		if err := json.Unmarshal(raw, &r.state); err != nil {
 			h.Logger().Warn("ignoring unreadable Claude Code state", "err", err)
@@ -178,8 +177,10 @@ func (r *runner) ensureProcess(ctx context.Context, fresh bool) (*process, error
 	return p, nil
 }
 
-// start launches the CLI.
+// start launches the CLI (after stopping one an earlier server left, whose
+// transcript is then final).
 func (r *runner) start(ctx context.Context, fresh bool) (*process, error) {
+	r.stopOrphan(ctx)
 	st := r.currentState()
 	resume := ""
 	if st.ClaudeSessionID != "" && !fresh {
@@ -195,7 +196,6 @@ func (r *runner) start(ctx context.Context, fresh bool) (*process, error) {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
-	r.stopOrphan(ctx)
 	pr, err := startPipe(ctx, r.host.Env(), r.opts.Command, sandbox.Cmd{Argv: argv, Env: env, Tag: r.tag})
 	if err != nil {
 		return nil, err
