@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -307,4 +308,24 @@ func FuzzReducer(f *testing.F) {
 		_ = r.Apply(e)
 		_ = r.State()
 	})
+}
+
+// BenchmarkStateWithTurns measures State() on a long session (1,000 turns,
+// 3 blocks each): what GET /api/sessions/{id} pays, the turns clone included.
+func BenchmarkStateWithTurns(b *testing.B) {
+	r := conversation.NewReducer()
+	for i := range 1000 {
+		q := "q" + strconv.Itoa(i)
+		r.Apply(conversation.Upsert(conversation.Block{ID: q + "-user", Type: conversation.BlockUserMessage, Content: "go"}))
+		r.Apply(conversation.NewEvent(conversation.QueryStarted{QueryID: q}))
+		r.Apply(conversation.Upsert(conversation.Block{ID: q + "-a", Type: conversation.BlockAssistantText, Content: "answer"}))
+		r.Apply(conversation.Upsert(conversation.Block{ID: q + "-e", Type: conversation.BlockError, Message: "x"}))
+		r.Apply(conversation.NewEvent(conversation.QueryFailed{QueryID: q, Error: "API Error: 400", Code: "MODEL_ERROR", DurationMs: 5}))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if st := r.State(); len(st.Turns) != 1000 {
+			b.Fatal(len(st.Turns))
+		}
+	}
 }
