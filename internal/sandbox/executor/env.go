@@ -11,12 +11,14 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
 
 	rpc "github.com/agentd/agentd/internal/executor"
 	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/sandbox/executor/cgroup"
 )
 
 // Environment is one session's environment, served by its executor over
@@ -32,6 +34,12 @@ type Environment struct {
 	ping   rpc.PingResult
 	client *rpc.Client
 	reaped chan struct{} // closed when our child executor was reaped; nil after Recover
+	// cred is the environment's user (nil: the server's); ws its
+	// workspace, taken back from that user at Terminate.
+	cred  *credential
+	ws    string
+	group *cgroup.Group // the environment's control group, if any
+	token string        // the model proxy's token for this environment
 	// connEnded is closed once watchConn has failed what depended on the
 	// connection.
 	connEnded chan struct{}
@@ -226,6 +234,20 @@ func (e *Environment) Exec(ctx context.Context, cmd sandbox.Cmd) (sandbox.Proces
 			delete(env, k)
 		}
 	}
+	if e.p.opts.ModelProxy != nil {
+		// The proxy holds the real keys: whatever the caller passed,
+		// the environment gets the relay and its token.
+		for _, k := range modelKeyVars {
+			delete(secretEnv, k)
+		}
+		if addr := e.ping.ModelProxyAddr; addr != "" {
+			env = withModelEnv(env, "http://"+addr, e.token)
+		} else {
+			for _, k := range modelKeyVars {
+				delete(env, k)
+			}
+		}
+	}
 	params := rpc.ExecStartParams{
 		Tag: tag, Argv: cmd.Argv, Cwd: cmd.Dir, Env: env, SecretEnv: secretEnv,
 		Stdin: cmd.Stdin, Window: e.p.opts.Window,
@@ -389,6 +411,23 @@ func (e *Environment) terminate(ctx context.Context) error {
 	} else {
 		exited = waitGone(wctx, e.handle.PID)
 	}
+	if !exited && e.group != nil {
+		// Everything the environment runs is in its group.
+		kctx, kcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = e.group.Kill(kctx)
+		kcancel()
+		if e.reaped != nil {
+			select {
+			case <-e.reaped:
+				exited = true
+			case <-time.After(time.Second):
+			}
+		} else {
+			wctx, wcancel := context.WithTimeout(context.Background(), time.Second)
+			exited = waitGone(wctx, e.handle.PID)
+			wcancel()
+		}
+	}
 	if !exited {
 		e.log.Warn("executor did not exit after shutdown; killing it", "shutdownErr", shutdownErr)
 		// Its own process group (Setsid); the agents' groups went with
@@ -414,11 +453,98 @@ func (e *Environment) terminate(ctx context.Context) error {
 	for _, p := range procs {
 		p.drop(sandbox.ErrTerminated)
 	}
+	e.release()
 	_ = os.Remove(e.handle.Socket)
 	if e.handle.Dir != "" {
 		_ = os.RemoveAll(e.handle.Dir)
+		_ = os.RemoveAll(proxyDir(e.handle.Dir))
 	}
 	e.log.Info("executor terminated", "killed", !exited)
+	return nil
+}
+
+// release undoes what Create set up around the executor, once it is gone:
+// whatever is left in its group is killed and the group removed (a
+// process that left its process group, e.g. with setsid, does not outlive
+// the environment), the model proxy stops serving it, and the workspace
+// is taken back from its user. The user, with a pool, is free again
+// already: its lock went with the executor.
+func (e *Environment) release() {
+	if e.group != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := e.group.Remove(ctx); err != nil {
+			e.log.Error("remove the environment's cgroup", "cgroup", e.group.Name(), "err", err)
+		}
+		cancel()
+	}
+	if mp := e.p.opts.ModelProxy; mp != nil {
+		mp.StopSession(e.spec.SessionID)
+	}
+	if e.cred != nil && e.ws != "" {
+		if err := revokeWorkspace(e.ws); err != nil {
+			e.log.Error("take the workspace back from its user", "workspace", e.ws, "err", err)
+		}
+	}
+}
+
+// adopt sets up, for an environment found again after a restart, what
+// Create had: its user, its control group, its model proxy socket.
+func (e *Environment) adopt(ctx context.Context) error {
+	h := e.handle
+	if h.UID != 0 {
+		switch {
+		case e.p.pool != nil:
+			e.cred = e.p.pool.lookup(h.UID)
+		case e.p.cred != nil && e.p.cred.uid == h.UID:
+			e.cred = e.p.cred
+		}
+		if e.cred == nil {
+			e.cred = uidCredential(h.UID)
+		}
+	}
+	if ws, err := filepath.Abs(e.spec.Workspace); err == nil && e.spec.Workspace != "" {
+		e.ws = ws
+	}
+	if h.Cgroup != "" && e.p.cg != nil {
+		e.group = e.p.cg.Open(h.Cgroup)
+	}
+	if e.p.opts.ModelProxy != nil && h.Dir != "" {
+		if err := e.serveModelProxy(ctx, proxyDir(h.Dir)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// proxyDir is the folder holding an environment's model proxy socket, next
+// to its run folder: the server's (0711), so the environment's user cannot
+// swap it for a link.
+func proxyDir(runDir string) string { return runDir + ".mp" }
+
+// modelSocketName is the proxy socket's name in proxyDir.
+const modelSocketName = "model.sock"
+
+// serveModelProxy has the proxy serve this environment on a socket in dir,
+// given to the environment's user.
+func (e *Environment) serveModelProxy(ctx context.Context, dir string) error {
+	sock := filepath.Join(dir, modelSocketName)
+	token, err := e.p.opts.ModelProxy.ServeSession(ctx, e.spec.SessionID, sock)
+	if err != nil {
+		return fmt.Errorf("model proxy: %w", err)
+	}
+	uid, gid := os.Getuid(), os.Getgid()
+	if e.cred != nil {
+		uid, gid = int(e.cred.uid), int(e.cred.gid)
+	}
+	if err := os.Lchown(sock, uid, gid); err != nil {
+		e.p.opts.ModelProxy.StopSession(e.spec.SessionID)
+		return fmt.Errorf("model proxy socket: %w", err)
+	}
+	if err := os.Chmod(sock, 0o600); err != nil {
+		e.p.opts.ModelProxy.StopSession(e.spec.SessionID)
+		return fmt.Errorf("model proxy socket: %w", err)
+	}
+	e.token = token
 	return nil
 }
 

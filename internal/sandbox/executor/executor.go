@@ -20,6 +20,7 @@ import (
 
 	rpc "github.com/agentd/agentd/internal/executor"
 	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/sandbox/executor/cgroup"
 )
 
 // Name is the backend name given to --sandbox.
@@ -56,8 +57,24 @@ type Options struct {
 	RunDir string
 	// RunAsUser, when set, is the user (name or uid) the executor and so
 	// every process of the environment run as. The workspace is chowned to
-	// it. Needs the server to run as root.
+	// it while the environment lives (and taken back, 0700, at
+	// Terminate). Needs the server to run as root. Every environment
+	// shares the user: agents are kept from the server's files, not from
+	// each other's live workspaces (UserPool does that).
 	RunAsUser string
+	// UserPool, when set, gives every environment a user of its own,
+	// taken from these entries (user names, uids, uid ranges
+	// "200000-200099") and free again once its executor is gone. It
+	// replaces RunAsUser. Needs root.
+	UserPool []string
+	// SwitchUserInside starts the executor (through Wrapper) as the
+	// server's user and has it switch to the environment's user itself,
+	// for wrappers that need root to build the sandbox (bubblewrap without
+	// a user namespace). Otherwise the executor is started as that user.
+	SwitchUserInside bool
+	// Wrapper, when set, starts the executor inside another sandbox
+	// (bubblewrap). It takes precedence over Wrap.
+	Wrapper Wrapper
 	// Wrap, when set, rewrites the executor's command line, e.g. to run it
 	// under bubblewrap: the file descriptor 3 (the listening socket) must
 	// be passed through.
@@ -68,6 +85,20 @@ type Options struct {
 	// Path is the PATH of the environment's processes. Default: this
 	// process's PATH.
 	Path string
+	// Limits are every environment's limits; the non-zero fields of
+	// Spec.Limits override them. Zero fields: unlimited.
+	Limits sandbox.Limits
+	// LimitMode says how limits are enforced (default: cgroups where
+	// possible, else rlimits). With cgroups every environment also gets a
+	// group of its own, which Terminate empties: nothing it started
+	// survives it, not even a process that left its process group.
+	LimitMode LimitMode
+	// CgroupParent is the group holding the environments' groups,
+	// relative to the server's own (default "agentd").
+	CgroupParent string
+	// ModelProxy, when set, is the environments' only way to the model
+	// APIs, and the real API keys are kept out of them (see ModelProxy).
+	ModelProxy ModelProxy
 	// SpoolBytes is the executor's spool per process and stream (0: the
 	// executor's default).
 	SpoolBytes int64
@@ -102,6 +133,11 @@ type Provider struct {
 	opts Options
 	log  *slog.Logger
 	cred *credential // nil without RunAsUser
+	pool *userPool   // nil without UserPool
+
+	cg        *cgroup.Manager // nil: no cgroups
+	rlimits   bool            // enforce what rlimits can
+	limitsHow string
 }
 
 type credential struct {
@@ -148,12 +184,30 @@ func New(opts Options) (*Provider, error) {
 		opts.Logger = slog.Default()
 	}
 	p := &Provider{opts: opts, log: opts.Logger.With("sandbox", Name)}
-	if opts.RunAsUser != "" {
+	switch {
+	case len(opts.UserPool) > 0:
+		if os.Getuid() != 0 {
+			return nil, errors.New("executor backend: a user pool needs the server to run as root")
+		}
+		users, err := parseUserPool(opts.UserPool)
+		if err != nil {
+			return nil, fmt.Errorf("executor backend: %w", err)
+		}
+		if p.pool, err = newUserPool(users, filepath.Join(opts.RunDir, "users")); err != nil {
+			return nil, fmt.Errorf("executor backend: %w", err)
+		}
+		if err := os.Chmod(opts.RunDir, 0o711); err != nil {
+			return nil, fmt.Errorf("executor backend: %w", err)
+		}
+	case opts.RunAsUser != "":
 		c, err := lookupUser(opts.RunAsUser)
 		if err != nil {
 			return nil, fmt.Errorf("executor backend: run as %q: %w", opts.RunAsUser, err)
 		}
 		p.cred = c
+	}
+	if err := p.setupLimits(); err != nil {
+		return nil, fmt.Errorf("executor backend: %w", err)
 	}
 	return p, nil
 }
@@ -197,6 +251,13 @@ type Handle struct {
 	// Dir is the environment's run folder (log, spool), removed by
 	// Terminate.
 	Dir string `json:"dir,omitempty"`
+	// UID is the environment's user (0: the server's own).
+	UID uint32 `json:"uid,omitempty"`
+	// Cgroup names the environment's control group ("" if none).
+	Cgroup string `json:"cgroup,omitempty"`
+	// InnerPID is the executor's pid as it sees itself, when it runs in a
+	// pid namespace of its own (PID is then its wrapper's).
+	InnerPID int `json:"innerPid,omitempty"`
 }
 
 // Recover re-attaches to the executor described by handle. A dead
@@ -227,10 +288,18 @@ func (p *Provider) Recover(ctx context.Context, spec sandbox.Spec, handle json.R
 		return nil, fmt.Errorf("recover executor: %w: %v", sandbox.ErrGone, err)
 	}
 	ping := e.ping
-	if ping.PID != h.PID || !ping.StartedAt.Equal(h.StartedAt) {
+	want := h.PID
+	if h.InnerPID > 0 {
+		want = h.InnerPID
+	}
+	if ping.PID != want || !ping.StartedAt.Equal(h.StartedAt) {
 		e.closeConn()
 		return nil, fmt.Errorf("recover executor: %w: socket answered by pid %d started %s, not pid %d started %s",
-			sandbox.ErrGone, ping.PID, ping.StartedAt, h.PID, h.StartedAt)
+			sandbox.ErrGone, ping.PID, ping.StartedAt, want, h.StartedAt)
+	}
+	if err := e.adopt(cctx); err != nil {
+		e.closeConn()
+		return nil, fmt.Errorf("recover executor: %w", err)
 	}
 	p.log.Info("executor recovered", "session", spec.SessionID, "pid", h.PID, "socket", h.Socket)
 	return e, nil

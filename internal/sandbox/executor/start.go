@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,8 +36,10 @@ const maxSocketPath = 107
 // peer-uid check; the executor only accepts the server's uid.
 //
 // The executor runs in its own session and process group (Setsid), with
-// stdio on a log file in its run folder. It is not killed when the server
-// exits: a goroutine reaps it if it ends while this process lives.
+// stdio on a log file in its run folder, in its own control group when
+// cgroups are in use (from its first instruction on). It is not killed when
+// the server exits: a goroutine reaps it if it ends while this process
+// lives.
 func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Environment, error) {
 	if spec.Workspace == "" {
 		return nil, errors.New("create executor: no workspace folder given")
@@ -48,51 +51,116 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		return nil, fmt.Errorf("create executor: %w", err)
 	}
-	if p.cred != nil {
-		if err := chownTree(ws, int(p.cred.uid), int(p.cred.gid)); err != nil {
-			return nil, fmt.Errorf("create executor: chown workspace: %w", err)
-		}
-	}
 	name := runName(spec.SessionID)
 	dir := filepath.Join(p.opts.RunDir, name)
 	socket := filepath.Join(p.opts.RunDir, name+".sock")
-	if len(socket) > maxSocketPath {
+	if len(socket) > maxSocketPath || len(filepath.Join(proxyDir(dir), modelSocketName)) > maxSocketPath {
 		return nil, fmt.Errorf("create executor: socket path %s is longer than %d bytes: use a shorter run folder", socket, maxSocketPath)
 	}
-	if err := p.makeRunDir(dir); err != nil {
+
+	// Who the environment runs as, and the resources released on failure.
+	var undo []func()
+	fail := func(err error) (sandbox.Environment, error) {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
 		return nil, fmt.Errorf("create executor: %w", err)
 	}
-	cleanup := func() {
+	cred := p.cred
+	var lock *os.File // the pool user's lock, inherited by the executor
+	if p.pool != nil {
+		if cred, lock, err = p.pool.acquire(); err != nil {
+			return nil, fmt.Errorf("create executor: %w", err)
+		}
+		undo = append(undo, func() {
+			if lock != nil {
+				lock.Close()
+			}
+		})
+	}
+	if cred != nil {
+		if err := chownTree(ws, int(cred.uid), int(cred.gid)); err != nil {
+			return fail(fmt.Errorf("chown workspace: %w", err))
+		}
+		undo = append(undo, func() { _ = revokeWorkspace(ws) })
+	}
+	if err := p.makeRunDir(dir, cred); err != nil {
+		return fail(err)
+	}
+	undo = append(undo, func() {
 		_ = os.Remove(socket)
 		_ = os.RemoveAll(dir)
+		_ = os.RemoveAll(proxyDir(dir))
+	})
+	e := newEnvironment(p, spec, Handle{Socket: socket, ProtocolVersion: rpc.ProtocolVersion, Dir: dir})
+	e.cred, e.ws = cred, ws
+	if cred != nil {
+		e.handle.UID = cred.uid
 	}
+	if p.opts.ModelProxy != nil {
+		if err := os.Mkdir(proxyDir(dir), 0o711); err != nil {
+			return fail(err)
+		}
+		if err := e.serveModelProxy(ctx, proxyDir(dir)); err != nil {
+			return fail(err)
+		}
+		undo = append(undo, func() { p.opts.ModelProxy.StopSession(spec.SessionID) })
+	}
+	if p.cg != nil {
+		g, err := p.cg.Create(name, p.limits(spec))
+		if err != nil {
+			return fail(err)
+		}
+		e.group, e.handle.Cgroup = g, name
+		undo = append(undo, func() {
+			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = g.Remove(rctx)
+		})
+	}
+
 	lnFile, err := listen(socket)
 	if err != nil {
-		cleanup()
-		return nil, fmt.Errorf("create executor: %w", err)
+		return fail(err)
 	}
 	logFile, err := os.OpenFile(filepath.Join(dir, "executor.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		lnFile.Close()
-		cleanup()
-		return nil, fmt.Errorf("create executor: %w", err)
+		return fail(err)
 	}
-	argv := p.command(spec, ws, dir)
+	argv, err := p.command(spec, ws, dir, cred, lock != nil)
+	if err != nil {
+		lnFile.Close()
+		logFile.Close()
+		return fail(err)
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = "/"
-	cmd.Env = p.executorEnv()
+	cmd.Env = p.executorEnv(cred)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.ExtraFiles = []*os.File{lnFile} // fd 3
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if p.cred != nil {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: p.cred.uid, Gid: p.cred.gid, Groups: p.cred.groups}
+	if lock != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, lock) // fd 4: --hold-fd 4
 	}
-	startErr := cmd.Start()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if cred != nil && !p.switchInside() {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: cred.uid, Gid: cred.gid, Groups: cred.groups}
+	}
+	var startErr error
+	if e.group != nil {
+		startErr = e.group.Start(cmd)
+	} else {
+		startErr = cmd.Start()
+	}
 	lnFile.Close()
 	logFile.Close()
 	if startErr != nil {
-		cleanup()
-		return nil, fmt.Errorf("create executor: start %s: %w", argv[0], startErr)
+		return fail(fmt.Errorf("start %s: %w", argv[0], startErr))
+	}
+	if lock != nil {
+		// The executor holds the user now, for as long as it lives.
+		lock.Close()
+		lock = nil
 	}
 	reaped := make(chan struct{})
 	go func() {
@@ -100,9 +168,8 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 		_ = cmd.Wait()
 		close(reaped)
 	}()
-	e := newEnvironment(p, spec, Handle{
-		Socket: socket, PID: cmd.Process.Pid, ProtocolVersion: rpc.ProtocolVersion, Dir: dir,
-	})
+	e.handle.PID = cmd.Process.Pid
+	e.log = e.log.With("executor", e.handle.PID)
 	e.reaped = reaped
 
 	sctx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
@@ -125,23 +192,35 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 				<-e.connEnded
 			}
 		}
+		if e.group != nil {
+			kctx, kcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = e.group.Kill(kctx)
+			kcancel()
+		}
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-reaped
 		why := "exited at start"
 		if err != nil {
 			why = err.Error()
 		}
-		err = fmt.Errorf("%s; executor log: %s", why, logTail(dir))
-		cleanup()
-		return nil, fmt.Errorf("create executor: %w", err)
+		return fail(fmt.Errorf("%s; executor log: %s", why, logTail(dir)))
 	}
 	e.handle.StartedAt = e.ping.StartedAt
-	p.log.Info("executor started", "session", spec.SessionID, "pid", e.handle.PID, "socket", socket)
+	if e.ping.PID != e.handle.PID {
+		e.handle.InnerPID = e.ping.PID // in a pid namespace of its own
+	}
+	p.log.Info("executor started", "session", spec.SessionID, "pid", e.handle.PID, "socket", socket,
+		"uid", e.ping.UID, "cgroup", e.handle.Cgroup)
 	return e, nil
 }
 
-// command is the executor's command line (Wrap may prefix it).
-func (p *Provider) command(spec sandbox.Spec, ws, dir string) []string {
+// switchInside reports whether the executor starts as the server's user
+// and switches to the environment's itself.
+func (p *Provider) switchInside() bool { return p.opts.SwitchUserInside && p.opts.Wrapper != nil }
+
+// command is the executor's command line (a Wrapper or Wrap may rewrite
+// it).
+func (p *Provider) command(spec sandbox.Spec, ws, dir string, cred *credential, holdLock bool) ([]string, error) {
 	argv := []string{
 		p.opts.Binary, "executor",
 		"--listen-fd", "3",
@@ -160,22 +239,67 @@ func (p *Provider) command(spec sandbox.Spec, ws, dir string) []string {
 	for _, ig := range spec.Ignore {
 		argv = append(argv, "--ignore", ig)
 	}
-	if l := spec.Limits; l.MemoryBytes > 0 || l.Pids > 0 || l.CPUPercent > 0 {
+	l := p.limits(spec)
+	if l.MemoryBytes > 0 || l.Pids > 0 || l.CPUPercent > 0 {
 		argv = append(argv, "--memory", strconv.FormatInt(l.MemoryBytes, 10),
 			"--pids", strconv.FormatInt(l.Pids, 10), "--cpu", strconv.Itoa(l.CPUPercent))
 	}
-	if p.opts.Wrap != nil {
-		argv = p.opts.Wrap(argv)
+	// RLIMIT_NPROC counts per uid: only a uid of the environment's own
+	// makes it a per-environment bound.
+	nproc := p.rlimits && p.pool != nil && l.Pids > 0
+	if nproc {
+		argv = append(argv, "--nproc", strconv.FormatInt(l.Pids, 10))
 	}
-	return argv
+	if l.Pids > 0 && (nproc || (p.cg != nil && slices.Contains(p.cg.Controllers(), "pids"))) {
+		argv = append(argv, "--reserve-threads", strconv.Itoa(reservedThreads))
+	}
+	if holdLock {
+		argv = append(argv, "--hold-fd", "4")
+	}
+	if p.opts.ModelProxy != nil {
+		argv = append(argv, "--model-proxy-socket", filepath.Join(proxyDir(dir), modelSocketName))
+	}
+	uid, gid := os.Getuid(), os.Getgid()
+	if cred != nil {
+		uid, gid = int(cred.uid), int(cred.gid)
+	}
+	switchUser := cred != nil && p.switchInside()
+	if switchUser {
+		gs := make([]string, len(cred.groups))
+		for i, g := range cred.groups {
+			gs[i] = strconv.FormatUint(uint64(g), 10)
+		}
+		argv = append(argv, "--uid", strconv.Itoa(uid), "--gid", strconv.Itoa(gid), "--groups", strings.Join(gs, ","))
+	}
+	switch {
+	case p.opts.Wrapper != nil:
+		l := Launch{
+			Argv: argv, Spec: spec, Workspace: ws, RunDir: dir, Path: p.opts.Path,
+			UID: uid, GID: gid, SwitchUser: switchUser,
+		}
+		if p.opts.ModelProxy != nil {
+			l.ModelProxyDir = proxyDir(dir)
+		}
+		wrapped, err := p.opts.Wrapper.Wrap(l)
+		if err != nil {
+			return nil, fmt.Errorf("wrap executor: %w", err)
+		}
+		if len(wrapped) == 0 {
+			return nil, errors.New("wrap executor: empty command line")
+		}
+		return wrapped, nil
+	case p.opts.Wrap != nil:
+		return p.opts.Wrap(argv), nil
+	}
+	return argv, nil
 }
 
 // executorEnv is the executor's own environment: little, since nothing of
 // the server's environment is to leak into the sandbox.
-func (p *Provider) executorEnv() []string {
+func (p *Provider) executorEnv(cred *credential) []string {
 	env := []string{"PATH=" + p.opts.Path, "LANG=C.UTF-8"}
-	if p.cred != nil {
-		env = append(env, "HOME="+p.cred.home, "USER="+p.cred.name, "LOGNAME="+p.cred.name)
+	if cred != nil {
+		env = append(env, "HOME="+cred.home, "USER="+cred.name, "LOGNAME="+cred.name)
 	}
 	return append(env, p.opts.ExecutorEnv...)
 }
@@ -183,7 +307,7 @@ func (p *Provider) executorEnv() []string {
 // makeRunDir creates the run folder (0711: the executor's user may pass
 // through to its own folder, nobody may list it) and the environment's
 // folder inside it (0700, owned by the executor's user).
-func (p *Provider) makeRunDir(dir string) error {
+func (p *Provider) makeRunDir(dir string, cred *credential) error {
 	if err := os.MkdirAll(p.opts.RunDir, 0o711); err != nil {
 		return err
 	}
@@ -193,12 +317,12 @@ func (p *Provider) makeRunDir(dir string) error {
 	if err := os.Mkdir(filepath.Join(dir, "spool"), 0o700); err != nil {
 		return err
 	}
-	if p.cred != nil {
+	if cred != nil {
 		if err := os.Chmod(p.opts.RunDir, 0o711); err != nil {
 			return err
 		}
 		for _, d := range []string{dir, filepath.Join(dir, "spool")} {
-			if err := os.Chown(d, int(p.cred.uid), int(p.cred.gid)); err != nil {
+			if err := os.Chown(d, int(cred.uid), int(cred.gid)); err != nil {
 				return err
 			}
 		}
@@ -245,15 +369,6 @@ func runName(sessionID string) string {
 		b.WriteString("env")
 	}
 	return b.String() + "-" + hex.EncodeToString(rnd[:])
-}
-
-func chownTree(root string, uid, gid int) error {
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, uid, gid)
-	})
 }
 
 // logTail returns the end of an executor's log, for error messages.
