@@ -281,7 +281,10 @@ func (s *Server) builtinSandbox(name, dataDir string) (sandbox.Provider, error) 
 		p, err := executor.New(executor.Options{
 			RunAsUser: s.cfg.RunAsUser,
 			OnCall:    s.audit.ExecutorCall,
-			Logger:    s.log,
+			// Each environment reaches the model through a socket of its
+			// own, relayed to a loopback port inside (docs/security.md).
+			ModelProxy: s.executorModelProxy(),
+			Logger:     s.log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("executor sandbox: %w", err)

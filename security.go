@@ -14,6 +14,7 @@ import (
 	"github.com/agentd/agentd/internal/api"
 	"github.com/agentd/agentd/internal/audit"
 	"github.com/agentd/agentd/internal/modelproxy"
+	"github.com/agentd/agentd/internal/sandbox/executor"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/store"
 )
@@ -128,6 +129,15 @@ func (s *Server) budgetExceeded(ctx context.Context, sessionID string, used, bud
 // credentials is the session manager's Credentials hook (nil without the
 // proxy: no typed nil in the interface).
 func (s *Server) credentials() session.Credentials {
+	if s.proxy == nil {
+		return nil
+	}
+	return s.proxy
+}
+
+// executorModelProxy is the executor backend's ModelProxy option (nil
+// without the proxy: no typed nil in the interface).
+func (s *Server) executorModelProxy() executor.ModelProxy {
 	if s.proxy == nil {
 		return nil
 	}
