@@ -1,0 +1,445 @@
+package bwrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/sandbox/executor"
+)
+
+func TestWrapCommandLine(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin", "agentd")
+	tools := filepath.Join(dir, "tools")
+	data := filepath.Join(dir, "data")
+	for _, d := range []string{filepath.Dir(bin), filepath.Join(tools, "node_modules", ".bin"), filepath.Join(data, "workspaces", "s1")} {
+		os.MkdirAll(d, 0o755)
+	}
+	os.WriteFile(bin, nil, 0o755)
+	w := &wrapper{bwrap: "/usr/bin/bwrap", root: true, tmpSize: 1 << 20, readOnly: []string{tools, "relative", data, "/nonexistent"}}
+	ws := filepath.Join(data, "workspaces", "s1")
+	l := executor.Launch{
+		Argv:      []string{bin, "executor", "--listen-fd", "3"},
+		Workspace: ws, RunDir: "/run/agentd-test/s1-x", ModelProxyDir: "/run/agentd-test/s1-x.mp",
+		Path: "/usr/bin:" + filepath.Join(tools, "node_modules", ".bin") + ":relative:" + data + ":/:" + ws + "/bin:/opt/none-such",
+	}
+	args, err := w.Wrap(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := strings.Join(args, " ")
+	for _, want := range []string{
+		"--unshare-pid --unshare-net", "--unshare-user --disable-userns", "--cap-drop ALL", "--new-session",
+		"--ro-bind /usr /usr", "--perms 0755 --dir /etc --ro-bind /etc/passwd /etc/passwd",
+		"--size 1048576 --perms 1777 --tmpfs /tmp", "--perms 0755 --dir /var --perms 1777 --tmpfs /var/tmp",
+		"--ro-bind " + bin + " " + bin,
+		"--ro-bind " + filepath.Join(tools, "node_modules") + " ",
+		"--ro-bind " + tools + " " + tools,
+		"--bind " + ws + " " + ws, "--perms 0755 --dir /run --perms 0755 --dir /run/agentd-test --bind /run/agentd-test/s1-x /run/agentd-test/s1-x",
+		"--ro-bind /run/agentd-test/s1-x.mp /run/agentd-test/s1-x.mp",
+		"--remount-ro / -- " + bin + " executor --listen-fd 3",
+	} {
+		if !strings.Contains(line, want) {
+			t.Errorf("missing %q in\n%s", want, line)
+		}
+	}
+	for _, bad := range []string{"--die-with-parent", "--ro-bind " + data + " ", "--ro-bind / /", "relative", "--share-net", "CAP_SETUID", "/nonexistent"} {
+		if strings.Contains(line, bad) {
+			t.Errorf("unexpected %q in\n%s", bad, line)
+		}
+	}
+	// The tmpfs mounts come before the binds (the workspace may live
+	// under /tmp on the host).
+	if strings.Index(line, "--tmpfs /tmp") > strings.Index(line, "--bind "+ws) {
+		t.Error("workspace bound before /tmp is mounted")
+	}
+	// Switching users inside: no user namespace, the two capabilities.
+	l.SwitchUser = true
+	args, _ = w.Wrap(l)
+	line = strings.Join(args, " ")
+	if strings.Contains(line, "--unshare-user") || !strings.Contains(line, "--cap-drop ALL --cap-add CAP_SETUID --cap-add CAP_SETGID") {
+		t.Fatalf("switch user: %s", line)
+	}
+	if _, err := w.Wrap(executor.Launch{Argv: []string{"agentd"}, Workspace: "/w", RunDir: "/r"}); err == nil {
+		t.Fatal("relative binary accepted")
+	}
+	if _, err := w.Wrap(executor.Launch{Argv: []string{"/agentd"}}); err == nil {
+		t.Fatal("launch without workspace accepted")
+	}
+}
+
+func TestPathDirs(t *testing.T) {
+	dir := t.TempDir()
+	nm := filepath.Join(dir, "tools", "node_modules", ".bin")
+	os.MkdirAll(nm, 0o755)
+	os.MkdirAll(filepath.Join(dir, "bin"), 0o755)
+	got := pathDirs(strings.Join([]string{"/usr/bin", nm, filepath.Join(dir, "bin"), dir, "rel", "", "/nonexistent"}, ":"),
+		[]string{filepath.Join(dir, "ws")})
+	want := []string{filepath.Join(dir, "tools", "node_modules"), filepath.Join(dir, "bin")}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %q want %q", got, want)
+	}
+}
+
+func FuzzPathDirs(f *testing.F) {
+	f.Add("/usr/bin:/tmp:/:relative::/tmp/x/node_modules/.bin", "/tmp/x")
+	f.Fuzz(func(t *testing.T, path, private string) {
+		for _, d := range pathDirs(path, []string{private}) {
+			if !filepath.IsAbs(d) || d == "/" || underSystem(d) || (filepath.IsAbs(private) && covers(d, []string{private})) {
+				t.Fatalf("path %q private %q gave %q", path, private, d)
+			}
+		}
+	})
+}
+
+func TestNewWithoutBwrap(t *testing.T) {
+	if _, err := New(Options{Bwrap: "/nonexistent/bwrap"}); err == nil {
+		t.Fatal("missing bwrap accepted")
+	}
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "bwrap")
+	os.WriteFile(fake, []byte("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n"), 0o755)
+	_, err := New(Options{Bwrap: fake})
+	if err == nil || !strings.Contains(err.Error(), "No permissions") {
+		t.Fatalf("broken bwrap: %v", err)
+	}
+}
+
+// fakeProxy serves HTTP on each session's socket and echoes what it saw.
+type fakeProxy struct {
+	mu      sync.Mutex
+	servers map[string]*http.Server
+	wg      sync.WaitGroup
+}
+
+func (f *fakeProxy) ServeSession(_ context.Context, id, path string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_ = os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "model proxy: %s %s key=%s", r.Method, r.URL.Path, r.Header.Get("x-api-key"))
+	})}
+	if f.servers == nil {
+		f.servers = map[string]*http.Server{}
+	}
+	if old := f.servers[id]; old != nil {
+		old.Close()
+	}
+	f.servers[id] = srv
+	f.wg.Add(1)
+	go func() { defer f.wg.Done(); srv.Serve(ln) }()
+	return "tok-" + id, nil
+}
+
+func (f *fakeProxy) StopSession(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s := f.servers[id]; s != nil {
+		s.Close()
+		delete(f.servers, id)
+	}
+}
+
+func (f *fakeProxy) close() {
+	f.mu.Lock()
+	for _, s := range f.servers {
+		s.Close()
+	}
+	f.mu.Unlock()
+	f.wg.Wait()
+}
+
+// hostHTTP is a server on the host's loopback, which the sandbox must not
+// reach.
+func hostHTTP(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "host reached") })}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+	return ln.Addr().String()
+}
+
+// TestSandboxView: what a process inside sees and can do.
+func TestSandboxView(t *testing.T) {
+	fp := &fakeProxy{}
+	defer fp.close()
+	p, dir := newProvider(t, func(o *Options) { o.ModelProxy = fp })
+	// The server's data next to the workspace: invisible inside.
+	data := filepath.Join(dir, "data")
+	os.MkdirAll(filepath.Join(data, "workspaces"), 0o755)
+	os.WriteFile(filepath.Join(data, "agentd.db"), []byte("DATABASE"), 0o644)
+	os.MkdirAll(filepath.Join(data, "workspaces", "other"), 0o755)
+	os.WriteFile(filepath.Join(data, "workspaces", "other", "f"), []byte("OTHER SESSION"), 0o644)
+	ws := filepath.Join(data, "workspaces", "me")
+	host := hostHTTP(t)
+	env := create(t, p, sandbox.Spec{SessionID: "view", Workspace: ws, Env: map[string]string{"ANTHROPIC_API_KEY": "sk-ant-REAL-1"}})
+	if env.WorkDir() != ws {
+		t.Fatalf("workdir %q", env.WorkDir())
+	}
+	script := fmt.Sprintf(`
+cd %[1]s
+touch /data-test 2>/dev/null && echo "WROTE ROOT"
+echo "pwd=$(pwd)"
+for f in /usr/x /etc/x /x /home/x %[2]s/x %[3]s/other/x; do touch $f 2>/dev/null && echo "WROTE $f"; done
+touch ok /tmp/ok && echo "wrote workspace and tmp"
+cat %[2]s/agentd.db 2>/dev/null && echo "READ DB"
+cat %[3]s/other/f 2>/dev/null && echo "READ OTHER"
+ls %[3]s 2>/dev/null | tr '\n' ' '; echo "<- workspaces seen"
+echo "procs=$(ls /proc | grep -c '^[0-9]')"
+curl -s -m 3 http://%[4]s/ && echo "HOST REACHED"
+curl -s -m 3 http://1.1.1.1/ >/dev/null && echo "INTERNET REACHED"
+echo "proxy=$(curl -s -m 5 -H "x-api-key: $ANTHROPIC_API_KEY" "$ANTHROPIC_BASE_URL/v1/messages")"
+env | grep -c REAL
+grep -E '^(CapEff|NoNewPrivs)' /proc/self/status | tr '\t\n' '  '; echo
+unshare -U true 2>/dev/null && echo "NESTED USERNS"
+hostname
+`, ws, data, filepath.Join(data, "workspaces"), host)
+	o, e, _ := run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", script}})
+	t.Logf("inside:\n%s%s", o, e)
+	// The data folder is under /tmp here: inside, that is the private
+	// /tmp (writable, gone with the sandbox), never the host's.
+	if _, err := os.Stat(filepath.Join(data, "x")); err == nil {
+		t.Error("sandbox wrote into the host's data folder")
+	}
+	o = strings.ReplaceAll(o, "WROTE "+data+"/x\n", "")
+	for _, bad := range []string{"WROTE", "READ DB", "READ OTHER", "other", "HOST REACHED", "INTERNET REACHED", "NESTED USERNS"} {
+		if strings.Contains(o, bad) {
+			t.Errorf("sandbox could: %s", bad)
+		}
+	}
+	for _, want := range []string{"pwd=" + ws, "wrote workspace and tmp", "me <- workspaces seen", "proxy=model proxy: GET /v1/messages key=tok-view",
+		"\n0\n", "CapEff: 0000000000000000", "NoNewPrivs: 1", "agentd\n"} {
+		if !strings.Contains(o, want) {
+			t.Errorf("missing %q", want)
+		}
+	}
+	if n := procsLine(o); n < 1 || n > 6 {
+		t.Errorf("sees %d processes", n)
+	}
+	// Files written inside are on the host, the rest vanished with it.
+	if _, err := os.Stat(filepath.Join(ws, "ok")); err != nil {
+		t.Fatal(err)
+	}
+	// A terminal works (own /dev/pts).
+	o, _, st := run(t, env, sandbox.Cmd{Argv: []string{"tty"}, PTY: &sandbox.WindowSize{Rows: 24, Cols: 80}})
+	if !st.Success() || !strings.HasPrefix(o, "/dev/pts/") {
+		t.Fatalf("tty: %q %+v", o, st)
+	}
+	// The handle names the wrapper's pid and the executor's own.
+	h := handleOf(t, env)
+	if h.InnerPID == 0 || h.InnerPID == h.PID {
+		t.Fatalf("handle %+v", h)
+	}
+}
+
+func procsLine(o string) int {
+	for _, l := range strings.Split(o, "\n") {
+		if v, ok := strings.CutPrefix(l, "procs="); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return -1
+}
+
+// TestPoolUsers: with a user pool (root), each sandbox runs as its own
+// user, sees no other workspace, and cannot read its init's environment.
+func TestPoolUsers(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("a user pool needs root")
+	}
+	p, dir := newProvider(t, func(o *Options) { o.UserPool = []string{"59980-59981"} })
+	ws1, ws2 := filepath.Join(dir, "ws1"), filepath.Join(dir, "ws2")
+	e1 := create(t, p, sandbox.Spec{SessionID: "u1", Workspace: ws1})
+	e2 := create(t, p, sandbox.Spec{SessionID: "u2", Workspace: ws2})
+	if err := e1.WriteFile(bg, "mine.txt", []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	script := `id -u; cat /proc/1/environ >/dev/null 2>&1 && echo "READ INIT ENV"; grep CapEff /proc/self/status; touch /tmp/t && echo tmp ok; ls ` + ws1 + ` 2>&1 | head -1`
+	o1, _, _ := run(t, e1, sandbox.Cmd{Argv: []string{"sh", "-c", script}})
+	o2, _, _ := run(t, e2, sandbox.Cmd{Argv: []string{"sh", "-c", script}})
+	if !strings.HasPrefix(o1, "5998") || !strings.HasPrefix(o2, "5998") || o1[:5] == o2[:5] {
+		t.Fatalf("uids:\n%s\n%s", o1, o2)
+	}
+	for _, o := range []string{o1, o2} {
+		if strings.Contains(o, "READ INIT ENV") || !strings.Contains(o, "CapEff:\t0000000000000000") || !strings.Contains(o, "tmp ok") {
+			t.Errorf("inside:\n%s", o)
+		}
+	}
+	if !strings.Contains(o1, "mine.txt") || !strings.Contains(o2, "No such file") {
+		t.Fatalf("workspace 1 from 1: %q, from 2: %q", o1, o2)
+	}
+	var st syscall.Stat_t
+	syscall.Stat(filepath.Join(ws1, "mine.txt"), &st)
+	if st.Uid < 59980 || st.Uid > 59981 {
+		t.Fatalf("file owned by %d", st.Uid)
+	}
+}
+
+// TestLimits: a fork storm beyond the pids limit fails inside the sandbox;
+// the executor keeps serving.
+func TestLimits(t *testing.T) {
+	p, dir := newProvider(t, func(o *Options) { o.Limits = sandbox.Limits{Pids: 48} })
+	if strings.HasPrefix(p.LimitsEnforcement(), "none") {
+		t.Skipf("no limits here: %s", p.LimitsEnforcement())
+	}
+	t.Logf("limits: %s", p.LimitsEnforcement())
+	env := create(t, p, sandbox.Spec{SessionID: "lim", Workspace: filepath.Join(dir, "ws")})
+	o, _, _ := run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", `( i=0; while [ $i -lt 100 ]; do sleep 60 >/dev/null 2>&1 & i=$((i+1)); done; echo spawned $i ); echo rc=$?; kill -9 0`}})
+	if strings.Contains(o, "spawned 100") || !strings.Contains(o, "rc=2") {
+		t.Fatalf("fork storm: %q", o)
+	}
+	// The killed storm is reaped by the sandbox's init: soon room again.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		o, _, st := run(t, env, sandbox.Cmd{Argv: []string{"echo", "alive"}})
+		if st.Success() && o == "alive\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no room after the storm: %q %+v", o, st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRecover: a second provider (a restarted server) re-attaches to a
+// running sandbox and resumes a process's output, then terminates it for
+// good.
+func TestRecover(t *testing.T) {
+	p, dir := newProvider(t, nil)
+	spec := sandbox.Spec{SessionID: "rec", Workspace: filepath.Join(dir, "ws")}
+	env := create(t, p, spec)
+	if _, err := env.Exec(bg, sandbox.Cmd{Tag: "count", Argv: []string{"sh", "-c", `for i in 1 2 3 4 5; do echo line $i; sleep 0.1; done`}}); err != nil {
+		t.Fatal(err)
+	}
+	h := handleOf(t, env)
+	p2, err := New(testOptions(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env2, err := p2.Recover(bg, spec, env.(sandbox.Handler).Handle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc, err := env2.(sandbox.Attacher).Attach(bg, "count", sandbox.Offsets{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for c := range proc.Output() {
+		out.Write(c.Data)
+	}
+	if st, err := proc.Wait(bg); err != nil || !st.Success() || out.String() != "line 1\nline 2\nline 3\nline 4\nline 5\n" {
+		t.Fatalf("%q %+v %v", out.String(), st, err)
+	}
+	if err := env2.Terminate(bg); err != nil {
+		t.Fatal(err)
+	}
+	if alive(h.PID) {
+		t.Fatal("bubblewrap still running after Terminate")
+	}
+	// Recovering a terminated sandbox says it is gone.
+	if _, err := p2.Recover(bg, spec, env.(sandbox.Handler).Handle()); !errors.Is(err, sandbox.ErrGone) {
+		t.Fatalf("recover after terminate: %v", err)
+	}
+}
+
+// TestSurvivesServerDeath: the server that created the sandbox exits; the
+// sandbox, its executor and its process live on, and a new server takes
+// them back.
+func TestSurvivesServerDeath(t *testing.T) {
+	needBwrap(t)
+	dir := shortTempDir(t)
+	userBinary(dir)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "BWRAP_TEST_SERVER="+dir)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("server: %v %s", err, out)
+	}
+	handle := []byte(strings.TrimSpace(string(out)))
+	p, err := New(testOptions(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{SessionID: "dying", Workspace: filepath.Join(dir, "ws")}
+	env, err := p.Recover(bg, spec, handle)
+	if err != nil {
+		t.Fatalf("recover after the server died: %v", err)
+	}
+	defer env.Terminate(bg)
+	proc, err := env.(sandbox.Attacher).Attach(bg, "count", sandbox.Offsets{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	for c := range proc.Output() {
+		got.Write(c.Data)
+	}
+	if st, err := proc.Wait(bg); err != nil || !st.Success() || !strings.HasSuffix(got.String(), "line 40\n") || !strings.HasPrefix(got.String(), "line 1\n") {
+		t.Fatalf("%q %+v %v", got.String(), st, err)
+	}
+}
+
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && i+2 < len(b) && b[i+2] != 'Z'
+}
+
+func TestTerminateKillsEverything(t *testing.T) {
+	p, dir := newProvider(t, nil)
+	env := create(t, p, sandbox.Spec{SessionID: "kill", Workspace: filepath.Join(dir, "ws")})
+	// A daemon in its own session inside the sandbox.
+	o, _, _ := run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", `setsid sh -c 'sleep 300 >/dev/null 2>&1 & echo $!' </dev/null`}})
+	if strings.TrimSpace(o) == "" {
+		t.Fatal("no daemon")
+	}
+	h := handleOf(t, env)
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	if err := env.Terminate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if alive(h.PID) {
+		t.Fatal("bubblewrap alive after Terminate")
+	}
+	// No sleep 300 of ours is left anywhere.
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if string(b) == "sleep\x00300\x00" {
+			if env, _ := os.ReadFile("/proc/" + e.Name() + "/environ"); strings.Contains(string(env), h.Dir) || strings.Contains(string(env), "ws") {
+				t.Fatalf("daemon %s survived", e.Name())
+			}
+		}
+	}
+}
