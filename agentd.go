@@ -33,6 +33,7 @@ import (
 	"github.com/agentd/agentd/internal/eventlog"
 	"github.com/agentd/agentd/internal/modelproxy"
 	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/sandbox/bwrap"
 	"github.com/agentd/agentd/internal/sandbox/executor"
 	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/session"
@@ -65,14 +66,30 @@ type Config struct {
 	ProfilesDir string
 	// Profiles are added to those of ProfilesDir (they win on id clashes).
 	Profiles []profile.Profile
-	// Sandbox is the sandbox backend: "local" (default). Other backends
-	// register through Sandboxes.
+	// Sandbox is the sandbox backend: "local" (default), "executor" (a
+	// detached executor per session), "bwrap" (the executor inside
+	// bubblewrap). Other backends register through Sandboxes. What each
+	// protects against: docs/security.md.
 	Sandbox string
 	// Sandboxes adds sandbox backends by name, for embedding programs.
 	Sandboxes map[string]sandbox.Provider
-	// RunAsUser runs the executor sandbox's processes as this Unix user
-	// (needs root).
+	// RunAsUser runs the executor and bwrap sandboxes' processes as this
+	// Unix user (needs root). All sessions share it.
 	RunAsUser string
+	// RunAsUserPool gives each session of the executor and bwrap
+	// sandboxes a Unix user of its own, from these user names, uids and
+	// uid ranges ("200000-200099"); it replaces RunAsUser. Needs root.
+	RunAsUserPool []string
+	// SandboxLimits bound each environment of the executor and bwrap
+	// sandboxes (zero fields: unlimited).
+	SandboxLimits sandbox.Limits
+	// SandboxLimitMode says how: "auto" (default: cgroups where possible,
+	// else rlimits), "cgroup", "rlimit", "off".
+	SandboxLimitMode string
+	// SandboxReadOnly are more host paths the bwrap sandbox shows,
+	// read-only (the system, the agents' PATH and the workspace are
+	// always there).
+	SandboxReadOnly []string
 	// APIKey, when set, is required on every /api/* route and the WebSocket.
 	APIKey string
 	// IdleTimeout terminates an idle environment (default 15m).
@@ -277,21 +294,44 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // builtinSandbox builds the sandbox backends that need configuration.
 func (s *Server) builtinSandbox(name, dataDir string) (sandbox.Provider, error) {
 	switch name {
-	case "executor":
-		p, err := executor.New(executor.Options{
-			RunAsUser: s.cfg.RunAsUser,
-			OnCall:    s.audit.ExecutorCall,
+	case "executor", "bwrap":
+		mode, err := executor.ParseLimitMode(s.cfg.SandboxLimitMode)
+		if err != nil {
+			return nil, fmt.Errorf("%s sandbox: %w", name, err)
+		}
+		opts := executor.Options{
+			RunAsUser: s.cfg.RunAsUser, UserPool: s.cfg.RunAsUserPool,
+			Limits: s.cfg.SandboxLimits, LimitMode: mode,
+			OnCall: s.audit.ExecutorCall,
 			// Each environment reaches the model through a socket of its
 			// own, relayed to a loopback port inside (docs/security.md).
 			ModelProxy: s.executorModelProxy(),
 			Logger:     s.log,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("executor sandbox: %w", err)
 		}
+		if opts.RunAsUser != "" || len(opts.UserPool) > 0 {
+			// Other users pass through the data folder to their
+			// workspace: nothing else of it may be open to them.
+			if err := executor.ProtectDataDir(dataDir); err != nil {
+				return nil, fmt.Errorf("%s sandbox: %w", name, err)
+			}
+		}
+		var p interface {
+			sandbox.Provider
+			LimitsEnforcement() string
+		}
+		if name == "bwrap" {
+			p, err = bwrap.New(bwrap.Options{Options: opts, ReadOnly: s.cfg.SandboxReadOnly})
+		} else {
+			p, err = executor.New(opts)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s sandbox: %w", name, err)
+		}
+		s.log.Info("sandbox", "backend", name, "limits", p.LimitsEnforcement(), "user", s.cfg.RunAsUser,
+			"userPool", len(s.cfg.RunAsUserPool) > 0, "modelProxy", opts.ModelProxy != nil)
 		return p, nil
 	}
-	return nil, fmt.Errorf("unknown sandbox %q (local, executor)", name)
+	return nil, fmt.Errorf("unknown sandbox %q (local, executor, bwrap)", name)
 }
 
 // nodeID returns this server's stable identity (kept in the data folder),

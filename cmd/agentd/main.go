@@ -22,6 +22,7 @@ import (
 	"github.com/agentd/agentd/internal/executor"
 	"github.com/agentd/agentd/internal/mockllm"
 	"github.com/agentd/agentd/internal/runcli"
+	"github.com/agentd/agentd/internal/sandbox"
 )
 
 type cli struct {
@@ -42,7 +43,13 @@ type serveCmd struct {
 	Store              string        `help:"Store URL (default sqlite://<data-dir>/agentd.db)." env:"AGENTD_STORE"`
 	Profiles           string        `help:"Folder of agent profiles (YAML or JSON, one a file)." env:"AGENTD_PROFILES" type:"path"`
 	Sandbox            string        `help:"Sandbox backend: local, executor, bwrap." default:"local" env:"AGENTD_SANDBOX"`
-	RunAsUser          string        `help:"With --sandbox executor: run agents as this Unix user (needs root)." env:"AGENTD_RUN_AS_USER"`
+	RunAsUser          string        `help:"With --sandbox executor or bwrap: run agents as this Unix user, shared by all sessions (needs root)." env:"AGENTD_RUN_AS_USER"`
+	RunAsUserPool      []string      `help:"With --sandbox executor or bwrap: a Unix user per session, from these names, uids and uid ranges (200000-200099); replaces --run-as-user (needs root)." env:"AGENTD_RUN_AS_USER_POOL"`
+	SandboxMemory      int64         `help:"Memory limit of each executor/bwrap environment in bytes (0: none)." default:"4294967296" env:"AGENTD_SANDBOX_MEMORY"`
+	SandboxPids        int64         `help:"Process (and thread) limit of each executor/bwrap environment (0: none)." default:"4096" env:"AGENTD_SANDBOX_PIDS"`
+	SandboxCPU         int           `help:"CPU limit of each executor/bwrap environment in percent of one core (0: none)." default:"0" env:"AGENTD_SANDBOX_CPU"`
+	SandboxLimits      string        `help:"How limits are enforced: auto (cgroups where possible, else rlimits), cgroup, rlimit, off." default:"auto" enum:"auto,cgroup,rlimit,off" env:"AGENTD_SANDBOX_LIMITS"`
+	SandboxReadOnly    []string      `help:"With --sandbox bwrap: more host paths shown read-only inside." env:"AGENTD_SANDBOX_READ_ONLY"`
 	APIKey             string        `help:"Require this bearer key on /api/* and the WebSocket." env:"AGENTD_API_KEY"`
 	IdleTimeout        time.Duration `help:"Terminate an idle environment after this long." default:"15m" env:"AGENTD_IDLE_TIMEOUT"`
 	PermissionTimeout  time.Duration `help:"Deny an unanswered permission request after this long." default:"5m" env:"AGENTD_PERMISSION_TIMEOUT"`
@@ -57,6 +64,8 @@ func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
 	srv, err := agentd.New(ctx, agentd.Config{
 		Addr: c.Addr, DataDir: c.DataDir, StoreURL: c.Store, ProfilesDir: c.Profiles,
 		Sandbox: c.Sandbox, RunAsUser: c.RunAsUser, APIKey: c.APIKey, IdleTimeout: c.IdleTimeout,
+		RunAsUserPool: c.RunAsUserPool, SandboxLimitMode: c.SandboxLimits, SandboxReadOnly: c.SandboxReadOnly,
+		SandboxLimits:     sandbox.Limits{MemoryBytes: c.SandboxMemory, Pids: c.SandboxPids, CPUPercent: c.SandboxCPU},
 		PermissionTimeout: c.PermissionTimeout, MaxBody: c.MaxBody, DisableUI: c.NoUI, Logger: log,
 		DisableModelProxy: !c.ModelProxy, ModelProxyAddr: c.ModelProxyAddr, SessionTokenBudget: c.SessionTokenBudget,
 	})

@@ -275,6 +275,7 @@ func (p *Provider) Recover(ctx context.Context, spec sandbox.Spec, handle json.R
 		return nil, fmt.Errorf("recover executor: %w: handle says %d, we speak %d", ErrIncompatible, h.ProtocolVersion, rpc.ProtocolVersion)
 	}
 	if !pidAlive(h.PID) {
+		p.cleanupGone(spec, h)
 		return nil, fmt.Errorf("recover executor: pid %d: %w", h.PID, sandbox.ErrGone)
 	}
 	e := newEnvironment(p, spec, h)
@@ -303,4 +304,29 @@ func (p *Provider) Recover(ctx context.Context, spec sandbox.Spec, handle json.R
 	}
 	p.log.Info("executor recovered", "session", spec.SessionID, "pid", h.PID, "socket", h.Socket)
 	return e, nil
+}
+
+// cleanupGone releases what an executor that died while the server was
+// away left behind: whatever still runs in its group (a process that left
+// its process group), the group itself, its run folder, and the workspace
+// it was given. Its pool user is free already (its lock died with it).
+func (p *Provider) cleanupGone(spec sandbox.Spec, h Handle) {
+	e := newEnvironment(p, spec, h)
+	if h.UID != 0 && spec.Workspace != "" {
+		e.cred = uidCredential(h.UID)
+		e.ws, _ = filepath.Abs(spec.Workspace)
+	}
+	if h.Cgroup != "" && p.cg != nil {
+		e.group = p.cg.Open(h.Cgroup)
+	}
+	e.release()
+	// Only what is ours: the handle comes from the store.
+	if filepath.Dir(h.Socket) == p.opts.RunDir {
+		_ = os.Remove(h.Socket)
+	}
+	if h.Dir != "" && filepath.Dir(h.Dir) == p.opts.RunDir {
+		_ = os.RemoveAll(h.Dir)
+		_ = os.RemoveAll(proxyDir(h.Dir))
+	}
+	p.log.Info("executor gone; its leftovers removed", "session", spec.SessionID, "pid", h.PID, "cgroup", h.Cgroup)
 }

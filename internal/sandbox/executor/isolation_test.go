@@ -53,7 +53,7 @@ func poolProvider(t *testing.T, dir string, size int, mod func(*Options)) *Provi
 	opts := testOptions(filepath.Join(dir, "run"))
 	opts.Binary = userBinary(t, dir)
 	opts.UserPool = []string{fmt.Sprintf("%d-%d", testUIDBase, testUIDBase+size-1)}
-	opts.CgroupParent = "agentd-test-" + strconv.Itoa(os.Getpid())
+	opts.CgroupParent = testCgroupParent
 	if mod != nil {
 		mod(&opts)
 	}
@@ -190,7 +190,7 @@ func TestLimitsCgroup(t *testing.T) {
 	needRoot(t)
 	dir := shortTempDir(t)
 	p, _ := newTestProvider(t, func(o *Options) {
-		o.CgroupParent = "agentd-test-" + strconv.Itoa(os.Getpid())
+		o.CgroupParent = testCgroupParent
 		o.Limits = sandbox.Limits{Pids: 48, MemoryBytes: 512 << 20}
 	})
 	if p.cg == nil {
@@ -240,8 +240,50 @@ func TestLimitsCgroup(t *testing.T) {
 	if pidAlive(daemon) {
 		t.Fatal("a daemon outlived Terminate")
 	}
-	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/pids", "agentd-test-"+strconv.Itoa(os.Getpid()), h.Cgroup)); err == nil {
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/pids", testCgroupParent, h.Cgroup)); err == nil {
 		t.Fatal("cgroup left")
+	}
+}
+
+// TestRecoverGoneCleansUp: an executor that died while the server was
+// away (killed) leaves a daemon in its group; Recover reports it gone and
+// removes what it left: the daemon, the group, the run folder, the
+// workspace's grant to its user.
+func TestRecoverGoneCleansUp(t *testing.T) {
+	needRoot(t)
+	dir := shortTempDir(t)
+	p := poolProvider(t, dir, 1, nil)
+	if p.cg == nil {
+		t.Skip("no cgroups")
+	}
+	spec := sandbox.Spec{SessionID: "gone", Workspace: filepath.Join(dir, "ws")}
+	e := createSpec(t, p, spec)
+	o, _, _ := run(t, e, sandbox.Cmd{Argv: []string{"sh", "-c", `setsid sh -c 'sleep 300 >/dev/null 2>&1 & echo $!' </dev/null`}})
+	daemon, err := strconv.Atoi(strings.TrimSpace(o))
+	if err != nil {
+		t.Fatalf("daemon %q", o)
+	}
+	h := e.handle
+	syscall.Kill(-h.PID, syscall.SIGKILL)
+	<-e.reaped
+	if !pidAlive(daemon) {
+		t.Fatal("the daemon died with the executor: nothing to clean")
+	}
+	p2 := poolProvider(t, dir, 1, nil)
+	if _, err := p2.Recover(bg, spec, e.Handle()); !errors.Is(err, sandbox.ErrGone) {
+		t.Fatalf("recover: %v", err)
+	}
+	if pidAlive(daemon) {
+		t.Fatal("daemon left running")
+	}
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/pids", testCgroupParent, h.Cgroup)); err == nil {
+		t.Fatal("cgroup left")
+	}
+	if uid, mode := owner(t, spec.Workspace); uid != 0 || mode != 0o700 {
+		t.Fatalf("workspace still granted: %d %v", uid, mode)
+	}
+	if _, err := os.Stat(h.Dir); err == nil {
+		t.Fatal("run folder left")
 	}
 }
 
@@ -468,6 +510,7 @@ func TestRlimitPool(t *testing.T) {
 	needRoot(t)
 	dir := shortTempDir(t)
 	p := poolProvider(t, dir, 1, func(o *Options) {
+		o.UserPool = []string{strconv.Itoa(testUIDBase + 7)}
 		o.LimitMode = LimitsRlimit
 		o.Limits = sandbox.Limits{Pids: 40}
 	})

@@ -92,3 +92,12 @@ func (p *Provider) limits(spec sandbox.Spec) sandbox.Limits {
 	}
 	return l
 }
+
+// RemoveCgroupParent deletes the provider's parent cgroup when no
+// environment's group is left in it (for tests and short-lived servers).
+func (p *Provider) RemoveCgroupParent() error {
+	if p.cg == nil {
+		return nil
+	}
+	return p.cg.RemoveParent()
+}

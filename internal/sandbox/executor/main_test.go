@@ -14,6 +14,7 @@ import (
 
 	rpc "github.com/agentd/agentd/internal/executor"
 	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/sandbox/executor/cgroup"
 )
 
 // The test binary doubles as the agentd binary: run with
@@ -34,8 +35,30 @@ func TestMain(m *testing.M) {
 	if os.Getenv("AGENTD_TEST_LOG") == "" {
 		slog.SetDefault(slog.New(slog.DiscardHandler))
 	}
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	// The tests' parent cgroup (their own groups are gone with them).
+	if cg, err := cgroup.Detect(cgroup.Options{Parent: testCgroupParent}); err == nil {
+		cg.RemoveParent()
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
+
+// testCgroupParent holds the cgroups of this test process's environments
+// (and of its children's, which inherit it).
+var testCgroupParent = func() string {
+	if v := os.Getenv("AGENTD_TEST_CGROUP_PARENT"); v != "" {
+		return v
+	}
+	v := fmt.Sprintf("agentd-test-%d", os.Getpid())
+	os.Setenv("AGENTD_TEST_CGROUP_PARENT", v)
+	return v
+}()
 
 // shortTempDir is a temporary folder with a short path (socket paths are
 // limited to 107 bytes) that other users may traverse.
@@ -58,6 +81,7 @@ func testOptions(runDir string) Options {
 		RunDir:       runDir,
 		ExecutorEnv:  []string{"AGENTD_TEST_EXECUTOR=1"},
 		StartTimeout: 20 * time.Second,
+		CgroupParent: testCgroupParent,
 	}
 }
 

@@ -172,8 +172,9 @@ func (p *userPool) lookup(uid uint32) *credential {
 	return nil
 }
 
-// processesOf counts the processes whose /proc entry belongs to uid (the
-// effective uid of a dumpable process).
+// processesOf counts the live processes whose /proc entry belongs to uid
+// (the effective uid of a dumpable process). Zombies, which can do
+// nothing, do not count.
 func processesOf(uid uint32) int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -191,9 +192,21 @@ func processesOf(uid uint32) int {
 			}
 			continue
 		}
-		if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Uid == uid {
+		if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Uid == uid && !zombie(e.Name()) {
 			n++
 		}
 	}
 	return n
+}
+
+// zombie reports whether process pid (a /proc name) has exited and waits
+// to be reaped.
+func zombie(pid string) bool {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return true // gone
+	}
+	// The state follows the command name, in parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
 }

@@ -231,6 +231,18 @@ func detectV1(mounts []mount, own map[string]string, parent string) (*Manager, e
 	return m, nil
 }
 
+// RemoveParent deletes the parent group if no group is left in it (tests,
+// and servers that use a parent of their own).
+func (m *Manager) RemoveParent() error {
+	var errs []error
+	for _, h := range m.dirs {
+		if err := unix.Rmdir(h.dir); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Version reports the hierarchy in use.
 func (m *Manager) Version() Version { return m.version }
 
