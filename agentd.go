@@ -308,9 +308,11 @@ func (s *Server) builtinSandbox(name, dataDir string) (sandbox.Provider, error) 
 			ModelProxy: s.executorModelProxy(),
 			Logger:     s.log,
 		}
-		if opts.RunAsUser != "" || len(opts.UserPool) > 0 {
+		if name == "executor" && (opts.RunAsUser != "" || len(opts.UserPool) > 0) {
 			// Other users pass through the data folder to their
-			// workspace: nothing else of it may be open to them.
+			// workspace: nothing else of it may be open to them. (In
+			// bubblewrap the workspace is mounted; the folder is not
+			// there at all.)
 			if err := executor.ProtectDataDir(dataDir); err != nil {
 				return nil, fmt.Errorf("%s sandbox: %w", name, err)
 			}

@@ -19,7 +19,26 @@ import (
 //
 // What another component creates later directly in the data folder with a
 // world-readable mode is not covered: its name is guessable.
+//
+// It fails when a parent of the folder cannot be passed by other users:
+// sessions running as them could not reach their workspace.
 func ProtectDataDir(dataDir string) error {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return fmt.Errorf("protect data dir: %w", err)
+	}
+	for d := filepath.Dir(abs); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("protect data dir: %w", err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("protect data dir: %s (mode %v) cannot be passed by other users, so sessions running as them could not reach their workspaces under %s: put the data folder where every parent is at least 0711", d, fi.Mode().Perm(), abs)
+		}
+		if d == "/" {
+			break
+		}
+	}
 	if err := os.MkdirAll(filepath.Join(dataDir, "workspaces"), 0o711); err != nil {
 		return fmt.Errorf("protect data dir: %w", err)
 	}

@@ -451,7 +451,8 @@ func TestChownTreeStaysInside(t *testing.T) {
 }
 
 func TestProtectDataDir(t *testing.T) {
-	dir := t.TempDir()
+	dir := filepath.Join(shortTempDir(t), "data")
+	os.Mkdir(dir, 0o755)
 	os.WriteFile(filepath.Join(dir, "agentd.db"), nil, 0o644)
 	os.WriteFile(filepath.Join(dir, "node-id"), nil, 0o644)
 	os.Mkdir(filepath.Join(dir, "artifacts"), 0o755)
@@ -473,6 +474,12 @@ func TestProtectDataDir(t *testing.T) {
 	}
 	if err := ProtectDataDir(filepath.Join(dir, "agentd.db", "x")); err == nil {
 		t.Fatal("bad data dir accepted")
+	}
+	// A parent other users cannot pass.
+	closed := filepath.Join(dir, "closed")
+	os.Mkdir(closed, 0o700)
+	if err := ProtectDataDir(filepath.Join(closed, "data")); err == nil || !strings.Contains(err.Error(), "cannot be passed") {
+		t.Fatalf("closed parent: %v", err)
 	}
 }
 
