@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -136,4 +137,79 @@ func benchOutput(b *testing.B, env sandbox.Environment) {
 			b.Fatal(st, err, n)
 		}
 	}
+}
+
+// BenchmarkCreateLocal: the same on the local backend (a folder, nothing
+// started), for comparison.
+func BenchmarkCreateLocal(b *testing.B) {
+	dir := shortTempDir(b)
+	p := local.New(local.Options{})
+	spec := sandbox.Spec{SessionID: "bench", Workspace: filepath.Join(dir, "ws")}
+	var ds []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		env, err := p.Create(context.Background(), spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(t0))
+		b.StopTimer()
+		env.Terminate(context.Background())
+		b.StartTimer()
+	}
+	reportPercentiles(b, ds, time.Millisecond, "ms")
+}
+
+// BenchmarkCreateUserPool: Create → ready with a user of its own (root):
+// pool lock, process check, workspace chown, cgroup.
+func BenchmarkCreateUserPool(b *testing.B) {
+	if os.Getuid() != 0 {
+		b.Skip("needs root")
+	}
+	dir := shortTempDir(b)
+	opts := testOptions(filepath.Join(dir, "run"))
+	opts.Binary = userBinary(b, dir)
+	opts.UserPool = []string{"59970-59979"}
+	opts.Limits = sandbox.Limits{Pids: 1024, MemoryBytes: 1 << 30}
+	p, err := New(opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("limits: %s", p.LimitsEnforcement())
+	spec := sandbox.Spec{SessionID: "bench", Workspace: filepath.Join(dir, "ws")}
+	var ds []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		env, err := p.Create(context.Background(), spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(t0))
+		b.StopTimer()
+		if err := env.Terminate(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	reportPercentiles(b, ds, time.Millisecond, "ms")
+}
+
+// BenchmarkCreateNoCgroup: BenchmarkCreate without a cgroup per
+// environment (LimitsOff), to see what the group costs.
+func BenchmarkCreateNoCgroup(b *testing.B) {
+	p, dir := newTestProvider(b, func(o *Options) { o.LimitMode = LimitsOff })
+	spec := sandbox.Spec{SessionID: "bench", Workspace: filepath.Join(dir, "ws")}
+	var ds []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		env, err := p.Create(context.Background(), spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(t0))
+		b.StopTimer()
+		env.Terminate(context.Background())
+		b.StartTimer()
+	}
+	reportPercentiles(b, ds, time.Millisecond, "ms")
 }
