@@ -28,6 +28,7 @@ const (
 type wsConn struct {
 	s      *Server
 	c      *websocket.Conn
+	bc     *batchConn // under c: bursts of frames share one write
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -59,13 +60,14 @@ type errorFrame struct {
 }
 
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
-	c, err := websocket.Accept(w, r, nil)
+	bw := &batchingWriter{ResponseWriter: w}
+	c, err := websocket.Accept(bw, r, nil)
 	if err != nil {
 		return // Accept wrote the HTTP error
 	}
 	c.SetReadLimit(wsReadLimit)
 	ctx, cancel := context.WithCancel(context.Background())
-	conn := &wsConn{s: s, c: c, ctx: ctx, cancel: cancel, joins: make(map[string]context.CancelFunc)}
+	conn := &wsConn{s: s, c: c, bc: bw.conn, ctx: ctx, cancel: cancel, joins: make(map[string]context.CancelFunc)}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -182,28 +184,57 @@ func (w *wsConn) leave(f clientFrame) {
 
 var eventPrefix = []byte(`{"op":"event","event":`)
 
+// maxBurst bounds the events written in one burst (one flush).
+const maxBurst = 256
+
 func (w *wsConn) pumpEvents(ctx context.Context, sub *eventlog.Subscription) {
 	defer sub.Close()
 	buf := make([]byte, 0, 1024)
 	for {
 		rec, err := sub.Next(ctx)
 		if err != nil {
-			switch {
-			case errors.Is(err, eventlog.ErrSlowConsumer):
-				w.c.Close(CloseSlowConsumer, "slow consumer: reconnect and join with your last seq")
-				w.cancel()
-			case errors.Is(err, eventlog.ErrSessionDeleted):
-				w.sendError(nil, CodeSessionNotFound, "session deleted")
-			case errors.Is(err, eventlog.ErrClosed):
-				w.closeGoingAway()
-			}
+			w.subscriptionEnded(err)
 			return
 		}
-		buf = append(append(append(buf[:0], eventPrefix...), rec.JSON...), '}')
-		if err := w.write(buf); err != nil {
+		// Write what is ready as one burst: one flush and one deadline for
+		// all of it, not one per event.
+		w.bc.begin(wsWriteTimeout)
+		var werr error
+		for n := 0; ; n++ {
+			buf = append(append(append(buf[:0], eventPrefix...), rec.JSON...), '}')
+			// No per-write context: the burst's deadline is on the connection.
+			if werr = w.c.Write(context.Background(), websocket.MessageText, buf); werr != nil || n+1 >= maxBurst {
+				break
+			}
+			var ok bool
+			rec, ok, err = sub.TryNext(ctx)
+			if err != nil || !ok {
+				break
+			}
+		}
+		if ferr := w.bc.end(); werr == nil {
+			werr = ferr
+		}
+		if werr != nil {
 			w.cancel()
 			return
 		}
+		if err != nil {
+			w.subscriptionEnded(err)
+			return
+		}
+	}
+}
+
+func (w *wsConn) subscriptionEnded(err error) {
+	switch {
+	case errors.Is(err, eventlog.ErrSlowConsumer):
+		w.c.Close(CloseSlowConsumer, "slow consumer: reconnect and join with your last seq")
+		w.cancel()
+	case errors.Is(err, eventlog.ErrSessionDeleted):
+		w.sendError(nil, CodeSessionNotFound, "session deleted")
+	case errors.Is(err, eventlog.ErrClosed):
+		w.closeGoingAway()
 	}
 }
 

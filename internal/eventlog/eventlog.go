@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"time"
 
@@ -75,6 +76,9 @@ type Log struct {
 	mu       sync.Mutex
 	sessions map[string]*sessionLog
 	closed   bool
+
+	closeMu sync.RWMutex // read-held while queueing a request; see Append
+	closing bool         // guarded by closeMu
 }
 
 // sessionLog is one session's in-memory tail: the next seq to assign (only
@@ -145,13 +149,22 @@ func (l *Log) Append(ctx context.Context, session string, events ...conversation
 		}
 	}
 	r := &appendReq{ctx: ctx, session: session, events: events, start: time.Now(), done: make(chan error, 1)}
+	// closeMu makes "queued" and "closed" exclusive: a request queued under
+	// the read lock is seen by the writer's final drain, and none is queued
+	// after Close. The send cannot block for long: until closed, the writer
+	// keeps taking requests.
+	l.closeMu.RLock()
+	if l.closing {
+		l.closeMu.RUnlock()
+		return nil, ErrClosed
+	}
 	select {
 	case l.reqs <- r:
-	case <-l.quit:
-		return nil, ErrClosed
 	case <-ctx.Done():
+		l.closeMu.RUnlock()
 		return nil, ctx.Err()
 	}
+	l.closeMu.RUnlock()
 	// Once queued, the request is always answered: the writer drains the
 	// queue before exiting. Waiting past ctx would be wrong too: the events
 	// may be committed, and the caller must learn their seqs.
@@ -201,6 +214,9 @@ func (l *Log) Close() error {
 	}
 	l.closed = true
 	l.mu.Unlock()
+	l.closeMu.Lock()
+	l.closing = true
+	l.closeMu.Unlock()
 	close(l.quit)
 	<-l.done
 	l.mu.Lock()
@@ -244,7 +260,14 @@ func (l *Log) writer() {
 				}
 			}
 		}
-		l.commit(l.gather(first))
+		batch := l.gather(first)
+		l.commit(batch)
+		// The appenders just answered will often append again at once: when
+		// this batch had several, let them run before gathering the next, so
+		// the next commit carries their events together instead of one each.
+		if len(batch) > 1 {
+			runtime.Gosched()
+		}
 	}
 }
 

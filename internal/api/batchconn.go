@@ -1,0 +1,85 @@
+package api
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// batchConn is the network connection under a WebSocket. The websocket
+// library flushes after every frame, which costs one write(2) per event per
+// subscriber; between begin and end, batchConn keeps those bytes in its
+// buffer and writes the whole burst at once. Outside a burst every write
+// goes straight through, so the library's control frames (pong, close) are
+// never held back longer than a burst.
+//
+// It is safe for concurrent use; mu guards buf, depth and the deadline.
+type batchConn struct {
+	net.Conn
+	mu    sync.Mutex
+	buf   *bufio.Writer
+	depth int
+}
+
+func newBatchConn(c net.Conn) *batchConn {
+	b := &batchConn{Conn: c}
+	b.buf = bufio.NewWriterSize(c, 64<<10)
+	return b
+}
+
+func (b *batchConn) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, err := b.buf.Write(p)
+	if err == nil && b.depth == 0 {
+		err = b.buf.Flush()
+	}
+	return n, err
+}
+
+// begin opens a burst; the write deadline bounds the whole burst (a
+// client that stops reading is cut off instead of stalling its pumps).
+func (b *batchConn) begin(timeout time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.depth == 0 {
+		_ = b.Conn.SetWriteDeadline(time.Now().Add(timeout))
+	}
+	b.depth++
+}
+
+// end closes a burst, writing it out when it was the last one open.
+func (b *batchConn) end() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.depth--
+	if b.depth > 0 {
+		return nil
+	}
+	err := b.buf.Flush()
+	_ = b.Conn.SetWriteDeadline(time.Time{})
+	return err
+}
+
+// batchingWriter makes Hijack hand the websocket library a batchConn.
+type batchingWriter struct {
+	http.ResponseWriter
+	conn *batchConn
+}
+
+func (w *batchingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := brw.Writer.Flush(); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	w.conn = newBatchConn(c)
+	return w.conn, brw, nil
+}
+
+func (w *batchingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
