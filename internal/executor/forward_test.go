@@ -354,3 +354,20 @@ func switchUserForTest(spec string) {
 	}
 	os.Exit(0)
 }
+
+func FuzzParseIDs(f *testing.F) {
+	f.Add("1,2,3")
+	f.Add(" 7 ,, 8")
+	f.Add("-1")
+	f.Fuzz(func(t *testing.T, s string) {
+		ids, err := parseIDs(s)
+		if err != nil {
+			return
+		}
+		for _, id := range ids {
+			if id < 0 {
+				t.Fatalf("%q gave %d", s, id)
+			}
+		}
+	})
+}

@@ -573,3 +573,26 @@ func execAs(uid uint32, name string, args ...string) *exec.Cmd {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
 	return cmd
 }
+
+func FuzzParseUserPool(f *testing.F) {
+	f.Add("59990-59992,nobody")
+	f.Add("1-0")
+	f.Add("4294967295")
+	f.Add("-,--1,0-")
+	f.Fuzz(func(t *testing.T, spec string) {
+		users, err := parseUserPool(strings.Split(spec, ","))
+		if err != nil {
+			return
+		}
+		if len(users) == 0 || len(users) > maxPoolSize {
+			t.Fatalf("%q: %d users", spec, len(users))
+		}
+		seen := map[uint32]bool{}
+		for _, u := range users {
+			if u.uid == 0 || seen[u.uid] {
+				t.Fatalf("%q: uid %d (root or twice)", spec, u.uid)
+			}
+			seen[u.uid] = true
+		}
+	})
+}
