@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -479,5 +480,105 @@ func TestBwrapTurnSurvivesKill9(t *testing.T) {
 	}
 	if !killed || output.String() != want.String() {
 		t.Fatalf("killed=%v output across the restart:\n%q", killed, output.String())
+	}
+}
+
+// TestBwrapClaudeCode: the pinned Claude Code CLI runs inside bubblewrap
+// (with a user of its own when root), reaches mock-llm only through the
+// in-sandbox relay to the model proxy, and its Bash tool sees the
+// session's token, never the key.
+func TestBwrapClaudeCode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real servers, sandboxes and Claude Code")
+	}
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Skip("bubblewrap not installed (scripts/setup.sh installs it)")
+	}
+	bin := testenv.AgentBin(t, "claude")
+	mock, url := testenv.MockLLM(t, `
+rules:
+  - name: env
+    match: {userContains: "show the env", noToolResult: true}
+    reply:
+      content:
+        - type: tool_use
+          name: Bash
+          input: {command: "env | grep -E '^(ANTHROPIC|HOME)' | sort; id -u", description: "Show the environment"}
+  - name: after-bash
+    match: {toolResult: {name: Bash}}
+    reply: {text: "Bash said: {{toolResult}}"}
+default:
+  text: "no rule for {{lastUserText}}"
+`)
+	profiles := t.TempDir()
+	prof, _ := json.Marshal(map[string]any{"id": "auto", "name": "Auto", "allowedTools": []string{"Bash"},
+		"environmentVariables": map[string]string{"CLAUDE_CODE_MAX_RETRIES": "1"}})
+	os.WriteFile(filepath.Join(profiles, "auto.json"), prof, 0o644)
+	args := []string{"--data-dir", t.TempDir(), "--no-ui", "--sandbox", "bwrap", "--profiles", profiles}
+	if os.Getuid() == 0 {
+		isoSetup(t)
+		args = append(args, "--run-as-user-pool", isoUsers)
+	}
+	tb := testenv.Binary(t)
+	os.Chmod(filepath.Dir(tb), 0o755)
+	run := t.TempDir()
+	var rnd [12]byte
+	rand.Read(rnd[:])
+	realKey := "sk-ant-REAL-" + hex.EncodeToString(rnd[:])
+	p := testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + run, "ANTHROPIC_BASE_URL=" + url, "ANTHROPIC_API_KEY=" + realKey,
+		"PATH=" + bin + ":/usr/local/bin:/usr/bin:/bin"}, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	s, err := p.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "claude-code", AgentProfileRef: "auto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dctx, dcancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer dcancel()
+		p.Client.DeleteSession(dctx, s.SessionID, true)
+	})
+	stream := p.Client.Stream(ctx, s.SessionID, 0)
+	defer stream.Close()
+	sent, err := p.Client.Send(ctx, s.SessionID, "please show the env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := stream.Next(ctx)
+		if err != nil {
+			t.Fatalf("stream: %v\n%s", err, p.Logs())
+		}
+		var q struct {
+			QueryID string `json:"queryId"`
+		}
+		json.Unmarshal(ev.Payload, &q)
+		if ev.Type == conversation.TypeQueryFailed && q.QueryID == sent.QueryID {
+			t.Fatalf("turn failed: %s\n%s", ev.Payload, p.Logs())
+		}
+		if ev.Type == conversation.TypeQueryCompleted && q.QueryID == sent.QueryID {
+			break
+		}
+	}
+	st, err := p.Client.Session(ctx, s.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	for _, b := range st.Blocks {
+		if b.Type == conversation.BlockToolResult {
+			out = b.Output
+		}
+	}
+	t.Logf("Bash inside bubblewrap:\n%s", out)
+	if strings.Contains(out, realKey) || !regexp.MustCompile(`ANTHROPIC_API_KEY=agentd-mp-\S+`).MatchString(out) ||
+		!regexp.MustCompile(`ANTHROPIC_BASE_URL=http://127\.0\.0\.1:\d+\n`).MatchString(out) {
+		t.Fatalf("the agent's environment inside bubblewrap:\n%s", out)
+	}
+	if os.Getuid() == 0 && regexp.MustCompile(`(?m)^0$`).MatchString(out) {
+		t.Fatalf("the agent runs as root:\n%s", out)
+	}
+	if len(mock.Requests()) == 0 {
+		t.Fatal("mock-llm saw no request")
 	}
 }
