@@ -79,7 +79,9 @@ func (w *batchingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	w.conn = newBatchConn(c)
-	return w.conn, brw, nil
+	// The websocket library (server side) writes through the returned
+	// bufio.Writer, so it must end in the batchConn too.
+	return w.conn, bufio.NewReadWriter(brw.Reader, bufio.NewWriterSize(w.conn, 4096)), nil
 }
 
 func (w *batchingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
