@@ -85,6 +85,8 @@ type Store struct {
 	insertEvent  *sql.Stmt // one event, prepared on w
 	insertEvents *sql.Stmt // eventsPerInsert events, prepared on w
 
+	ckpt *checkpointer // nil until started
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -216,6 +218,9 @@ func (s *Store) open(ctx context.Context, path string, cfg config) error {
 	if err := s.r.PingContext(ctx); err != nil {
 		return fmt.Errorf("open readers: %w", err)
 	}
+	if err := s.startCheckpointer(ctx, abs, cfg); err != nil {
+		return fmt.Errorf("start checkpointer: %w", err)
+	}
 	return nil
 }
 
@@ -230,6 +235,10 @@ func driverDSN(path string, cfg config, writer bool) string {
 		q.Add("_pragma", "synchronous("+cfg.synchronous.String()+")")
 		// Keep a checkpointed WAL from staying at its high-water mark.
 		q.Add("_pragma", "journal_size_limit(67108864)")
+		// Commits never run a checkpoint (which copies the WAL into the
+		// database and fsyncs it, stalling every appender behind it); the
+		// background checkpointer does (checkpoint.go).
+		q.Add("_pragma", "wal_autocheckpoint(0)")
 		// Take the write lock at BEGIN, so a transaction never fails halfway
 		// on a lock another process took after it started reading.
 		q.Set("_txlock", "immediate")
@@ -252,6 +261,9 @@ func (s *Store) Close() error {
 // closeAll releases whatever open got to.
 func (s *Store) closeAll() error {
 	var errs []error
+	if s.ckpt != nil {
+		errs = append(errs, s.ckpt.stop())
+	}
 	for _, st := range []*sql.Stmt{s.insertEvent, s.insertEvents} {
 		if st != nil {
 			errs = append(errs, st.Close())
