@@ -231,7 +231,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	profiles := session.NewProfiles(s.store, folder)
 
 	providers := map[string]sandbox.Provider{
-		"local": local.New(local.Options{Ignore: nil}),
+		"local": local.New(local.Options{Logger: log}),
 	}
 	for name, p := range cfg.Sandboxes {
 		providers[name] = p

@@ -694,7 +694,7 @@ func TestTerminateKillsEverything(t *testing.T) {
 	for _, c := range []sandbox.Cmd{
 		sh(`sleep 100 & sleep 100`),
 		sh(`trap "" TERM; : > trapped; while :; do sleep 0.05; done`), // needs SIGKILL
-		{Argv: []string{"yes"}},                          // nobody reads its output
+		{Argv: []string{"yes"}},                                       // nobody reads its output
 		{Argv: []string{"sh"}, PTY: &sandbox.WindowSize{Rows: 24, Cols: 80}},
 	} {
 		p, err := env.Exec(t.Context(), c)
