@@ -237,6 +237,7 @@ func (g *schemaGen) enums() {
 		props[prop] = map[string]any{"type": "string", "enum": values}
 	}
 	set("Event", "type", conversation.EventTypes)
+	set("Turn", "status", conversation.TurnStatuses)
 	set("Block", "type", conversation.BlockTypes)
 	set("Block", "status", []conversation.BlockStatus{conversation.StatusPending, conversation.StatusComplete, conversation.StatusError})
 	set("StatusChange", "status", conversation.SessionStatuses)

@@ -428,7 +428,7 @@ export interface Turn {
   interrupted?: boolean;
   queryId: string;
   result?: string;
-  status: string;
+  status: "running" | "completed" | "failed";
 }
 
 export interface Usage {
