@@ -167,3 +167,47 @@ func TestIgnoreLists(t *testing.T) {
 		t.Fatalf("listing %s", got)
 	}
 }
+
+// Environments share the process's inotify instance: each hears only its
+// own workspace, and terminating one leaves the other's watch working.
+func TestWatchSharedBetweenEnvironments(t *testing.T) {
+	opts := Options{Watch: watch.Options{Debounce: 20 * time.Millisecond}}
+	a, b := testEnv(t, opts), testEnv(t, opts)
+	ctx := t.Context()
+	chA, err := a.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chB, err := b.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ino, poll := watch.Active(); ino != 2 || poll != 0 {
+		t.Fatalf("watch.Active() = %d inotify, %d polling; want 2, 0", ino, poll)
+	}
+	if err := a.WriteFile(ctx, "only-a", []byte("a"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WriteFile(ctx, "only-b", []byte("b"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := events(t, chA, 1, 150*time.Millisecond); strings.Join(got, ",") != "created only-a" {
+		t.Fatalf("a got %v", got)
+	}
+	if got, _ := events(t, chB, 1, 150*time.Millisecond); strings.Join(got, ",") != "created only-b" {
+		t.Fatalf("b got %v", got)
+	}
+
+	if err := a.Terminate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for range chA {
+	}
+	run(t, b, sh(`echo x > after`))
+	if got, _ := events(t, chB, 1, 150*time.Millisecond); strings.Join(got, ",") != "created after" {
+		t.Fatalf("b after a's Terminate got %v", got)
+	}
+	if ino, _ := watch.Active(); ino != 1 {
+		t.Fatalf("%d inotify watchers after one Terminate, want 1", ino)
+	}
+}

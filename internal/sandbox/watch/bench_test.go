@@ -59,9 +59,11 @@ func BenchmarkRescan(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w.Close() // drive the scan by hand, without the loop goroutine
+	w.Close() // drive the scan by hand, without the timer
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	for b.Loop() {
-		w.rescan()
+		w.rescanLocked()
 	}
 	if len(w.known) != 10000 {
 		b.Fatalf("%d files known", len(w.known))

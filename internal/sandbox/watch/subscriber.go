@@ -6,24 +6,24 @@ import (
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
-// subscriber is one Subscribe call's delivery queue. The watcher's loop
-// pushes without ever blocking; events the channel has no room for wait in
-// a queue that keeps one entry per path (a later event for the same path is
-// merged into the waiting one), so a slow consumer costs memory bounded by
-// the number of distinct paths, never lost events.
+// subscriber is one Subscribe call's delivery queue. The watcher pushes
+// without ever blocking; events the channel has no room for wait in a queue
+// that keeps one entry per path (a later event for the same path is merged
+// into the waiting one), so a slow consumer costs memory bounded by the
+// number of distinct paths, never lost events. A forwarder goroutine runs
+// only while that queue holds something: an idle subscriber is a channel and
+// a few words.
 type subscriber struct {
 	out  chan sandbox.FileEvent
-	wake chan struct{} // capacity 1: "the queue changed"
 	stop chan struct{} // closed once to end delivery
 	once sync.Once
-	done chan struct{} // closed when the forwarder has exited and out is closed
 
-	mu       sync.Mutex
-	queue    []queued // in arrival order; stale entries are skipped
-	pending  map[string]queued
-	seq      uint64
-	inflight bool // the forwarder holds an event it is trying to send
-	closed   bool
+	mu      sync.Mutex
+	queue   []queued // in arrival order; stale entries are skipped
+	pending map[string]queued
+	seq     uint64
+	fwd     chan struct{} // non-nil while a forwarder runs; closed when it exits
+	closed  bool
 }
 
 type queued struct {
@@ -32,15 +32,10 @@ type queued struct {
 }
 
 func newSubscriber(buffer int) *subscriber {
-	s := &subscriber{
-		out:     make(chan sandbox.FileEvent, buffer),
-		wake:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
-		pending: make(map[string]queued),
+	return &subscriber{
+		out:  make(chan sandbox.FileEvent, buffer),
+		stop: make(chan struct{}),
 	}
-	go s.forward()
-	return s
 }
 
 // push queues ev for delivery. It never blocks on the consumer.
@@ -50,7 +45,9 @@ func (s *subscriber) push(ev sandbox.FileEvent) {
 	if s.closed {
 		return
 	}
-	if len(s.pending) == 0 && !s.inflight {
+	// While a forwarder runs it holds older events: sending directly
+	// would overtake them.
+	if s.fwd == nil {
 		select {
 		case s.out <- ev:
 			return
@@ -67,13 +64,16 @@ func (s *subscriber) push(ev sandbox.FileEvent) {
 		s.pending[ev.Path] = queued{ev: merged, seq: prev.seq}
 		return
 	}
+	if s.pending == nil {
+		s.pending = make(map[string]queued)
+	}
 	s.seq++
 	q := queued{ev: ev, seq: s.seq}
 	s.pending[ev.Path] = q
 	s.queue = append(s.queue, q)
-	select {
-	case s.wake <- struct{}{}:
-	default:
+	if s.fwd == nil {
+		s.fwd = make(chan struct{})
+		go s.forward(s.fwd)
 	}
 }
 
@@ -104,45 +104,49 @@ func (s *subscriber) nextLocked() (sandbox.FileEvent, bool) {
 			return cur.ev, true
 		}
 	}
-	s.queue = nil // let the backing array go
+	// Let the backing array and the map go: an idle subscriber keeps
+	// nothing.
+	s.queue, s.pending = nil, nil
 	return sandbox.FileEvent{}, false
 }
 
-func (s *subscriber) forward() {
-	defer func() {
-		s.mu.Lock()
-		s.closed = true
-		close(s.out)
-		s.mu.Unlock()
-		close(s.done)
-	}()
+// forward delivers the queue until it is empty (then exits, leaving the
+// next push to send directly or start another) or delivery stops.
+func (s *subscriber) forward(done chan struct{}) {
+	defer close(done)
 	for {
 		s.mu.Lock()
 		ev, ok := s.nextLocked()
-		s.inflight = ok
-		s.mu.Unlock()
 		if !ok {
-			select {
-			case <-s.wake:
-				continue
-			case <-s.stop:
-				return
-			}
+			s.fwd = nil
+			s.mu.Unlock()
+			return
 		}
+		s.mu.Unlock()
 		select {
 		case s.out <- ev:
 		case <-s.stop:
 			return
 		}
-		s.mu.Lock()
-		s.inflight = false
-		s.mu.Unlock()
 	}
 }
 
 // close ends delivery (undelivered events are discarded: the consumer asked
-// to stop or the watcher is gone) and waits for the channel to be closed.
+// to stop or the watcher is gone), waits for the forwarder if one runs and
+// closes the channel. It is idempotent.
 func (s *subscriber) close() {
-	s.once.Do(func() { close(s.stop) })
-	<-s.done
+	s.once.Do(func() {
+		close(s.stop)
+		s.mu.Lock()
+		s.closed = true
+		fwd := s.fwd
+		s.mu.Unlock()
+		if fwd != nil {
+			<-fwd
+		}
+		s.mu.Lock()
+		close(s.out)
+		s.queue, s.pending = nil, nil
+		s.mu.Unlock()
+	})
 }

@@ -1,7 +1,9 @@
 // Package watch reports file changes under a folder: recursive (every
 // sub-folder is watched, new ones as they appear), debounced per path,
 // filtered by an ignore list, with a polling fallback when inotify can't be
-// used. It knows nothing of servers or sessions so that any sandbox backend,
+// used. Every watcher of the process shares one inotify instance and one
+// reader goroutine (inotify.go); an idle watcher has no goroutine. It knows
+// nothing of servers or sessions so that any sandbox backend,
 // and the executor process, can use it.
 package watch
 
@@ -19,7 +21,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentd/agentd/internal/sandbox"
@@ -30,7 +31,11 @@ const (
 	DefaultDebounce     = 50 * time.Millisecond
 	DefaultPollInterval = time.Second
 	DefaultHashLimit    = 8 << 20
-	DefaultBuffer       = 256
+	// DefaultBuffer is small because the channel is allocated whole for
+	// every subscriber (56 bytes an event: 256 cost an idle session 14 KiB)
+	// while bursts beyond it wait, merged per path, in the subscriber's
+	// queue.
+	DefaultBuffer = 16
 )
 
 // Options configure a Watcher. Zero values take the defaults above.
@@ -52,12 +57,13 @@ type Options struct {
 	// Negative disables hashing.
 	HashLimit int64
 	// Buffer is each subscriber's channel capacity; beyond it events wait
-	// in a per-path coalescing queue.
+	// in a per-path coalescing queue (nothing is lost).
 	Buffer int
 	Logger *slog.Logger
 
-	// addWatch replaces fsnotify's Add in tests (to simulate ENOSPC).
-	addWatch func(w *fsnotify.Watcher, path string) error
+	// failAdd, in tests, fails adding an inotify watch on path (to
+	// simulate ENOSPC) when it returns an error.
+	failAdd func(path string) error
 }
 
 func (o *Options) defaults() {
@@ -82,14 +88,17 @@ func (o *Options) defaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.addWatch == nil {
-		o.addWatch = func(w *fsnotify.Watcher, path string) error { return w.Add(path) }
-	}
 }
 
 // Watcher watches one folder tree. Subscribe and Close are safe for
-// concurrent use; everything else runs on the watcher's own goroutine, which
-// never blocks on a subscriber.
+// concurrent use.
+//
+// A Watcher has no goroutine of its own while nothing happens: the shared
+// inotify reader appends events to its inbox, and its timers (debounce,
+// polling interval) post to the same inbox; whoever posts to an inbox
+// nobody is working on starts a worker goroutine, which settles everything
+// posted and exits. Neither the reader nor a timer ever blocks on a worker,
+// and a worker never blocks on a subscriber.
 type Watcher struct {
 	root   string // absolute, cleaned
 	opts   Options
@@ -98,22 +107,33 @@ type Watcher struct {
 
 	polling atomic.Bool
 
-	// Owned by the loop goroutine (and by New before the loop starts).
-	fsw         *fsnotify.Watcher
-	ticker      *time.Ticker
-	known       map[string]fileState // regular files, by relative path
-	dirs        map[string]struct{}  // folders walked (and watched in inotify mode)
-	pending     map[string]*pendingPath
-	timer       *time.Timer
-	timerArmed  bool
-	switchedErr error // why inotify was abandoned
+	// mu guards the tree state below. It is held by the one worker (and
+	// by New and Close); the methods named …Locked need it.
+	mu         sync.Mutex
+	in         *inotify             // the shared instance; nil when polling
+	known      map[string]fileState // regular files, by relative path
+	dirs       map[string]int32     // folders walked → inotify watch (-1: none)
+	pending    map[string]*pendingPath
+	timer      *time.Timer // debounce; posts timerFired
+	timerArmed bool
+	pollTimer  *time.Timer // polling interval; posts pollDue
 
-	mu     sync.Mutex
-	subs   map[*subscriber]func() bool // value: stops the ctx AfterFunc
-	closed bool
+	// inMu guards the inbox: what the next worker must do. It is a leaf
+	// lock, held for no call out, so posting never waits on a worker.
+	inMu       sync.Mutex
+	inbox      []rawEvent
+	needRescan bool  // events were lost: compare the whole tree
+	timerFired bool  // the debounce timer went off
+	pollDue    bool  // the polling interval went off
+	lost       error // inotify is gone: poll
+	busy       bool  // a worker is running
+	closed     bool
+	workers    sync.WaitGroup
 
-	stop      chan struct{}
-	done      chan struct{}
+	subMu      sync.Mutex
+	subs       map[*subscriber]func() bool // value: stops the ctx AfterFunc
+	subsClosed bool
+
 	closeOnce sync.Once
 }
 
@@ -121,15 +141,17 @@ type pendingPath struct {
 	first, due time.Time
 }
 
-// eventBuffer is the fsnotify channel's size. The kernel's own queue
-// (fs.inotify.max_queued_events, 16384 by default) absorbs bursts, and an
-// overflow is handled by a rescan, so this only smooths the hand-off: at
-// 4096 events (40 bytes each) it cost every session with a watched
-// workspace 160 KiB of heap (bench.BenchmarkSessionMemory).
-const eventBuffer = 128
+// maxInbox bounds a watcher's undelivered inotify events (its worker is
+// behind: a large tree being written). Beyond it they are dropped for one
+// rescan, as after a kernel queue overflow.
+const maxInbox = 4096
 
 // New starts watching root, an existing folder. Changes are reported from
 // the moment New returns; what exists then is the baseline, not reported.
+// In inotify mode the watcher uses the process's shared inotify instance
+// (one for every Watcher); it polls when asked to, or when no instance can
+// be opened (fs.inotify.max_user_instances) or no more watches added
+// (fs.inotify.max_user_watches).
 func New(root string, opts Options) (*Watcher, error) {
 	opts.defaults()
 	abs, err := filepath.Abs(root)
@@ -149,22 +171,25 @@ func New(root string, opts Options) (*Watcher, error) {
 		ignore:  NewIgnore(opts.Ignore),
 		log:     opts.Logger.With("root", abs),
 		known:   make(map[string]fileState),
-		dirs:    make(map[string]struct{}),
+		dirs:    make(map[string]int32),
 		pending: make(map[string]*pendingPath),
-		timer:   time.NewTimer(time.Hour),
 		subs:    make(map[*subscriber]func() bool),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
 	}
+	w.timer = time.AfterFunc(time.Hour, func() { w.post(func() { w.timerFired = true }) })
 	w.timer.Stop()
+	// Held through the first walk: events for folders watched so far wait
+	// for it in the inbox.
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if opts.Poll {
-		w.startPolling(errors.New("polling requested"))
-	} else if w.fsw, err = fsnotify.NewBufferedWatcher(eventBuffer); err != nil {
-		w.fsw = nil
-		w.startPolling(err)
+		w.startPollingLocked(errors.New("polling requested"))
+	} else if w.in, err = acquireInotify(w); err != nil {
+		w.startPollingLocked(err)
+	} else {
+		activeInotify.Add(1)
 	}
 	now := time.Now()
-	w.walk(".", func(rel string, info fs.FileInfo) {
+	w.walkLocked(".", func(rel string, info fs.FileInfo) {
 		st := stateOf(info, now)
 		if !st.stable() && w.opts.HashLimit >= 0 && st.size <= w.opts.HashLimit {
 			// Recently written: remember content so a same-size,
@@ -175,7 +200,6 @@ func New(root string, opts Options) (*Watcher, error) {
 		}
 		w.known[rel] = st
 	})
-	go w.run()
 	return w, nil
 }
 
@@ -190,28 +214,28 @@ func (w *Watcher) Polling() bool { return w.polling.Load() }
 // deleted+created = modified).
 func (w *Watcher) Subscribe(ctx context.Context) <-chan sandbox.FileEvent {
 	s := newSubscriber(w.opts.Buffer)
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
+	w.subMu.Lock()
+	if w.subsClosed {
+		w.subMu.Unlock()
 		s.close()
 		return s.out
 	}
 	w.subs[s] = func() bool { return true }
-	w.mu.Unlock()
+	w.subMu.Unlock()
 	stop := context.AfterFunc(ctx, func() { w.unsubscribe(s) })
-	w.mu.Lock()
+	w.subMu.Lock()
 	if _, ok := w.subs[s]; ok {
 		w.subs[s] = stop
 	}
-	w.mu.Unlock()
+	w.subMu.Unlock()
 	return s.out
 }
 
 func (w *Watcher) unsubscribe(s *subscriber) {
-	w.mu.Lock()
+	w.subMu.Lock()
 	stop, ok := w.subs[s]
 	delete(w.subs, s)
-	w.mu.Unlock()
+	w.subMu.Unlock()
 	if ok {
 		stop()
 	}
@@ -219,16 +243,35 @@ func (w *Watcher) unsubscribe(s *subscriber) {
 }
 
 // Close stops watching and closes every subscriber's channel. It is
-// idempotent and returns once the watcher's goroutines have exited.
+// idempotent and returns once the watcher's goroutines have exited (and,
+// if it was the last user of the shared inotify instance, the instance's
+// reader too).
 func (w *Watcher) Close() error {
 	w.closeOnce.Do(func() {
-		close(w.stop)
-		<-w.done
-		w.mu.Lock()
+		w.inMu.Lock()
 		w.closed = true
+		w.inbox = nil
+		w.inMu.Unlock()
+		w.workers.Wait()
+		w.mu.Lock()
+		w.timer.Stop()
+		if w.pollTimer != nil {
+			w.pollTimer.Stop()
+		}
+		in := w.in
+		w.in = nil
+		w.mu.Unlock()
+		if in != nil {
+			in.release(w)
+			activeInotify.Add(-1)
+		} else if w.polling.Load() {
+			activePolling.Add(-1)
+		}
+		w.subMu.Lock()
+		w.subsClosed = true
 		subs := w.subs
 		w.subs = nil
-		w.mu.Unlock()
+		w.subMu.Unlock()
 		for s, stop := range subs {
 			stop()
 			s.close()
@@ -237,77 +280,107 @@ func (w *Watcher) Close() error {
 	return nil
 }
 
-func (w *Watcher) run() {
-	defer close(w.done)
-	defer func() {
-		w.timer.Stop()
-		if w.fsw != nil {
-			_ = w.fsw.Close()
-		}
-		if w.ticker != nil {
-			w.ticker.Stop()
-		}
-	}()
-	for {
-		var (
-			events <-chan fsnotify.Event
-			errs   <-chan error
-			tick   <-chan time.Time
-		)
-		if w.fsw != nil {
-			events, errs = w.fsw.Events, w.fsw.Errors
-		}
-		if w.ticker != nil {
-			tick = w.ticker.C
-		}
-		select {
-		case <-w.stop:
-			return
-		case ev, ok := <-events:
-			if !ok {
-				w.startPolling(errors.New("inotify watcher closed"))
-				continue
-			}
-			w.handle(ev)
-		case err, ok := <-errs:
-			switch {
-			case !ok:
-				w.startPolling(errors.New("inotify watcher closed"))
-			case errors.Is(err, fsnotify.ErrEventOverflow):
-				// The kernel dropped events: compare the tree with what we
-				// know instead.
-				w.log.Warn("watch: inotify queue overflow, rescanning")
-				w.rescan()
-			default:
-				w.log.Warn("watch: inotify error", "err", err)
-			}
-		case <-w.timer.C:
-			w.timerArmed = false
-			w.flushDue()
-		case <-tick:
-			w.rescan()
-		}
+// post records work for the watcher (mark runs under inMu) and starts a
+// worker unless one is running. It never blocks on a worker.
+func (w *Watcher) post(mark func()) {
+	w.inMu.Lock()
+	if w.closed {
+		w.inMu.Unlock()
+		return
+	}
+	mark()
+	start := !w.busy
+	if start {
+		w.busy = true
+		w.workers.Add(1)
+	}
+	w.inMu.Unlock()
+	if start {
+		go w.work()
 	}
 }
 
-// startPolling abandons inotify. Pending paths are dropped: the scans
+// deliver queues an inotify event; called by the shared reader.
+func (w *Watcher) deliver(ev rawEvent) {
+	w.post(func() {
+		switch {
+		case ev.kind == kindRescan:
+			w.needRescan = true
+		case len(w.inbox) >= maxInbox:
+			// The worker is far behind: a rescan settles the lot.
+			w.inbox = nil
+			w.needRescan = true
+		case !w.needRescan:
+			w.inbox = append(w.inbox, ev)
+		}
+	})
+}
+
+// lose tells the watcher its inotify instance is gone.
+func (w *Watcher) lose(err error) { w.post(func() { w.lost = err }) }
+
+// work settles everything posted, until the inbox stays empty.
+func (w *Watcher) work() {
+	defer w.workers.Done()
+	for {
+		w.inMu.Lock()
+		batch, rescan, fired, poll, lost := w.inbox, w.needRescan, w.timerFired, w.pollDue, w.lost
+		w.inbox, w.needRescan, w.timerFired, w.pollDue, w.lost = nil, false, false, false, nil
+		if w.closed || (len(batch) == 0 && !rescan && !fired && !poll && lost == nil) {
+			w.busy = false
+			w.inMu.Unlock()
+			return
+		}
+		w.inMu.Unlock()
+
+		w.mu.Lock()
+		if lost != nil {
+			w.startPollingLocked(lost)
+		}
+		if w.in != nil { // events are moot once polling: scans cover them
+			if rescan {
+				w.log.Warn("watch: inotify events lost, rescanning")
+				w.rescanLocked()
+			} else {
+				for _, ev := range batch {
+					w.handleLocked(ev)
+				}
+			}
+		}
+		if fired {
+			w.timerArmed = false
+			w.flushDueLocked()
+		}
+		if poll && w.polling.Load() {
+			w.rescanLocked()
+			w.pollTimer.Reset(w.opts.PollInterval)
+		}
+		w.mu.Unlock()
+	}
+}
+
+// startPollingLocked abandons inotify. Pending paths are dropped: the scans
 // compare the whole tree with the known state, which covers them.
-func (w *Watcher) startPolling(why error) {
+func (w *Watcher) startPollingLocked(why error) {
 	if w.polling.Swap(true) {
 		return
 	}
-	w.switchedErr = why
 	if !w.opts.Poll {
 		w.log.Warn("watch: falling back to polling", "err", why, "interval", w.opts.PollInterval)
 	}
-	if w.fsw != nil {
-		_ = w.fsw.Close()
-		w.fsw = nil
+	if w.in != nil {
+		w.in.release(w)
+		w.in = nil
+		activeInotify.Add(-1)
+	}
+	activePolling.Add(1)
+	for rel := range w.dirs {
+		w.dirs[rel] = -1
 	}
 	clear(w.pending)
 	w.timer.Stop()
 	w.timerArmed = false
-	w.ticker = time.NewTicker(w.opts.PollInterval)
+	w.pollTimer = time.AfterFunc(w.opts.PollInterval, func() { w.post(func() { w.pollDue = true }) })
 }
 
 func (w *Watcher) abs(rel string) string {
@@ -325,10 +398,10 @@ func (w *Watcher) rel(name string) (string, bool) {
 	return r, ok && r != ""
 }
 
-// walk visits every non-ignored folder (watching it first, in inotify mode,
-// so nothing created while it is listed is missed) and every regular file
-// below rel.
-func (w *Watcher) walk(rel string, file func(rel string, info fs.FileInfo)) {
+// walkLocked visits every non-ignored folder (watching it first, in inotify
+// mode, so nothing created while it is listed is missed) and every regular
+// file below rel.
+func (w *Watcher) walkLocked(rel string, file func(rel string, info fs.FileInfo)) {
 	start := w.abs(rel)
 	_ = filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
 		r, ok := w.rel(p)
@@ -351,7 +424,7 @@ func (w *Watcher) walk(rel string, file func(rel string, info fs.FileInfo)) {
 		}
 		switch {
 		case d.IsDir():
-			w.watchDir(r)
+			w.watchDirLocked(r)
 		case d.Type().IsRegular():
 			info, err := d.Info()
 			if err == nil {
@@ -362,16 +435,30 @@ func (w *Watcher) walk(rel string, file func(rel string, info fs.FileInfo)) {
 	})
 }
 
-func (w *Watcher) watchDir(rel string) {
-	w.dirs[rel] = struct{}{}
-	if w.fsw == nil {
+func (w *Watcher) watchDirLocked(rel string) {
+	if w.in == nil {
+		w.dirs[rel] = -1
 		return
 	}
-	err := w.opts.addWatch(w.fsw, w.abs(rel))
+	p := w.abs(rel)
+	var (
+		wd  int32 = -1
+		err error
+	)
+	if w.opts.failAdd != nil {
+		err = w.opts.failAdd(p)
+	}
+	if err == nil {
+		wd, err = w.in.add(w, rel, p)
+	}
+	if old, ok := w.dirs[rel]; ok && old >= 0 && old != wd {
+		w.in.remove(w, old, rel) // the name now holds another folder
+	}
+	w.dirs[rel] = wd
 	switch {
 	case err == nil:
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EMFILE), errors.Is(err, unix.ENOMEM):
-		w.startPolling(fmt.Errorf("watch %s: %w", rel, err))
+		w.startPollingLocked(fmt.Errorf("watch %s: %w", rel, err))
 	default:
 		// Usually the folder vanished meanwhile; its parent's event
 		// settles that.
@@ -379,51 +466,49 @@ func (w *Watcher) watchDir(rel string) {
 	}
 }
 
-func (w *Watcher) handle(ev fsnotify.Event) {
-	rel, ok := w.rel(ev.Name)
-	if !ok || rel == "." || w.ignore.Match(rel) {
+func (w *Watcher) handleLocked(ev rawEvent) {
+	rel := ev.rel
+	if rel == "" || rel == "." || w.ignore.Match(rel) {
 		return
 	}
-	if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+	if ev.kind == kindRemove {
 		if _, isDir := w.dirs[rel]; isDir {
-			w.dropTree(rel)
+			w.dropTreeLocked(rel)
 		}
 	}
-	if ev.Has(fsnotify.Create) {
-		if info, err := os.Lstat(ev.Name); err == nil && info.IsDir() {
-			// A new (or moved-in) folder: watch it and report what is
-			// already inside.
-			w.walk(rel, func(r string, _ fs.FileInfo) { w.markPending(r) })
-			if _, wasFile := w.known[rel]; !wasFile {
-				return
-			}
+	if ev.kind == kindCreate && ev.dir {
+		// A new (or moved-in) folder: watch it and report what is
+		// already inside.
+		w.walkLocked(rel, func(r string, _ fs.FileInfo) { w.markPendingLocked(r) })
+		if _, wasFile := w.known[rel]; !wasFile {
+			return
 		}
 	}
-	w.markPending(rel)
+	w.markPendingLocked(rel)
 }
 
-// dropTree forgets a folder that was removed or moved away: its stale
+// dropTreeLocked forgets a folder that was removed or moved away: its stale
 // watches go (a moved folder's watches would otherwise report under the old
 // name) and every file known below it is re-examined.
-func (w *Watcher) dropTree(rel string) {
+func (w *Watcher) dropTreeLocked(rel string) {
 	prefix := rel + "/"
-	for d := range w.dirs {
+	for d, wd := range w.dirs {
 		if d == rel || strings.HasPrefix(d, prefix) {
 			delete(w.dirs, d)
-			if w.fsw != nil {
-				_ = w.fsw.Remove(w.abs(d))
+			if w.in != nil && wd >= 0 {
+				w.in.remove(w, wd, d)
 			}
 		}
 	}
 	for f := range w.known {
 		if strings.HasPrefix(f, prefix) {
-			w.markPending(f)
+			w.markPendingLocked(f)
 		}
 	}
 }
 
-func (w *Watcher) markPending(rel string) {
-	if w.fsw == nil {
+func (w *Watcher) markPendingLocked(rel string) {
+	if w.in == nil {
 		return // polling: the next scan reports it
 	}
 	now := time.Now()
@@ -442,7 +527,7 @@ func (w *Watcher) markPending(rel string) {
 	}
 }
 
-func (w *Watcher) flushDue() {
+func (w *Watcher) flushDueLocked() {
 	now := time.Now()
 	var due []string
 	for rel, p := range w.pending {
@@ -453,7 +538,7 @@ func (w *Watcher) flushDue() {
 	}
 	sort.Strings(due)
 	for _, rel := range due {
-		w.settle(rel)
+		w.settleLocked(rel)
 	}
 	if len(w.pending) == 0 || w.timerArmed {
 		return
@@ -468,16 +553,16 @@ func (w *Watcher) flushDue() {
 	w.timerArmed = true
 }
 
-// settle compares one path with what is known about it and reports the
-// difference.
-func (w *Watcher) settle(rel string) {
+// settleLocked compares one path with what is known about it and reports
+// the difference.
+func (w *Watcher) settleLocked(rel string) {
 	prev, had := w.known[rel]
 	info, err := os.Lstat(w.abs(rel))
 	switch {
 	case err == nil && info.Mode().IsRegular():
 		cur, err := w.observe(rel, time.Now())
 		if err != nil {
-			w.forget(rel, had)
+			w.forgetLocked(rel, had)
 			return
 		}
 		w.known[rel] = cur
@@ -487,29 +572,35 @@ func (w *Watcher) settle(rel string) {
 			w.emit(sandbox.Modified, rel, cur)
 		}
 	case err == nil && info.IsDir():
-		w.forget(rel, had)
+		w.forgetLocked(rel, had)
 		if _, ok := w.dirs[rel]; !ok {
-			w.walk(rel, func(r string, _ fs.FileInfo) { w.markPending(r) })
+			w.walkLocked(rel, func(r string, _ fs.FileInfo) { w.markPendingLocked(r) })
 		}
 	default:
-		w.forget(rel, had)
+		w.forgetLocked(rel, had)
 	}
 }
 
-func (w *Watcher) forget(rel string, had bool) {
+func (w *Watcher) forgetLocked(rel string, had bool) {
 	if had {
 		delete(w.known, rel)
 		w.emit(sandbox.Deleted, rel, fileState{})
 	}
 }
 
-// rescan compares the whole tree with the known state: every poll tick, and
-// after an inotify queue overflow.
-func (w *Watcher) rescan() {
+// rescanLocked compares the whole tree with the known state: every poll
+// interval, and after inotify events were lost (in which case every folder's
+// watch is renewed).
+func (w *Watcher) rescanLocked() {
 	now := time.Now()
 	seen := make(map[string]struct{}, len(w.known))
-	clear(w.dirs)
-	w.walk(".", func(rel string, info fs.FileInfo) {
+	var old map[string]int32
+	if w.in != nil {
+		old, w.dirs = w.dirs, make(map[string]int32, len(w.dirs))
+	} else {
+		clear(w.dirs)
+	}
+	w.walkLocked(".", func(rel string, info fs.FileInfo) {
 		seen[rel] = struct{}{}
 		prev, had := w.known[rel]
 		quick := stateOf(info, now)
@@ -530,6 +621,11 @@ func (w *Watcher) rescan() {
 			w.emit(sandbox.Modified, rel, cur)
 		}
 	})
+	for d, wd := range old {
+		if cur, ok := w.dirs[d]; wd >= 0 && w.in != nil && (!ok || cur != wd) {
+			w.in.remove(w, wd, d) // folders gone or replaced
+		}
+	}
 	var gone []string
 	for rel := range w.known {
 		if _, ok := seen[rel]; !ok {
@@ -538,18 +634,19 @@ func (w *Watcher) rescan() {
 	}
 	sort.Strings(gone)
 	for _, rel := range gone {
-		w.forget(rel, true)
+		w.forgetLocked(rel, true)
 	}
 }
 
+// emit hands an event to every subscriber; it never blocks.
 func (w *Watcher) emit(op sandbox.Op, rel string, st fileState) {
 	ev := sandbox.FileEvent{Op: op, Path: rel}
 	if op != sandbox.Deleted {
 		ev.Size, ev.SHA256 = st.size, st.sha
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.subMu.Lock()
+	defer w.subMu.Unlock()
 	for s := range w.subs {
-		s.push(ev) // never blocks
+		s.push(ev)
 	}
 }

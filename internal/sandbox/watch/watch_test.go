@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
-
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
@@ -378,12 +376,12 @@ func TestFallbackOnENOSPC(t *testing.T) {
 	adds := 0
 	opts := Options{
 		PollInterval: 20 * time.Millisecond,
-		addWatch: func(w *fsnotify.Watcher, p string) error {
+		failAdd: func(p string) error {
 			adds++
 			if adds > 1 {
 				return fmt.Errorf("inotify_add_watch: %w", syscall.ENOSPC)
 			}
-			return w.Add(p)
+			return nil
 		},
 	}
 	w, ch := start(t, root, opts)
