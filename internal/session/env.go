@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/agentd/agentd/conversation"
@@ -73,7 +74,8 @@ func (m *Manager) spec(ctx context.Context, rec store.Session, prof profile.Prof
 
 // attachEnvironment makes an environment that is up (new, or recovered
 // after a restart) the session's: it records the sandbox's handle, starts
-// the workspace watcher and the lease renewal, and starts the runner.
+// the workspace watcher and the lease renewal (both until ctx ends), and
+// starts the runner.
 func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.Environment, rec store.Session, actor string) (agent.Runner, *host, error) {
 	arch, ok := m.cfg.Architectures.Lookup(rec.Architecture)
 	if !ok {
@@ -106,7 +108,7 @@ func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.E
 		return nil, nil, agent.Fail(agent.CodeSandboxError, "watch workspace: %v", err)
 	}
 	go m.forwardChanges(ctx, s, e, changes)
-	go m.renewLease(ctx, rec.ID)
+	m.renewLease(ctx, rec.ID)
 
 	h := &host{s: s, env: e, prof: prof, opts: opts, log: m.log.With("session", rec.ID, "architecture", rec.Architecture)}
 	h.setTurn(actor, rec.Runtime.ActiveQueryID)
@@ -197,18 +199,105 @@ func (m *Manager) persistFile(ctx context.Context, id string, e sandbox.Environm
 	}
 }
 
-// renewLease keeps the session's lease while its environment is up.
+// renewLease keeps the session's lease while its environment is up (until
+// ctx ends): it is renewed every third of LeaseTTL, by the process's one
+// lease renewer rather than a goroutine per session.
 func (m *Manager) renewLease(ctx context.Context, id string) {
-	t := time.NewTicker(m.cfg.LeaseTTL / 3)
-	defer t.Stop()
+	leases.add(&leaseEntry{ctx: ctx, m: m, id: id, due: time.Now().Add(m.cfg.LeaseTTL / 3)})
+}
+
+// leases renews the leases of every session whose environment is up, in
+// every Manager of the process.
+var leases leaseRenewer
+
+// leaseRenewer renews leases from one goroutine, which runs only while
+// there is a lease to keep: the first entry starts it, and it exits when the
+// last entry's context has ended. Its methods are safe for concurrent use.
+// Renewals are made one after the other; entries due within a tenth of
+// their period of each other are renewed together (a little early), so the
+// goroutine wakes about ten times per period however many sessions there
+// are.
+type leaseRenewer struct {
+	mu      sync.Mutex
+	entries map[*leaseEntry]struct{}
+	wake    chan struct{} // capacity 1: entries changed
+	running bool
+}
+
+type leaseEntry struct {
+	ctx context.Context // the environment's; its end stops the renewal
+	m   *Manager
+	id  string
+	due time.Time // next renewal; guarded by leaseRenewer.mu
+}
+
+func (r *leaseRenewer) add(e *leaseEntry) {
+	r.mu.Lock()
+	if r.entries == nil {
+		r.entries = make(map[*leaseEntry]struct{})
+		r.wake = make(chan struct{}, 1)
+	}
+	r.entries[e] = struct{}{}
+	start := !r.running
+	r.running = true
+	r.mu.Unlock()
+	if start {
+		go r.run()
+	} else {
+		r.poke()
+	}
+	context.AfterFunc(e.ctx, func() { r.remove(e) })
+}
+
+func (r *leaseRenewer) remove(e *leaseEntry) {
+	r.mu.Lock()
+	delete(r.entries, e)
+	r.mu.Unlock()
+	r.poke() // an empty set ends the goroutine at once
+}
+
+func (r *leaseRenewer) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *leaseRenewer) run() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var due []*leaseEntry
 	for {
-		select {
-		case <-ctx.Done():
+		r.mu.Lock()
+		if len(r.entries) == 0 {
+			r.running = false
+			r.mu.Unlock()
 			return
-		case <-t.C:
-			if err := m.cfg.Store.AcquireLease(ctx, id, m.cfg.Holder, m.cfg.LeaseTTL); err != nil && ctx.Err() == nil {
-				m.log.Error("renew lease", "session", id, "err", err)
+		}
+		now := time.Now()
+		var next time.Time
+		due = due[:0]
+		for e := range r.entries {
+			period := e.m.cfg.LeaseTTL / 3
+			if !e.due.After(now.Add(period / 10)) {
+				due = append(due, e)
+				e.due = now.Add(period)
 			}
+			if next.IsZero() || e.due.Before(next) {
+				next = e.due
+			}
+		}
+		r.mu.Unlock()
+		for _, e := range due {
+			if err := e.m.cfg.Store.AcquireLease(e.ctx, e.id, e.m.cfg.Holder, e.m.cfg.LeaseTTL); err != nil && e.ctx.Err() == nil {
+				e.m.log.Error("renew lease", "session", e.id, "err", err)
+			}
+		}
+		clear(due) // no entry kept alive by the scratch slice
+		timer.Reset(time.Until(next))
+		select {
+		case <-timer.C:
+		case <-r.wake:
 		}
 	}
 }
