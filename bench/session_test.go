@@ -172,10 +172,12 @@ feed:
 type memoryResult struct {
 	n          int
 	idle, term perSession
-	// inotify counts the inotify instances the sessions opened: a session
-	// whose watcher could not get one (fs.inotify.max_user_instances,
-	// 128 by default, is per user) falls back to polling.
-	inotify int
+	// inotify is how many inotify instances the process holds with the
+	// sessions idle (one, shared by every watcher; 0 when polling), and
+	// inotifyWatchers / pollingWatchers how many workspace watchers use
+	// it or poll (watch.Active): a watcher polls when it was asked to or
+	// could not get inotify.
+	inotify, inotifyWatchers, pollingWatchers int
 }
 
 // inotifyInstances counts this process's open inotify descriptors.
@@ -228,13 +230,13 @@ func runMemory(tb testing.TB, n int, poll bool) memoryResult {
 		return sampleMemory()
 	}
 	base := settle()
-	inotify0 := inotifyInstances()
 	ids, err := loadSessions(ctx, c, n, 8)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	idle := settle()
-	inotify := inotifyInstances() - inotify0
+	inotify := inotifyInstances()
+	inotifyWatchers, pollingWatchers := watch.Active()
 	if path := os.Getenv("AGENTD_BENCH_HEAPPROFILE"); path != "" {
 		writeHeapProfile(tb, path)
 	}
@@ -258,7 +260,10 @@ func runMemory(tb testing.TB, n int, poll bool) memoryResult {
 	}
 	term := settle()
 	runtime.KeepAlive(ids)
-	return memoryResult{n: n, idle: growth(base, idle, n), term: growth(base, term, n), inotify: inotify}
+	return memoryResult{
+		n: n, idle: growth(base, idle, n), term: growth(base, term, n),
+		inotify: inotify, inotifyWatchers: inotifyWatchers, pollingWatchers: pollingWatchers,
+	}
 }
 
 // BenchmarkSessionMemory: memory of an idle loaded session inside the
@@ -270,12 +275,13 @@ func runMemory(tb testing.TB, n int, poll bool) memoryResult {
 // cache, not in the Go heap) are reported too. The op is the whole
 // procedure; ns/op is not a figure of interest.
 //
-// watch=inotify is the default local sandbox (N=100: the per-user inotify
-// instance limit, 128 by default, is shared with every other process of the
-// user; inotify-sessions says how many got one, the rest poll). watch=poll
-// forces the polling watcher so N can be large (AGENTD_BENCH_SESSIONS,
-// default 2000). AGENTD_BENCH_HEAPPROFILE=file writes the idle heap and
-// goroutines.
+// watch=inotify is the default local sandbox: every workspace watcher
+// shares the process's one inotify instance (inotify-instances), and
+// inotify-watchers / polling-watchers say how many watchers use it or fell
+// back to polling. watch=poll forces the polling watcher. N is
+// AGENTD_BENCH_SESSIONS (default 2000) for both.
+// AGENTD_BENCH_HEAPPROFILE=file writes the idle heap and goroutines (of
+// the last mode run; select one with -bench).
 //
 // Target (issue 2): <= 64 KiB per idle session.
 func BenchmarkSessionMemory(b *testing.B) {
@@ -287,7 +293,7 @@ func BenchmarkSessionMemory(b *testing.B) {
 		name string
 		poll bool
 		n    int
-	}{{"inotify", false, min(n, 100)}, {"poll", true, n}} {
+	}{{"inotify", false, n}, {"poll", true, n}} {
 		b.Run("watch="+mode.name, func(b *testing.B) {
 			var r memoryResult
 			for b.Loop() {
@@ -301,7 +307,9 @@ func BenchmarkSessionMemory(b *testing.B) {
 			b.ReportMetric(r.term.stack/1024, "terminated-stack-KiB/session")
 			b.ReportMetric(r.term.goroutines, "terminated-goroutines/session")
 			b.ReportMetric(float64(r.n), "sessions")
-			b.ReportMetric(float64(r.inotify), "inotify-sessions")
+			b.ReportMetric(float64(r.inotify), "inotify-instances")
+			b.ReportMetric(float64(r.inotifyWatchers), "inotify-watchers")
+			b.ReportMetric(float64(r.pollingWatchers), "polling-watchers")
 		})
 	}
 }
@@ -449,14 +457,28 @@ func BenchmarkSessionReady(b *testing.B) {
 }
 
 func TestSessionMemorySmoke(t *testing.T) {
-	r := runMemory(t, 5, true)
-	// Growth per session is noisy at n=5; only sanity is checked: every
-	// idle session holds at least its owner goroutine.
-	if r.idle.goroutines < 1 {
-		t.Fatalf("idle sessions added %.1f goroutines each, want >= 1", r.idle.goroutines)
-	}
-	if r.term.goroutines >= r.idle.goroutines {
-		t.Fatalf("terminating did not release goroutines: idle %.1f, terminated %.1f per session", r.idle.goroutines, r.term.goroutines)
+	for _, poll := range []bool{true, false} {
+		t.Run(fmt.Sprintf("poll=%v", poll), func(t *testing.T) {
+			r := runMemory(t, 5, poll)
+			// Growth per session is noisy at n=5; only sanity is checked:
+			// every idle session holds at least its owner goroutine.
+			if r.idle.goroutines < 1 {
+				t.Fatalf("idle sessions added %.1f goroutines each, want >= 1", r.idle.goroutines)
+			}
+			if r.term.goroutines >= r.idle.goroutines {
+				t.Fatalf("terminating did not release goroutines: idle %.1f, terminated %.1f per session", r.idle.goroutines, r.term.goroutines)
+			}
+			// The warm-up session and the 5 measured ones, all with the
+			// watcher mode asked for; one inotify instance for them all.
+			wantInotify, wantPolling, wantInstances := 6, 0, 1
+			if poll {
+				wantInotify, wantPolling, wantInstances = 0, 6, 0
+			}
+			if r.inotifyWatchers != wantInotify || r.pollingWatchers != wantPolling || r.inotify != wantInstances {
+				t.Fatalf("%d inotify watchers, %d polling, %d inotify instances; want %d, %d, %d",
+					r.inotifyWatchers, r.pollingWatchers, r.inotify, wantInotify, wantPolling, wantInstances)
+			}
+		})
 	}
 }
 
