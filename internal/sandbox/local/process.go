@@ -35,7 +35,6 @@ type process struct {
 	out     chan sandbox.Chunk
 	readers sync.WaitGroup
 	srcs    []*os.File // read ends being pumped
-	tails   []tail     // per src: what is left to read once the group is gone
 	exited  atomic.Bool
 	exitAt  time.Time // set before exited becomes true
 
@@ -126,10 +125,9 @@ func start(e *Environment, cmd *exec.Cmd, tag string, c sandbox.Cmd) (*process, 
 	closeAll(child)
 	p.pid = cmd.Process.Pid
 	streams := []sandbox.Stream{sandbox.Stdout, sandbox.Stderr}
-	p.tails = make([]tail, len(p.srcs))
 	p.readers.Add(len(p.srcs))
 	for i, src := range p.srcs {
-		go p.pump(src, streams[i], &p.tails[i])
+		go p.pump(src, streams[i])
 	}
 	return p, nil
 }
@@ -190,25 +188,20 @@ func setWinsize(f *os.File, size sandbox.WindowSize) error {
 	return ioErr
 }
 
-// tail is what a stream's reader may still read once the command's group
-// is gone: what it had read then (off), plus what the pipe held (limit).
-type tail struct {
-	off   atomic.Int64
-	limit atomic.Int64
-}
-
 // pump copies one stream to out as it is read, with the stream's byte
 // offset.
 //
 // Once the leader exited and its group was killed, only a process that
-// left the group (setsid) can still write. So the reader then delivers
-// what the pipe held at that moment, however slowly it is consumed, and
-// after that ends the stream at DrainTimeout after the exit (or when a
-// read waits that long): an escaped process can't hold Wait, whether it
-// stays silent or keeps writing.
-func (p *process) pump(src *os.File, stream sandbox.Stream, t *tail) {
+// left the group (setsid) can still write. The stream then ends
+// DrainTimeout after the exit, plus however long out was blocked since:
+// what the pipe held at the exit reads at once, so a slow consumer still
+// gets all of it, while an escaped process, silent or chatty, can't hold
+// Wait for longer than DrainTimeout.
+func (p *process) pump(src *os.File, stream sandbox.Stream) {
 	defer p.readers.Done()
 	drain := p.env.opts.DrainTimeout
+	var off int64
+	var blocked time.Duration // time out was blocked after the exit
 	// Start small (most commands print little) and grow while reads
 	// fill the buffer.
 	buf := make([]byte, 16<<10)
@@ -218,23 +211,26 @@ func (p *process) pump(src *os.File, stream sandbox.Stream, t *tail) {
 			return
 		default:
 		}
-		if p.exited.Load() {
-			deadline := time.Now().Add(drain)
-			if t.off.Load() >= t.limit.Load() {
-				deadline = p.exitAt.Add(drain)
-			}
-			_ = src.SetReadDeadline(deadline)
+		exited := p.exited.Load()
+		if exited {
+			_ = src.SetReadDeadline(p.exitAt.Add(drain + blocked))
 		}
 		n, err := src.Read(buf)
 		if n > 0 {
-			off := t.off.Load()
 			chunk := sandbox.Chunk{Stream: stream, Data: append([]byte(nil), buf[:n]...), Offset: off}
+			var sent time.Time
+			if exited {
+				sent = time.Now()
+			}
 			select {
 			case p.out <- chunk:
 			case <-p.abandoned:
 				return
 			}
-			t.off.Store(off + int64(n))
+			if exited {
+				blocked += time.Since(sent)
+			}
+			off += int64(n)
 			if n == len(buf) && len(buf) < readSize {
 				buf = make([]byte, 2*len(buf))
 			}
@@ -249,17 +245,6 @@ func (p *process) pump(src *os.File, stream sandbox.Stream, t *tail) {
 			return
 		}
 	}
-}
-
-// pending is how many bytes f (a pipe or PTY master) holds unread.
-func pending(f *os.File) int64 {
-	var n int
-	if rc, err := f.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) {
-			n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) // FIONREAD
-		})
-	}
-	return int64(n)
 }
 
 // wait reaps the leader, ends its group, waits for the output, and records
@@ -295,17 +280,12 @@ func (p *process) wait() {
 	}
 	p.status = st
 
-	// The group is gone: bound what the readers still wait for. A read
-	// may have taken bytes off the pipe without counting them yet, hence
-	// the slack of one read.
+	// The group is gone: bound what the readers still wait for (see
+	// pump). The deadline set here wakes a read already waiting.
 	p.exitAt = time.Now()
-	for i, src := range p.srcs {
-		t := &p.tails[i]
-		t.limit.Store(t.off.Load() + pending(src) + readSize)
-	}
 	p.exited.Store(true)
 	for _, src := range p.srcs {
-		_ = src.SetReadDeadline(time.Now().Add(p.env.opts.DrainTimeout))
+		_ = src.SetReadDeadline(p.exitAt.Add(p.env.opts.DrainTimeout))
 	}
 	p.readers.Wait()
 	close(p.out)
