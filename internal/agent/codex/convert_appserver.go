@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/convkit"
 )
 
 // AppServerConverter converts the stdout of `codex app-server` (JSON-RPC
@@ -28,7 +29,7 @@ import (
 // collab spawnAgent call are subagents: their events go to the
 // conversation of the spawning item.
 type AppServerConverter struct {
-	opts       options
+	opts       convkit.Options
 	mainThread string
 	threadConv map[string]string // subagent thread id → conversation id
 	subDone    map[string]bool   // subagent conversation ids completed
@@ -36,7 +37,7 @@ type AppServerConverter struct {
 	reasoning  map[string]*reasoningState
 	lastText   map[string]string // subagent conversation id → its last agent message
 	errors     int
-	blocks     blocks
+	blocks     convkit.Blocks
 }
 
 type reasoningState struct{ summary, raw bool }
@@ -44,13 +45,13 @@ type reasoningState struct{ summary, raw bool }
 // NewAppServerConverter returns a converter for one app-server connection.
 func NewAppServerConverter(opts ...Option) *AppServerConverter {
 	return &AppServerConverter{
-		opts:       buildOptions(opts),
+		opts:       convkit.Build(opts),
 		threadConv: map[string]string{},
 		subDone:    map[string]bool{},
 		totals:     map[string]tokenTotals{},
 		reasoning:  map[string]*reasoningState{},
 		lastText:   map[string]string{},
-		blocks:     newBlocks(),
+		blocks:     convkit.NewBlocks(),
 	}
 }
 
@@ -241,11 +242,11 @@ func (c *AppServerConverter) Convert(line []byte) ([]conversation.Event, error) 
 		}
 		// A method this converter does not read, in a shape its
 		// params struct does not fit: keep it as a log.
-		o := &out{}
-		o.log(conversation.LevelDebug, "codex message "+head.Method, line)
-		return o.events, nil
+		o := &convkit.Out{}
+		o.Log(conversation.LevelDebug, "codex message "+head.Method, line)
+		return o.Events, nil
 	}
-	o := &out{ts: msTime(m.EmittedAtMs)}
+	o := &convkit.Out{TS: convkit.MsTime(m.EmittedAtMs)}
 	hasID := len(m.ID) > 0 && string(m.ID) != "null"
 	p := m.Params
 	if p == nil {
@@ -259,13 +260,13 @@ func (c *AppServerConverter) Convert(line []byte) ([]conversation.Event, error) 
 			return nil, err
 		}
 	case m.Error != nil:
-		o.log(conversation.LevelWarn, "codex app-server error response: "+m.Error.Message, line)
+		o.Log(conversation.LevelWarn, "codex app-server error response: "+m.Error.Message, line)
 	case hasID:
-		o.log(conversation.LevelDebug, "codex app-server response", line)
+		o.Log(conversation.LevelDebug, "codex app-server response", line)
 	default:
 		return nil, fmt.Errorf("codex app-server line: neither request, notification nor response")
 	}
-	return o.events, nil
+	return o.Events, nil
 }
 
 // handledMethods are the methods whose params the converter reads; a
@@ -297,12 +298,12 @@ func (c *AppServerConverter) conv(threadID string) string {
 }
 
 func (c *AppServerConverter) itemBlockID(p *asParams, itemID string) string {
-	return c.blocks.claim("item:"+p.ThreadID+":"+p.TurnID+":"+itemID, itemID)
+	return c.blocks.Claim("item:"+p.ThreadID+":"+p.TurnID+":"+itemID, itemID)
 }
 
-func (c *AppServerConverter) notification(o *out, method string, p *asParams, line []byte) error {
+func (c *AppServerConverter) notification(o *convkit.Out, method string, p *asParams, line []byte) error {
 	if strings.HasPrefix(method, "item/") && method != "item/started" && method != "item/completed" && p.ItemID == "" {
-		o.log(conversation.LevelDebug, "codex notification "+method+" without itemId", line)
+		o.Log(conversation.LevelDebug, "codex notification "+method+" without itemId", line)
 		return nil
 	}
 	switch method {
@@ -316,10 +317,10 @@ func (c *AppServerConverter) notification(o *out, method string, p *asParams, li
 				c.mainThread = t.ID
 			}
 			if t.ID == c.mainThread && t.Model != nil && *t.Model != "" {
-				o.emit("", conversation.MetadataUpdate{Model: *t.Model})
+				o.Emit("", conversation.MetadataUpdate{Model: *t.Model})
 			}
 		}
-		o.log(conversation.LevelInfo, "codex thread started: "+t.ID, line)
+		o.Log(conversation.LevelInfo, "codex thread started: "+t.ID, line)
 	case "turn/started":
 		c.conv(p.ThreadID)
 	case "turn/completed":
@@ -328,17 +329,17 @@ func (c *AppServerConverter) notification(o *out, method string, p *asParams, li
 		return c.item(o, p, method == "item/completed", line)
 	case "item/agentMessage/delta", "item/plan/delta":
 		id := c.itemBlockID(p, p.ItemID)
-		if !c.blocks.has(id) {
+		if !c.blocks.Has(id) {
 			b := conversation.Block{ID: id, Type: conversation.BlockAssistantText, Status: conversation.StatusPending}
 			if method == "item/plan/delta" {
 				b.Metadata = map[string]any{"kind": "plan"}
 			}
-			c.blocks.put(o, c.conv(p.ThreadID), b)
+			c.blocks.Put(o, c.conv(p.ThreadID), b)
 		}
-		c.blocks.appendText(o, id, p.Delta)
+		c.blocks.AppendText(o, id, p.Delta)
 	case "item/reasoning/summaryPartAdded":
 		id := c.itemBlockID(p, p.ItemID)
-		if p.SummaryIndex > 0 && c.blocks.text(id) != "" {
+		if p.SummaryIndex > 0 && c.blocks.Text(id) != "" {
 			c.reasoningDelta(o, p, id, "\n\n", true)
 		}
 	case "item/reasoning/summaryTextDelta":
@@ -348,14 +349,14 @@ func (c *AppServerConverter) notification(o *out, method string, p *asParams, li
 	case "item/commandExecution/outputDelta", "item/fileChange/outputDelta":
 		id := c.itemBlockID(p, p.ItemID)
 		rid := conversation.ToolResultID(id)
-		if !c.blocks.has(rid) {
-			c.blocks.put(o, c.conv(p.ThreadID), conversation.Block{ID: rid, Type: conversation.BlockToolResult,
+		if !c.blocks.Has(rid) {
+			c.blocks.Put(o, c.conv(p.ThreadID), conversation.Block{ID: rid, Type: conversation.BlockToolResult,
 				Status: conversation.StatusPending, ToolUseID: id})
 		}
-		c.blocks.appendText(o, rid, p.Delta)
+		c.blocks.AppendText(o, rid, p.Delta)
 	case "item/fileChange/patchUpdated":
 		id := c.itemBlockID(p, p.ItemID)
-		c.blocks.put(o, c.conv(p.ThreadID), conversation.Block{ID: id, Type: conversation.BlockToolUse, ToolName: "apply_patch",
+		c.blocks.Put(o, c.conv(p.ThreadID), conversation.Block{ID: id, Type: conversation.BlockToolUse, ToolName: "apply_patch",
 			ToolUseID: id, Input: changesInput(p.Changes)})
 	case "thread/tokenUsage/updated":
 		c.tokenUsage(o, p)
@@ -365,34 +366,34 @@ func (c *AppServerConverter) notification(o *out, method string, p *asParams, li
 			msg = p.Error.Message
 		}
 		if p.WillRetry {
-			o.log(conversation.LevelWarn, "codex error (retrying): "+msg, line)
+			o.Log(conversation.LevelWarn, "codex error (retrying): "+msg, line)
 			return nil
 		}
 		c.errors++
 		conv := c.conv(p.ThreadID)
-		id := c.blocks.claim("error:"+strconv.Itoa(c.errors), c.scope(p)+"-error-"+strconv.Itoa(c.errors))
-		c.blocks.put(o, conv, conversation.Block{ID: id, Type: conversation.BlockError,
+		id := c.blocks.Claim("error:"+strconv.Itoa(c.errors), c.scope(p)+"-error-"+strconv.Itoa(c.errors))
+		c.blocks.Put(o, conv, conversation.Block{ID: id, Type: conversation.BlockError,
 			Status: conversation.StatusError, Message: msg, Code: p.Error.code()})
-		o.emit(conv, conversation.ErrorEvent{Message: msg, Code: p.Error.code()})
+		o.Emit(conv, conversation.ErrorEvent{Message: msg, Code: p.Error.code()})
 	case "model/rerouted":
 		if p.ToModel != "" && c.conv(p.ThreadID) == "" {
-			o.emit("", conversation.MetadataUpdate{Model: p.ToModel})
+			o.Emit("", conversation.MetadataUpdate{Model: p.ToModel})
 		}
-		o.log(conversation.LevelInfo, "codex model rerouted to "+p.ToModel, line)
+		o.Log(conversation.LevelInfo, "codex model rerouted to "+p.ToModel, line)
 	case "warning", "configWarning", "deprecationNotice", "guardianWarning":
-		o.log(conversation.LevelWarn, "codex "+method, line)
+		o.Log(conversation.LevelWarn, "codex "+method, line)
 	case "turn/plan/updated":
 		c.planUpdated(o, p)
 	default:
-		o.log(conversation.LevelDebug, "codex notification "+method, line)
+		o.Log(conversation.LevelDebug, "codex notification "+method, line)
 	}
 	return nil
 }
 
 func (c *AppServerConverter) scope(p *asParams) string {
 	switch {
-	case c.opts.idPrefix != "":
-		return c.opts.idPrefix
+	case c.opts.IDPrefix != "":
+		return c.opts.IDPrefix
 	case p.TurnID != "":
 		return p.TurnID
 	case c.mainThread != "":
@@ -401,7 +402,7 @@ func (c *AppServerConverter) scope(p *asParams) string {
 	return "codex"
 }
 
-func (c *AppServerConverter) reasoningDelta(o *out, p *asParams, id, delta string, summary bool) {
+func (c *AppServerConverter) reasoningDelta(o *convkit.Out, p *asParams, id, delta string, summary bool) {
 	rs := c.reasoning[id]
 	if rs == nil {
 		rs = &reasoningState{}
@@ -417,13 +418,13 @@ func (c *AppServerConverter) reasoningDelta(o *out, p *asParams, id, delta strin
 	} else {
 		rs.raw = true
 	}
-	if !c.blocks.has(id) {
-		c.blocks.put(o, c.conv(p.ThreadID), conversation.Block{ID: id, Type: conversation.BlockThinking, Status: conversation.StatusPending})
+	if !c.blocks.Has(id) {
+		c.blocks.Put(o, c.conv(p.ThreadID), conversation.Block{ID: id, Type: conversation.BlockThinking, Status: conversation.StatusPending})
 	}
-	c.blocks.appendText(o, id, delta)
+	c.blocks.AppendText(o, id, delta)
 }
 
-func (c *AppServerConverter) turnCompleted(o *out, p *asParams) {
+func (c *AppServerConverter) turnCompleted(o *convkit.Out, p *asParams) {
 	if p.Turn == nil {
 		return
 	}
@@ -440,19 +441,19 @@ func (c *AppServerConverter) turnCompleted(o *out, p *asParams) {
 	}
 	switch p.Turn.Status {
 	case "interrupted":
-		o.emit("", conversation.QueryCompleted{Interrupted: true, DurationMs: dur})
+		o.Emit("", conversation.QueryCompleted{Interrupted: true, DurationMs: dur})
 	case "failed":
 		msg := "turn failed"
 		if p.Turn.Error != nil && p.Turn.Error.Message != "" {
 			msg = p.Turn.Error.Message
 		}
-		o.emit("", conversation.QueryFailed{Error: msg, Code: p.Turn.Error.code(), DurationMs: dur})
+		o.Emit("", conversation.QueryFailed{Error: msg, Code: p.Turn.Error.code(), DurationMs: dur})
 	default:
-		o.emit("", conversation.QueryCompleted{DurationMs: dur})
+		o.Emit("", conversation.QueryCompleted{DurationMs: dur})
 	}
 }
 
-func (c *AppServerConverter) tokenUsage(o *out, p *asParams) {
+func (c *AppServerConverter) tokenUsage(o *convkit.Out, p *asParams) {
 	if p.TokenUsage == nil {
 		return
 	}
@@ -474,10 +475,10 @@ func (c *AppServerConverter) tokenUsage(o *out, p *asParams) {
 	if inc == (tokenTotals{}) {
 		return
 	}
-	o.emit(c.conv(p.ThreadID), conversation.MetadataUpdate{Usage: inc.usage()})
+	o.Emit(c.conv(p.ThreadID), conversation.MetadataUpdate{Usage: inc.usage()})
 }
 
-func (c *AppServerConverter) planUpdated(o *out, p *asParams) {
+func (c *AppServerConverter) planUpdated(o *convkit.Out, p *asParams) {
 	var sb strings.Builder
 	if p.Explanation != nil && *p.Explanation != "" {
 		sb.WriteString(*p.Explanation)
@@ -493,8 +494,8 @@ func (c *AppServerConverter) planUpdated(o *out, p *asParams) {
 		}
 		sb.WriteString(mark + s.Step + "\n")
 	}
-	id := c.blocks.claim("plan:"+p.ThreadID+":"+p.TurnID, c.scope(p)+"-plan")
-	c.blocks.put(o, c.conv(p.ThreadID), conversation.Block{ID: id, Type: conversation.BlockSystem, Status: conversation.StatusComplete,
+	id := c.blocks.Claim("plan:"+p.ThreadID+":"+p.TurnID, c.scope(p)+"-plan")
+	c.blocks.Put(o, c.conv(p.ThreadID), conversation.Block{ID: id, Type: conversation.BlockSystem, Status: conversation.StatusComplete,
 		Subtype: "todo_list", Message: sb.String(), Metadata: map[string]any{"plan": p.Plan}})
 }
 
@@ -512,7 +513,7 @@ func changesInput(raw json.RawMessage) json.RawMessage {
 		}
 		list = append(list, m)
 	}
-	return mustJSON(map[string]any{"changes": list})
+	return convkit.MustJSON(map[string]any{"changes": list})
 }
 
 func changesSummary(raw json.RawMessage) string {
@@ -525,7 +526,7 @@ func changesSummary(raw json.RawMessage) string {
 	return sb.String()
 }
 
-func (c *AppServerConverter) item(o *out, p *asParams, done bool, line []byte) error {
+func (c *AppServerConverter) item(o *convkit.Out, p *asParams, done bool, line []byte) error {
 	it := p.Item
 	if it == nil {
 		return fmt.Errorf("codex app-server item notification without item")
@@ -533,30 +534,30 @@ func (c *AppServerConverter) item(o *out, p *asParams, done bool, line []byte) e
 	if it.ID == "" {
 		return fmt.Errorf("codex app-server item without id")
 	}
-	if o.ts.IsZero() {
+	if o.TS.IsZero() {
 		switch {
 		case done && p.CompletedAt > 0:
-			o.ts = msTime(p.CompletedAt)
+			o.TS = convkit.MsTime(p.CompletedAt)
 		case p.StartedAtMs > 0:
-			o.ts = msTime(p.StartedAtMs)
+			o.TS = convkit.MsTime(p.StartedAtMs)
 		}
 	}
 	conv := c.conv(p.ThreadID)
 	id := c.itemBlockID(p, it.ID)
 	failed := it.Status == "failed" || it.Status == "declined"
-	st := statusOf(done, failed)
+	st := convkit.StatusOf(done, failed)
 	var dur int64
 	if it.DurationMs != nil {
 		dur = *it.DurationMs
 	}
-	put := func(b conversation.Block) { c.blocks.put(o, conv, b) }
+	put := func(b conversation.Block) { c.blocks.Put(o, conv, b) }
 	result := func(output string, isErr bool, meta map[string]any) {
-		put(conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult, Status: statusOf(true, isErr),
+		put(conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult, Status: convkit.StatusOf(true, isErr),
 			ToolUseID: id, Output: output, IsError: isErr, DurationMs: dur, Metadata: meta})
 	}
 	switch it.Type {
 	case "userMessage":
-		if c.opts.omitUserMessages {
+		if c.opts.OmitUserMessages {
 			return nil
 		}
 		put(conversation.Block{ID: id, Type: conversation.BlockUserMessage, Status: conversation.StatusComplete, Content: userInputText(it.Content)})
@@ -564,32 +565,32 @@ func (c *AppServerConverter) item(o *out, p *asParams, done bool, line []byte) e
 		if done && conv != "" {
 			c.lastText[conv] = it.Text
 		}
-		put(conversation.Block{ID: id, Type: conversation.BlockAssistantText, Status: statusOf(done, false), Content: it.Text})
+		put(conversation.Block{ID: id, Type: conversation.BlockAssistantText, Status: convkit.StatusOf(done, false), Content: it.Text})
 	case "plan":
-		put(conversation.Block{ID: id, Type: conversation.BlockAssistantText, Status: statusOf(done, false), Content: it.Text,
+		put(conversation.Block{ID: id, Type: conversation.BlockAssistantText, Status: convkit.StatusOf(done, false), Content: it.Text,
 			Metadata: map[string]any{"kind": "plan"}})
 	case "reasoning":
 		var raw []string
 		_ = json.Unmarshal(it.Content, &raw)
-		b := conversation.Block{ID: id, Type: conversation.BlockThinking, Status: statusOf(done, false),
+		b := conversation.Block{ID: id, Type: conversation.BlockThinking, Status: convkit.StatusOf(done, false),
 			Content: strings.Join(it.Summary, "\n\n")}
 		if r := strings.Join(raw, "\n\n"); r != "" {
 			b.Content, b.Summary = r, b.Content
 		}
-		if b.Content == "" && !c.blocks.has(id) && done {
+		if b.Content == "" && !c.blocks.Has(id) && done {
 			return nil // nothing readable
 		}
 		put(b)
 	case "commandExecution":
 		put(conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: st, ToolName: "shell", ToolUseID: id,
-			Input: mustJSON(map[string]string{"command": it.Command, "cwd": it.Cwd})})
+			Input: convkit.MustJSON(map[string]string{"command": it.Command, "cwd": it.Cwd})})
 		if done {
 			isErr := failed || (it.ExitCode != nil && *it.ExitCode != 0)
 			meta := map[string]any{"status": it.Status}
 			if it.ExitCode != nil {
 				meta["exitCode"] = *it.ExitCode
 			}
-			output := c.blocks.text(conversation.ToolResultID(id))
+			output := c.blocks.Text(conversation.ToolResultID(id))
 			if it.AggregatedOutput != nil {
 				output = *it.AggregatedOutput
 			}
@@ -603,8 +604,8 @@ func (c *AppServerConverter) item(o *out, p *asParams, done bool, line []byte) e
 		}
 	case "mcpToolCall":
 		failed = failed || it.Error != nil
-		put(conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: statusOf(done, failed),
-			ToolName: "mcp__" + it.Server + "__" + it.Tool, ToolUseID: id, Input: objectInput(it.Arguments),
+		put(conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: convkit.StatusOf(done, failed),
+			ToolName: "mcp__" + it.Server + "__" + it.Tool, ToolUseID: id, Input: convkit.ObjectInput(it.Arguments),
 			Metadata: map[string]any{"server": it.Server, "tool": it.Tool}})
 		if done {
 			var output string
@@ -625,8 +626,8 @@ func (c *AppServerConverter) item(o *out, p *asParams, done bool, line []byte) e
 		if it.Namespace != nil && *it.Namespace != "" {
 			name = *it.Namespace + "." + it.Tool
 		}
-		put(conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: statusOf(done, failed), ToolName: name, ToolUseID: id,
-			Input: objectInput(it.Arguments)})
+		put(conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: convkit.StatusOf(done, failed), ToolName: name, ToolUseID: id,
+			Input: convkit.ObjectInput(it.Arguments)})
 		if done {
 			var sb strings.Builder
 			for _, ci := range it.ContentItems {
@@ -642,22 +643,22 @@ func (c *AppServerConverter) item(o *out, p *asParams, done bool, line []byte) e
 		if sub, ok := c.threadConv[it.AgentThreadID]; ok && (it.Kind == "completed" || it.Kind == "interrupted") {
 			c.subagentDone(o, sub, it.Kind == "completed", "")
 		}
-		o.log(conversation.LevelDebug, "codex subagent "+it.Kind+": "+it.AgentThreadID, line)
+		o.Log(conversation.LevelDebug, "codex subagent "+it.Kind+": "+it.AgentThreadID, line)
 	case "webSearch":
 		in := map[string]any{"query": it.Query}
 		if len(it.Action) > 0 && string(it.Action) != "null" {
 			in["action"] = it.Action
 		}
-		put(conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: statusOf(done, false), ToolName: "web_search", ToolUseID: id,
-			Input: mustJSON(in)})
+		put(conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: convkit.StatusOf(done, false), ToolName: "web_search", ToolUseID: id,
+			Input: convkit.MustJSON(in)})
 		if done && len(it.Results) > 0 && string(it.Results) != "null" {
 			result(string(it.Results), false, nil)
 		}
 	case "imageView":
-		put(conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: statusOf(done, false), ToolName: "view_image", ToolUseID: id,
-			Input: mustJSON(map[string]string{"path": it.Path})})
+		put(conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: convkit.StatusOf(done, false), ToolName: "view_image", ToolUseID: id,
+			Input: convkit.MustJSON(map[string]string{"path": it.Path})})
 	case "contextCompaction":
-		put(conversation.Block{ID: id, Type: conversation.BlockSystem, Status: statusOf(done, false), Subtype: "compaction",
+		put(conversation.Block{ID: id, Type: conversation.BlockSystem, Status: convkit.StatusOf(done, false), Subtype: "compaction",
 			Message: "context compacted"})
 	case "enteredReviewMode", "exitedReviewMode":
 		put(conversation.Block{ID: id, Type: conversation.BlockSystem, Status: conversation.StatusComplete, Subtype: it.Type, Message: it.Review})
@@ -669,7 +670,7 @@ func (c *AppServerConverter) item(o *out, p *asParams, done bool, line []byte) e
 		put(conversation.Block{ID: id, Type: conversation.BlockSystem, Status: conversation.StatusComplete, Subtype: "hook_prompt",
 			Message: sb.String()})
 	default:
-		o.log(conversation.LevelDebug, "codex item "+strconv.Quote(it.Type), line)
+		o.Log(conversation.LevelDebug, "codex item "+strconv.Quote(it.Type), line)
 	}
 	return nil
 }
@@ -678,7 +679,7 @@ func (c *AppServerConverter) item(o *out, p *asParams, done bool, line []byte) e
 // (plus subagent:spawned once the new thread is known) and links the new
 // thread's events to it; the other collab tools are plain tool calls. Any
 // call reporting a linked agent as finished completes that subagent.
-func (c *AppServerConverter) collab(o *out, conv, id string, done bool, it *asItem) {
+func (c *AppServerConverter) collab(o *convkit.Out, conv, id string, done bool, it *asItem) {
 	failed := it.Status == "failed"
 	prompt := ""
 	if it.Prompt != nil {
@@ -696,14 +697,14 @@ func (c *AppServerConverter) collab(o *out, conv, id string, done bool, it *asIt
 		// As for Claude's Task tool: the subagent id is the spawning
 		// call's id (the subagent's conversation id), the input its
 		// prompt; the agent's own id (its thread) goes in the events.
-		b := conversation.Block{ID: id, Type: conversation.BlockSubagent, Status: statusOf(false, failed),
-			SubagentID: id, ToolUseID: id, Input: mustJSON(prompt)}
+		b := conversation.Block{ID: id, Type: conversation.BlockSubagent, Status: convkit.StatusOf(false, failed),
+			SubagentID: id, ToolUseID: id, Input: convkit.MustJSON(prompt)}
 		if it.Model != nil {
 			b.Metadata = map[string]any{"model": *it.Model}
 		}
-		c.blocks.put(o, conv, b)
+		c.blocks.Put(o, conv, b)
 		if agentID != "" && !known {
-			o.emit(conv, conversation.SubagentSpawned{ToolUseID: id, AgentID: agentID, Prompt: prompt})
+			o.Emit(conv, conversation.SubagentSpawned{ToolUseID: id, AgentID: agentID, Prompt: prompt})
 		}
 		if failed && done {
 			c.subagentDone(o, id, false, "")
@@ -713,8 +714,8 @@ func (c *AppServerConverter) collab(o *out, conv, id string, done bool, it *asIt
 		if prompt != "" {
 			in["prompt"] = prompt
 		}
-		c.blocks.put(o, conv, conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: statusOf(done, failed),
-			ToolName: it.Tool, ToolUseID: id, Input: mustJSON(in)})
+		c.blocks.Put(o, conv, conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: convkit.StatusOf(done, failed),
+			ToolName: it.Tool, ToolUseID: id, Input: convkit.MustJSON(in)})
 		if done {
 			var sb strings.Builder
 			for _, t := range sortedKeys(it.AgentsStates) {
@@ -725,8 +726,8 @@ func (c *AppServerConverter) collab(o *out, conv, id string, done bool, it *asIt
 				}
 				sb.WriteByte('\n')
 			}
-			c.blocks.put(o, conv, conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult,
-				Status: statusOf(true, failed), ToolUseID: id, Output: sb.String(), IsError: failed})
+			c.blocks.Put(o, conv, conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult,
+				Status: convkit.StatusOf(true, failed), ToolUseID: id, Output: sb.String(), IsError: failed})
 		}
 	}
 	for _, t := range sortedKeys(it.AgentsStates) {
@@ -748,14 +749,14 @@ func (c *AppServerConverter) collab(o *out, conv, id string, done bool, it *asIt
 	}
 }
 
-func (c *AppServerConverter) subagentDone(o *out, conv string, ok bool, output string) {
-	if c.subDone[conv] || !c.blocks.has(conv) {
+func (c *AppServerConverter) subagentDone(o *convkit.Out, conv string, ok bool, output string) {
+	if c.subDone[conv] || !c.blocks.Has(conv) {
 		return
 	}
 	c.subDone[conv] = true
-	st := statusOf(true, !ok)
-	c.blocks.put(o, "", conversation.Block{ID: conv, Type: conversation.BlockSubagent, Status: st, Output: output})
-	o.emit("", conversation.SubagentCompleted{ToolUseID: conv, Status: st, Output: output})
+	st := convkit.StatusOf(true, !ok)
+	c.blocks.Put(o, "", conversation.Block{ID: conv, Type: conversation.BlockSubagent, Status: st, Output: output})
+	o.Emit("", conversation.SubagentCompleted{ToolUseID: conv, Status: st, Output: output})
 }
 
 func userInputText(raw json.RawMessage) string {
@@ -840,7 +841,7 @@ func parseApproval(method string, p *asParams) (a Approval, ok bool) {
 	default:
 		return Approval{}, false
 	}
-	a.Input = mustJSON(in)
+	a.Input = convkit.MustJSON(in)
 	a.ItemID, a.ThreadID, a.TurnID = p.ItemID, p.ThreadID, p.TurnID
 	if a.ItemID == "" {
 		a.ItemID, a.ThreadID = p.CallID, p.ConversationID
@@ -848,18 +849,18 @@ func parseApproval(method string, p *asParams) (a Approval, ok bool) {
 	return a, true
 }
 
-func (c *AppServerConverter) serverRequest(o *out, m *rpcMessage, p *asParams, line []byte) {
+func (c *AppServerConverter) serverRequest(o *convkit.Out, m *rpcMessage, p *asParams, line []byte) {
 	a, ok := parseApproval(m.Method, p)
 	if !ok {
-		o.log(conversation.LevelInfo, "codex request "+m.Method, line)
+		o.Log(conversation.LevelInfo, "codex request "+m.Method, line)
 		return
 	}
-	if c.opts.omitPermissionEvents {
+	if c.opts.OmitPermissionEvents {
 		return
 	}
 	reqID := requestID(m.ID)
-	toolUse := c.blocks.lookup("item:"+a.ThreadID+":"+a.TurnID+":"+a.ItemID, a.ItemID)
-	o.emit(c.conv(a.ThreadID), conversation.PermissionRequested{RequestID: reqID, ToolName: a.ToolName, Input: a.Input, ToolUseID: toolUse})
+	toolUse := c.blocks.Lookup("item:"+a.ThreadID+":"+a.TurnID+":"+a.ItemID, a.ItemID)
+	o.Emit(c.conv(a.ThreadID), conversation.PermissionRequested{RequestID: reqID, ToolName: a.ToolName, Input: a.Input, ToolUseID: toolUse})
 }
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

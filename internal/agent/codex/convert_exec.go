@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/convkit"
 )
 
 // ExecJSONConverter converts the JSON lines of `codex exec --json`
@@ -25,18 +26,18 @@ import (
 // WithIDPrefix prefix or else the thread id, and turn counts the
 // turn.started lines this converter has seen.
 type ExecJSONConverter struct {
-	opts      options
+	opts      convkit.Options
 	threadID  string
 	turn      int
 	errors    int
 	lastError string // the last error line's message in this turn
-	blocks    blocks
+	blocks    convkit.Blocks
 }
 
 // NewExecJSONConverter returns a converter for one `codex exec --json`
 // output stream.
 func NewExecJSONConverter(opts ...Option) *ExecJSONConverter {
-	return &ExecJSONConverter{opts: buildOptions(opts), blocks: newBlocks()}
+	return &ExecJSONConverter{opts: convkit.Build(opts), blocks: convkit.NewBlocks()}
 }
 
 // ThreadID is the thread id from thread.started ("" before it), which
@@ -99,11 +100,11 @@ func (c *ExecJSONConverter) Convert(line []byte) ([]conversation.Event, error) {
 	if err := json.Unmarshal(line, &l); err != nil {
 		return nil, fmt.Errorf("codex exec line: %w", err)
 	}
-	o := &out{}
+	o := &convkit.Out{}
 	switch l.Type {
 	case "thread.started":
 		c.threadID = l.ThreadID
-		o.log(conversation.LevelInfo, "codex thread started: "+l.ThreadID, line)
+		o.Log(conversation.LevelInfo, "codex thread started: "+l.ThreadID, line)
 	case "turn.started":
 		c.turn++
 		c.lastError = ""
@@ -112,14 +113,14 @@ func (c *ExecJSONConverter) Convert(line []byte) ([]conversation.Event, error) {
 			return nil, err
 		}
 	case "item.plan.delta":
-		if id := c.blockID(l.ItemID); !c.blocks.appendText(o, id, l.Delta) {
-			o.log(conversation.LevelDebug, "codex: plan delta for unknown item "+l.ItemID, line)
+		if id := c.blockID(l.ItemID); !c.blocks.AppendText(o, id, l.Delta) {
+			o.Log(conversation.LevelDebug, "codex: plan delta for unknown item "+l.ItemID, line)
 		}
 	case "turn.completed":
 		if l.Usage != nil {
-			o.emit("", conversation.MetadataUpdate{Usage: l.Usage.usage()})
+			o.Emit("", conversation.MetadataUpdate{Usage: l.Usage.usage()})
 		}
-		o.emit("", conversation.QueryCompleted{})
+		o.Emit("", conversation.QueryCompleted{})
 	case "turn.failed":
 		msg := "turn failed"
 		if l.Error != nil && l.Error.Message != "" {
@@ -130,19 +131,19 @@ func (c *ExecJSONConverter) Convert(line []byte) ([]conversation.Event, error) {
 			// first; one block for it is enough.
 			c.errorBlock(o, msg)
 		}
-		o.emit("", conversation.QueryFailed{Error: msg})
+		o.Emit("", conversation.QueryFailed{Error: msg})
 	case "error":
 		c.errorBlock(o, l.Message)
 	default:
-		o.log(conversation.LevelWarn, "codex: unknown exec event "+strconv.Quote(l.Type), line)
+		o.Log(conversation.LevelWarn, "codex: unknown exec event "+strconv.Quote(l.Type), line)
 	}
-	return o.events, nil
+	return o.Events, nil
 }
 
 func (c *ExecJSONConverter) scope() string {
 	switch {
-	case c.opts.idPrefix != "":
-		return c.opts.idPrefix
+	case c.opts.IDPrefix != "":
+		return c.opts.IDPrefix
 	case c.threadID != "":
 		return c.threadID
 	}
@@ -153,43 +154,43 @@ func (c *ExecJSONConverter) blockID(itemID string) string {
 	return c.scope() + "-" + strconv.Itoa(c.turn) + "-" + itemID
 }
 
-func (c *ExecJSONConverter) errorBlock(o *out, msg string) {
+func (c *ExecJSONConverter) errorBlock(o *convkit.Out, msg string) {
 	c.errors++
 	c.lastError = msg
-	id := c.blocks.claim("error:"+strconv.Itoa(c.errors), c.scope()+"-"+strconv.Itoa(c.turn)+"-error-"+strconv.Itoa(c.errors))
-	c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockError, Status: conversation.StatusError, Message: msg})
-	o.emit("", conversation.ErrorEvent{Message: msg})
+	id := c.blocks.Claim("error:"+strconv.Itoa(c.errors), c.scope()+"-"+strconv.Itoa(c.turn)+"-error-"+strconv.Itoa(c.errors))
+	c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockError, Status: conversation.StatusError, Message: msg})
+	o.Emit("", conversation.ErrorEvent{Message: msg})
 }
 
-func (c *ExecJSONConverter) item(o *out, done bool, it *execItem, line []byte) error {
+func (c *ExecJSONConverter) item(o *convkit.Out, done bool, it *execItem, line []byte) error {
 	if it == nil {
 		return fmt.Errorf("codex exec item event without item")
 	}
 	if it.ID == "" {
 		return fmt.Errorf("codex exec item without id")
 	}
-	id := c.blocks.claim("item:"+strconv.Itoa(c.turn)+":"+it.ID, c.blockID(it.ID))
+	id := c.blocks.Claim("item:"+strconv.Itoa(c.turn)+":"+it.ID, c.blockID(it.ID))
 	failed := it.Status == "failed" || it.Status == "declined"
-	st := statusOf(done, failed)
+	st := convkit.StatusOf(done, failed)
 	switch it.Type {
 	case "agent_message":
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockAssistantText, Status: statusOf(done, false), Content: it.Text})
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockAssistantText, Status: convkit.StatusOf(done, false), Content: it.Text})
 	case "plan":
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockAssistantText, Status: statusOf(done, false), Content: it.Text,
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockAssistantText, Status: convkit.StatusOf(done, false), Content: it.Text,
 			Metadata: map[string]any{"kind": "plan"}})
 	case "reasoning":
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockThinking, Status: statusOf(done, false), Content: it.Text})
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockThinking, Status: convkit.StatusOf(done, false), Content: it.Text})
 	case "command_execution":
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: st, ToolName: "shell", ToolUseID: id,
-			Input: mustJSON(map[string]string{"command": it.Command})})
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: st, ToolName: "shell", ToolUseID: id,
+			Input: convkit.MustJSON(map[string]string{"command": it.Command})})
 		if done || it.AggregatedOutput != "" {
 			isErr := failed || (it.ExitCode != nil && *it.ExitCode != 0)
 			var meta map[string]any
 			if it.ExitCode != nil {
 				meta = map[string]any{"exitCode": *it.ExitCode}
 			}
-			c.blocks.put(o, "", conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult,
-				Status: statusOf(done, isErr), ToolUseID: id, Output: it.AggregatedOutput, IsError: isErr, Metadata: meta})
+			c.blocks.Put(o, "", conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult,
+				Status: convkit.StatusOf(done, isErr), ToolUseID: id, Output: it.AggregatedOutput, IsError: isErr, Metadata: meta})
 		}
 	case "file_change":
 		changes := make([]map[string]string, 0, len(it.Changes))
@@ -198,16 +199,16 @@ func (c *ExecJSONConverter) item(o *out, done bool, it *execItem, line []byte) e
 			changes = append(changes, map[string]string{"path": ch.Path, "kind": ch.Kind})
 			fmt.Fprintf(&summary, "%s %s\n", ch.Kind, ch.Path)
 		}
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: st, ToolName: "apply_patch", ToolUseID: id,
-			Input: mustJSON(map[string]any{"changes": changes})})
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: st, ToolName: "apply_patch", ToolUseID: id,
+			Input: convkit.MustJSON(map[string]any{"changes": changes})})
 		if done {
-			c.blocks.put(o, "", conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult,
+			c.blocks.Put(o, "", conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult,
 				Status: st, ToolUseID: id, Output: summary.String(), IsError: failed, Metadata: map[string]any{"status": it.Status}})
 		}
 	case "mcp_tool_call":
 		failed = failed || it.Error != nil
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: statusOf(done, failed),
-			ToolName: "mcp__" + it.Server + "__" + it.Tool, ToolUseID: id, Input: objectInput(it.Arguments),
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: convkit.StatusOf(done, failed),
+			ToolName: "mcp__" + it.Server + "__" + it.Tool, ToolUseID: id, Input: convkit.ObjectInput(it.Arguments),
 			Metadata: map[string]any{"server": it.Server, "tool": it.Tool}})
 		if done {
 			var output string
@@ -220,33 +221,33 @@ func (c *ExecJSONConverter) item(o *out, done bool, it *execItem, line []byte) e
 					output = string(it.Result.StructuredContent)
 				}
 			}
-			c.blocks.put(o, "", conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult,
-				Status: statusOf(true, failed), ToolUseID: id, Output: output, IsError: failed})
+			c.blocks.Put(o, "", conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult,
+				Status: convkit.StatusOf(true, failed), ToolUseID: id, Output: output, IsError: failed})
 		}
 	case "web_search":
 		in := map[string]any{"query": it.Query}
 		if len(it.Action) > 0 && string(it.Action) != "null" {
 			in["action"] = it.Action
 		}
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: st, ToolName: "web_search", ToolUseID: id,
-			Input: mustJSON(in)})
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: st, ToolName: "web_search", ToolUseID: id,
+			Input: convkit.MustJSON(in)})
 	case "todo_list":
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockSystem, Status: statusOf(done, false), Subtype: "todo_list",
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockSystem, Status: convkit.StatusOf(done, false), Subtype: "todo_list",
 			Message: renderTodos(it.Items), Metadata: map[string]any{"items": it.Items}})
 	case "collab_tool_call":
 		in := map[string]any{"receiverThreadIds": it.ReceiverThreadIDs}
 		if it.Prompt != nil {
 			in["prompt"] = *it.Prompt
 		}
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: st, ToolName: it.Tool, ToolUseID: id,
-			Input: mustJSON(in)})
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: st, ToolName: it.Tool, ToolUseID: id,
+			Input: convkit.MustJSON(in)})
 	case "error":
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockError, Status: conversation.StatusError, Message: it.Message})
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockError, Status: conversation.StatusError, Message: it.Message})
 		if done {
-			o.emit("", conversation.ErrorEvent{Message: it.Message})
+			o.Emit("", conversation.ErrorEvent{Message: it.Message})
 		}
 	default:
-		o.log(conversation.LevelWarn, "codex: unknown exec item type "+strconv.Quote(it.Type), line)
+		o.Log(conversation.LevelWarn, "codex: unknown exec item type "+strconv.Quote(it.Type), line)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/convkit"
 )
 
 // RolloutConverter converts a Codex session rollout file
@@ -27,19 +28,19 @@ import (
 // Items without an id of their own get "<session id>-<n>", n counting such
 // blocks in the file; tool blocks use the call id.
 type RolloutConverter struct {
-	opts      options
+	opts      convkit.Options
 	sessionID string
 	model     string
 	n         int
 	calls     int
 	errors    int
 	lastTotal *tokenTotals
-	blocks    blocks
+	blocks    convkit.Blocks
 }
 
 // NewRolloutConverter returns a converter for one rollout file.
 func NewRolloutConverter(opts ...Option) *RolloutConverter {
-	return &RolloutConverter{opts: buildOptions(opts), blocks: newBlocks()}
+	return &RolloutConverter{opts: convkit.Build(opts), blocks: convkit.NewBlocks()}
 }
 
 // SessionID is the session id from session_meta ("" before it).
@@ -103,40 +104,40 @@ func (c *RolloutConverter) Convert(line []byte) ([]conversation.Event, error) {
 	if p == nil {
 		p = &rolloutPayload{}
 	}
-	o := &out{ts: parseTime(l.Timestamp)}
+	o := &convkit.Out{TS: convkit.ParseTime(l.Timestamp)}
 	switch l.Type {
 	case "session_meta":
 		if c.sessionID == "" {
 			c.sessionID = p.ID
 		}
-		o.log(conversation.LevelInfo, "codex session "+p.ID+" (cli "+str(p.CLIVersion)+")", line)
+		o.Log(conversation.LevelInfo, "codex session "+p.ID+" (cli "+str(p.CLIVersion)+")", line)
 	case "turn_context":
 		if m := str(p.Model); m != "" && m != c.model {
 			c.model = m
-			o.emit("", conversation.MetadataUpdate{Model: m})
+			o.Emit("", conversation.MetadataUpdate{Model: m})
 		}
 	case "response_item":
 		c.responseItem(o, p, line)
 	case "event_msg":
 		c.eventMsg(o, p, line)
 	case "compacted":
-		c.blocks.put(o, "", conversation.Block{ID: c.ownID(""), Type: conversation.BlockSystem,
+		c.blocks.Put(o, "", conversation.Block{ID: c.ownID(""), Type: conversation.BlockSystem,
 			Status: conversation.StatusComplete, Subtype: "compaction", Message: str(p.Message)})
 	case "world_state", "token_usage_record", "tool_manifest", "sampling_boundary",
 		"inter_agent_communication", "inter_agent_communication_metadata":
 		// Bookkeeping of newer versions (model-facing state, per-response
 		// usage that token_count events already carry).
-		o.log(conversation.LevelDebug, "codex: rollout "+l.Type, line)
+		o.Log(conversation.LevelDebug, "codex: rollout "+l.Type, line)
 	default:
-		o.log(conversation.LevelWarn, "codex: unknown rollout line type "+strconv.Quote(l.Type), line)
+		o.Log(conversation.LevelWarn, "codex: unknown rollout line type "+strconv.Quote(l.Type), line)
 	}
-	return o.events, nil
+	return o.Events, nil
 }
 
 func (c *RolloutConverter) scope() string {
 	switch {
-	case c.opts.idPrefix != "":
-		return c.opts.idPrefix
+	case c.opts.IDPrefix != "":
+		return c.opts.IDPrefix
 	case c.sessionID != "":
 		return c.sessionID
 	}
@@ -146,10 +147,10 @@ func (c *RolloutConverter) scope() string {
 // ownID returns the item's id when it has one, else the next "<scope>-<n>".
 func (c *RolloutConverter) ownID(id string) string {
 	if id != "" {
-		return c.blocks.claim("id:"+id, id)
+		return c.blocks.Claim("id:"+id, id)
 	}
 	c.n++
-	return c.blocks.claim("n:"+strconv.Itoa(c.n), c.scope()+"-"+strconv.Itoa(c.n))
+	return c.blocks.Claim("n:"+strconv.Itoa(c.n), c.scope()+"-"+strconv.Itoa(c.n))
 }
 
 func joinText(raw json.RawMessage, types ...string) string {
@@ -172,15 +173,15 @@ func joinText(raw json.RawMessage, types ...string) string {
 	return sb.String()
 }
 
-func (c *RolloutConverter) responseItem(o *out, p *rolloutPayload, line []byte) {
+func (c *RolloutConverter) responseItem(o *convkit.Out, p *rolloutPayload, line []byte) {
 	switch p.Type {
 	case "message":
 		if p.Role != "assistant" {
-			o.log(conversation.LevelDebug, "codex: "+p.Role+" message sent to the model", line)
+			o.Log(conversation.LevelDebug, "codex: "+p.Role+" message sent to the model", line)
 			return
 		}
 		text := joinText(p.Content, "output_text", "text")
-		c.blocks.put(o, "", conversation.Block{ID: c.ownID(p.ID), Type: conversation.BlockAssistantText,
+		c.blocks.Put(o, "", conversation.Block{ID: c.ownID(p.ID), Type: conversation.BlockAssistantText,
 			Status: conversation.StatusComplete, Content: text, Model: c.model})
 	case "reasoning":
 		var parts []contentPart
@@ -200,31 +201,31 @@ func (c *RolloutConverter) responseItem(o *out, p *rolloutPayload, line []byte) 
 			return // encrypted reasoning only: nothing a reader can use
 		}
 		b.ID = c.ownID(p.ID)
-		c.blocks.put(o, "", b)
+		c.blocks.Put(o, "", b)
 	case "function_call", "custom_tool_call":
 		var input json.RawMessage
 		if p.Type == "custom_tool_call" {
-			input = mustJSON(map[string]string{"input": str(p.Input)})
+			input = convkit.MustJSON(map[string]string{"input": str(p.Input)})
 		} else if args, isString := stringOrRaw(p.Arguments); isString {
-			input = objectInput(json.RawMessage(args))
+			input = convkit.ObjectInput(json.RawMessage(args))
 		} else {
-			input = objectInput(p.Arguments)
+			input = convkit.ObjectInput(p.Arguments)
 		}
 		name := p.Name
 		if p.Namespace != "" {
 			name = p.Namespace + "." + p.Name
 		}
 		id := c.callID(p.CallID, p.ID)
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: conversation.StatusPending,
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: conversation.StatusPending,
 			ToolName: name, ToolUseID: id, Input: input})
 	case "local_shell_call":
 		id := c.callID(p.CallID, p.ID)
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: conversation.StatusPending,
-			ToolName: "local_shell", ToolUseID: id, Input: objectInput(p.Action)})
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: conversation.StatusPending,
+			ToolName: "local_shell", ToolUseID: id, Input: convkit.ObjectInput(p.Action)})
 	case "function_call_output", "custom_tool_call_output":
-		id := c.blocks.lookup("call:"+p.CallID, p.CallID)
+		id := c.blocks.Lookup("call:"+p.CallID, p.CallID)
 		if id == "" {
-			o.log(conversation.LevelWarn, "codex: tool output without call_id", line)
+			o.Log(conversation.LevelWarn, "codex: tool output without call_id", line)
 			return
 		}
 		r := parseToolOutput(p.Output)
@@ -235,21 +236,21 @@ func (c *RolloutConverter) responseItem(o *out, p *rolloutPayload, line []byte) 
 		if len(meta) == 0 {
 			meta = nil
 		}
-		if c.blocks.has(id) {
-			c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: statusOf(true, r.isError)})
+		if c.blocks.Has(id) {
+			c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: convkit.StatusOf(true, r.isError)})
 		}
-		c.blocks.put(o, "", conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult,
-			Status: statusOf(true, r.isError), ToolUseID: id, Output: r.output, IsError: r.isError, DurationMs: r.durationMs, Metadata: meta})
+		c.blocks.Put(o, "", conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult,
+			Status: convkit.StatusOf(true, r.isError), ToolUseID: id, Output: r.output, IsError: r.isError, DurationMs: r.durationMs, Metadata: meta})
 	case "web_search_call":
 		id := c.ownID(p.ID)
 		in := json.RawMessage(`{}`)
 		if len(p.Action) > 0 {
-			in = objectInput(p.Action)
+			in = convkit.ObjectInput(p.Action)
 		}
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: statusOf(p.Status != "in_progress", p.Status == "failed"),
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: convkit.StatusOf(p.Status != "in_progress", p.Status == "failed"),
 			ToolName: "web_search", ToolUseID: id, Input: in})
 	default:
-		o.log(conversation.LevelDebug, "codex: response item "+strconv.Quote(p.Type), line)
+		o.Log(conversation.LevelDebug, "codex: response item "+strconv.Quote(p.Type), line)
 	}
 }
 
@@ -270,18 +271,18 @@ func (c *RolloutConverter) callID(callID, itemID string) string {
 	// A call id seen again is a new call (a scripted model reusing ids);
 	// later outputs belong to the latest one.
 	c.calls++
-	id := c.blocks.claim("callitem:"+strconv.Itoa(c.calls), callID)
-	c.blocks.taken["call:"+callID] = id
+	id := c.blocks.Claim("callitem:"+strconv.Itoa(c.calls), callID)
+	c.blocks.Bind("call:"+callID, id)
 	return id
 }
 
-func (c *RolloutConverter) eventMsg(o *out, p *rolloutPayload, line []byte) {
+func (c *RolloutConverter) eventMsg(o *convkit.Out, p *rolloutPayload, line []byte) {
 	switch p.Type {
 	case "user_message":
-		if c.opts.omitUserMessages {
+		if c.opts.OmitUserMessages {
 			return
 		}
-		c.blocks.put(o, "", conversation.Block{ID: c.ownID(""), Type: conversation.BlockUserMessage,
+		c.blocks.Put(o, "", conversation.Block{ID: c.ownID(""), Type: conversation.BlockUserMessage,
 			Status: conversation.StatusComplete, Content: str(p.Message)})
 	case "item_completed":
 		var it struct {
@@ -292,7 +293,7 @@ func (c *RolloutConverter) eventMsg(o *out, p *rolloutPayload, line []byte) {
 		if json.Unmarshal(p.Item, &it) != nil || it.Type != "UserMessage" {
 			return // other items duplicate response_items
 		}
-		if c.opts.omitUserMessages {
+		if c.opts.OmitUserMessages {
 			return
 		}
 		var sb strings.Builder
@@ -301,38 +302,38 @@ func (c *RolloutConverter) eventMsg(o *out, p *rolloutPayload, line []byte) {
 				sb.WriteString(part.Text)
 			}
 		}
-		c.blocks.put(o, "", conversation.Block{ID: c.ownID(it.ID), Type: conversation.BlockUserMessage,
+		c.blocks.Put(o, "", conversation.Block{ID: c.ownID(it.ID), Type: conversation.BlockUserMessage,
 			Status: conversation.StatusComplete, Content: sb.String()})
 	case "token_count":
 		c.tokenCount(o, p.Info)
 	case "task_complete", "turn_complete":
-		o.emit("", conversation.QueryCompleted{Result: str(p.LastAgentMessage)})
+		o.Emit("", conversation.QueryCompleted{Result: str(p.LastAgentMessage)})
 	case "turn_aborted":
 		if reason := str(p.Reason); reason == "interrupted" {
-			o.emit("", conversation.QueryCompleted{Interrupted: true})
+			o.Emit("", conversation.QueryCompleted{Interrupted: true})
 		} else {
-			o.emit("", conversation.QueryFailed{Error: "turn aborted: " + reason})
+			o.Emit("", conversation.QueryFailed{Error: "turn aborted: " + reason})
 		}
 	case "error":
 		c.errors++
-		id := c.blocks.claim("error:"+strconv.Itoa(c.errors), c.scope()+"-error-"+strconv.Itoa(c.errors))
+		id := c.blocks.Claim("error:"+strconv.Itoa(c.errors), c.scope()+"-error-"+strconv.Itoa(c.errors))
 		msg := str(p.Message)
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockError, Status: conversation.StatusError, Message: msg})
-		o.emit("", conversation.ErrorEvent{Message: msg})
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockError, Status: conversation.StatusError, Message: msg})
+		o.Emit("", conversation.ErrorEvent{Message: msg})
 	case "warning", "stream_error":
-		o.log(conversation.LevelWarn, "codex "+p.Type+": "+str(p.Message), line)
+		o.Log(conversation.LevelWarn, "codex "+p.Type+": "+str(p.Message), line)
 	case "agent_message", "agent_reasoning", "agent_reasoning_raw_content", "agent_reasoning_section_break",
 		"task_started", "turn_started", "entered_review_mode", "exited_review_mode":
 		// Duplicates of response items, or markers with nothing to show.
 	default:
-		o.log(conversation.LevelDebug, "codex: event "+strconv.Quote(p.Type), line)
+		o.Log(conversation.LevelDebug, "codex: event "+strconv.Quote(p.Type), line)
 	}
 }
 
 // tokenCount turns a token_count event into a usage increment: the
 // difference of total_token_usage from the last one seen, which is robust
 // to codex repeating a count.
-func (c *RolloutConverter) tokenCount(o *out, info json.RawMessage) {
+func (c *RolloutConverter) tokenCount(o *convkit.Out, info json.RawMessage) {
 	var in struct {
 		Total *tokenTotals `json:"total_token_usage"`
 		Last  *tokenTotals `json:"last_token_usage"`
@@ -358,7 +359,7 @@ func (c *RolloutConverter) tokenCount(o *out, info json.RawMessage) {
 	if inc == (tokenTotals{}) {
 		return
 	}
-	o.emit("", conversation.MetadataUpdate{Usage: inc.usage()})
+	o.Emit("", conversation.MetadataUpdate{Usage: inc.usage()})
 }
 
 type toolOutput struct {

@@ -13,6 +13,7 @@ import (
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/internal/agent/agentproc"
+	"github.com/agentd/agentd/internal/agent/convkit"
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
@@ -100,7 +101,7 @@ func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 		r.cur = nil
 		r.mu.Unlock()
 		r.convMu.Lock()
-		evs := r.conv.blocks.settlePending(time.Now().UTC().Truncate(time.Millisecond))
+		evs := r.conv.blocks.SettlePending(time.Now().UTC().Truncate(time.Millisecond))
 		r.convMu.Unlock()
 		r.emit(evs...)
 	}()
@@ -529,7 +530,7 @@ func (r *runner) convert(line []byte, m *wireMessage) {
 	if err == nil && between {
 		// A late notification of a turn that has ended: nothing of it
 		// may stay pending.
-		evs = append(evs, r.conv.blocks.settlePending(time.Now().UTC().Truncate(time.Millisecond))...)
+		evs = append(evs, r.conv.blocks.SettlePending(time.Now().UTC().Truncate(time.Millisecond))...)
 	}
 	r.convMu.Unlock()
 	if err != nil {
@@ -618,7 +619,7 @@ func (s *server) request(line []byte, m *wireMessage) {
 	toolUse := ""
 	if first {
 		r.convMu.Lock()
-		toolUse = r.conv.blocks.lookup("item:"+a.ThreadID+":"+a.TurnID+":"+a.ItemID, a.ItemID)
+		toolUse = r.conv.blocks.Lookup("item:"+a.ThreadID+":"+a.TurnID+":"+a.ItemID, a.ItemID)
 		r.convMu.Unlock()
 	}
 	id := append(json.RawMessage(nil), m.ID...)
@@ -630,7 +631,7 @@ func (s *server) request(line []byte, m *wireMessage) {
 	}
 	if a.ToolName == "apply_patch" && r.appr.autoPatch {
 		r.emit(conversation.NewEvent(conversation.LogEvent{Level: conversation.LevelInfo,
-			Message: "codex file change accepted without asking (approvalMode auto_edit)", Data: mustJSON(a)}))
+			Message: "codex file change accepted without asking (approvalMode auto_edit)", Data: convkit.MustJSON(a)}))
 		_ = s.rpc.Respond(id, approvalResponse(m.Method, params, true, ""), nil)
 		return
 	}

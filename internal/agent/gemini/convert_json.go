@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/convkit"
 )
 
 // jsonOutput is the single object `gemini --output-format json` prints.
@@ -49,13 +50,13 @@ func ConvertJSONOutput(doc []byte) ([]conversation.Event, error) {
 	if r.Response == nil && r.Error == nil && r.Stats == nil {
 		return nil, fmt.Errorf("gemini json output: no response, stats or error")
 	}
-	o := &out{}
+	o := &convkit.Out{}
 	scope := r.SessionID
 	if scope == "" {
 		scope = "gemini"
 	}
 	if r.SessionID != "" {
-		o.log(conversation.LevelInfo, "gemini session "+r.SessionID, mustJSON(map[string]string{"session_id": r.SessionID}))
+		o.Log(conversation.LevelInfo, "gemini session "+r.SessionID, convkit.MustJSON(map[string]string{"session_id": r.SessionID}))
 	}
 	if r.Stats != nil && len(r.Stats.Models) > 0 {
 		names := make([]string, 0, len(r.Stats.Models))
@@ -76,10 +77,10 @@ func ConvertJSONOutput(doc []byte) ([]conversation.Event, error) {
 				main, mainTokens = n, total
 			}
 		}
-		o.emit("", conversation.MetadataUpdate{Usage: &u, Model: main})
+		o.Emit("", conversation.MetadataUpdate{Usage: &u, Model: main})
 	}
 	if r.Response != nil && *r.Response != "" {
-		o.emit("", conversation.BlockUpsert{Block: conversation.Block{ID: scope + "-0", Type: conversation.BlockAssistantText,
+		o.Emit("", conversation.BlockUpsert{Block: conversation.Block{ID: scope + "-0", Type: conversation.BlockAssistantText,
 			Status: conversation.StatusComplete, Content: *r.Response}})
 	}
 	if r.Error != nil {
@@ -87,16 +88,16 @@ func ConvertJSONOutput(doc []byte) ([]conversation.Event, error) {
 		if msg == "" {
 			msg = "gemini run failed"
 		}
-		o.emit("", conversation.BlockUpsert{Block: conversation.Block{ID: scope + "-error", Type: conversation.BlockError,
+		o.Emit("", conversation.BlockUpsert{Block: conversation.Block{ID: scope + "-error", Type: conversation.BlockError,
 			Status: conversation.StatusError, Message: msg, Code: r.Error.Type}})
-		o.emit("", conversation.ErrorEvent{Message: msg, Code: r.Error.Type})
-		o.emit("", conversation.QueryFailed{Error: msg, Code: r.Error.Type})
-		return o.events, nil
+		o.Emit("", conversation.ErrorEvent{Message: msg, Code: r.Error.Type})
+		o.Emit("", conversation.QueryFailed{Error: msg, Code: r.Error.Type})
+		return o.Events, nil
 	}
 	result := ""
 	if r.Response != nil {
 		result = *r.Response
 	}
-	o.emit("", conversation.QueryCompleted{Result: result})
-	return o.events, nil
+	o.Emit("", conversation.QueryCompleted{Result: result})
+	return o.Events, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/convkit"
 )
 
 // SessionConverter converts a saved Gemini CLI chat. Two layouts exist:
@@ -26,7 +27,7 @@ import (
 // query:completed is emitted when the next user message arrives, or by
 // Flush.
 type SessionConverter struct {
-	opts       options
+	opts       convkit.Options
 	sessionID  string
 	model      string
 	n          map[string]int  // message id → blocks allocated
@@ -34,13 +35,13 @@ type SessionConverter struct {
 	ended      map[string]bool // answers whose turn end was emitted
 	finalMsgID string          // the last gemini answer, while its turn is open
 	finalText  string
-	blocks     blocks
+	blocks     convkit.Blocks
 }
 
 // NewSessionConverter returns a converter for one saved session.
 func NewSessionConverter(opts ...Option) *SessionConverter {
-	return &SessionConverter{opts: buildOptions(opts), n: map[string]int{}, usageSeen: map[string]bool{}, ended: map[string]bool{},
-		blocks: newBlocks()}
+	return &SessionConverter{opts: convkit.Build(opts), n: map[string]int{}, usageSeen: map[string]bool{}, ended: map[string]bool{},
+		blocks: convkit.NewBlocks()}
 }
 
 // SessionID is the session's id once a record named it.
@@ -96,10 +97,10 @@ func (c *SessionConverter) Convert(line []byte) ([]conversation.Event, error) {
 	if err := json.Unmarshal(line, &r); err != nil {
 		return nil, fmt.Errorf("gemini session record: %w", err)
 	}
-	o := &out{ts: parseTime(r.Timestamp)}
+	o := &convkit.Out{TS: convkit.ParseTime(r.Timestamp)}
 	switch {
 	case r.RewindTo != nil:
-		o.log(conversation.LevelWarn, "gemini session rewound to message "+*r.RewindTo+" (earlier blocks stay)", line)
+		o.Log(conversation.LevelWarn, "gemini session rewound to message "+*r.RewindTo+" (earlier blocks stay)", line)
 	case len(r.Set) > 0:
 		var set struct {
 			Messages []json.RawMessage `json:"messages"`
@@ -114,9 +115,9 @@ func (c *SessionConverter) Convert(line []byte) ([]conversation.Event, error) {
 	case r.SessionID != "":
 		c.metadata(o, r.SessionID, line)
 	default:
-		o.log(conversation.LevelWarn, "gemini: unknown session record", line)
+		o.Log(conversation.LevelWarn, "gemini: unknown session record", line)
 	}
-	return o.events, nil
+	return o.Events, nil
 }
 
 // ConvertDocument converts a whole session in the single-document layout.
@@ -130,67 +131,67 @@ func (c *SessionConverter) ConvertDocument(doc []byte) ([]conversation.Event, er
 	if r.SessionID == "" && r.Messages == nil {
 		return nil, fmt.Errorf("gemini session: neither sessionId nor messages")
 	}
-	o := &out{ts: parseTime(r.StartTime)}
+	o := &convkit.Out{TS: convkit.ParseTime(r.StartTime)}
 	if r.SessionID != "" {
 		meta := map[string]string{"sessionId": r.SessionID, "startTime": r.StartTime}
-		c.metadata(o, r.SessionID, mustJSON(meta))
+		c.metadata(o, r.SessionID, convkit.MustJSON(meta))
 	}
 	for _, m := range r.Messages {
 		c.rawMessage(o, m)
 	}
-	o.events = append(o.events, c.Flush()...)
-	return o.events, nil
+	o.Events = append(o.Events, c.Flush()...)
+	return o.Events, nil
 }
 
 // Flush ends the open turn: query:completed for a final answer nothing
 // followed.
 func (c *SessionConverter) Flush() []conversation.Event {
-	o := &out{}
+	o := &convkit.Out{}
 	c.endTurn(o)
-	return o.events
+	return o.Events
 }
 
-func (c *SessionConverter) metadata(o *out, id string, raw []byte) {
+func (c *SessionConverter) metadata(o *convkit.Out, id string, raw []byte) {
 	if c.sessionID == "" {
 		c.sessionID = id
 	}
-	o.log(conversation.LevelInfo, "gemini session "+id, raw)
+	o.Log(conversation.LevelInfo, "gemini session "+id, raw)
 }
 
-func (c *SessionConverter) rawMessage(o *out, raw json.RawMessage) {
+func (c *SessionConverter) rawMessage(o *convkit.Out, raw json.RawMessage) {
 	var m sessionMessage
 	if err := json.Unmarshal(raw, &m); err != nil || m.ID == "" {
-		o.log(conversation.LevelWarn, "gemini: session message that does not decode", raw)
+		o.Log(conversation.LevelWarn, "gemini: session message that does not decode", raw)
 		return
 	}
-	ts := o.ts
-	o.ts = parseTime(m.Timestamp)
+	ts := o.TS
+	o.TS = convkit.ParseTime(m.Timestamp)
 	c.message(o, &m, raw)
-	o.ts = ts
+	o.TS = ts
 }
 
 // blockID returns the id of the message's block for key, allocating the
 // next "<message id>-<n>" the first time.
 func (c *SessionConverter) blockID(msgID, key string) string {
 	k := "msg:" + msgID + ":" + key
-	if id, ok := c.blocks.taken[k]; ok {
+	if id, ok := c.blocks.Claimed(k); ok {
 		return id
 	}
 	n := c.n[msgID]
 	c.n[msgID] = n + 1
-	return c.blocks.claim(k, msgID+"-"+strconv.Itoa(n))
+	return c.blocks.Claim(k, msgID+"-"+strconv.Itoa(n))
 }
 
-func (c *SessionConverter) endTurn(o *out) {
+func (c *SessionConverter) endTurn(o *convkit.Out) {
 	if c.finalMsgID == "" {
 		return
 	}
-	o.emit("", conversation.QueryCompleted{Result: c.finalText})
+	o.Emit("", conversation.QueryCompleted{Result: c.finalText})
 	c.ended[c.finalMsgID] = true
 	c.finalMsgID, c.finalText = "", ""
 }
 
-func (c *SessionConverter) message(o *out, m *sessionMessage, raw []byte) {
+func (c *SessionConverter) message(o *convkit.Out, m *sessionMessage, raw []byte) {
 	switch m.Type {
 	case "user":
 		text := partsText(m.DisplayContent)
@@ -206,46 +207,46 @@ func (c *SessionConverter) message(o *out, m *sessionMessage, raw []byte) {
 			return
 		}
 		if strings.HasPrefix(trimmed, "<session_context>") || strings.HasPrefix(trimmed, "<hook_context>") {
-			o.log(conversation.LevelDebug, "gemini: context sent to the model", raw)
+			o.Log(conversation.LevelDebug, "gemini: context sent to the model", raw)
 			return
 		}
 		c.endTurn(o)
-		if c.opts.omitUserMessages {
+		if c.opts.OmitUserMessages {
 			return
 		}
-		c.blocks.put(o, "", conversation.Block{ID: c.blockID(m.ID, "text"), Type: conversation.BlockUserMessage,
+		c.blocks.Put(o, "", conversation.Block{ID: c.blockID(m.ID, "text"), Type: conversation.BlockUserMessage,
 			Status: conversation.StatusComplete, Content: text})
 	case "gemini":
 		c.gemini(o, m)
 	case "info", "warning":
-		c.blocks.put(o, "", conversation.Block{ID: c.blockID(m.ID, "text"), Type: conversation.BlockSystem,
+		c.blocks.Put(o, "", conversation.Block{ID: c.blockID(m.ID, "text"), Type: conversation.BlockSystem,
 			Status: conversation.StatusComplete, Subtype: m.Type, Message: partsText(m.Content)})
 	case "error":
 		msg := partsText(m.Content)
 		id := c.blockID(m.ID, "text")
-		isNew := !c.blocks.has(id)
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockError, Status: conversation.StatusError, Message: msg})
+		isNew := !c.blocks.Has(id)
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockError, Status: conversation.StatusError, Message: msg})
 		if isNew {
-			o.emit("", conversation.ErrorEvent{Message: msg})
+			o.Emit("", conversation.ErrorEvent{Message: msg})
 		}
 	default:
-		o.log(conversation.LevelWarn, "gemini: unknown message type "+strconv.Quote(m.Type), raw)
+		o.Log(conversation.LevelWarn, "gemini: unknown message type "+strconv.Quote(m.Type), raw)
 	}
 }
 
-func (c *SessionConverter) gemini(o *out, m *sessionMessage) {
+func (c *SessionConverter) gemini(o *convkit.Out, m *sessionMessage) {
 	if m.Model != "" && m.Model != c.model {
 		c.model = m.Model
-		o.emit("", conversation.MetadataUpdate{Model: m.Model})
+		o.Emit("", conversation.MetadataUpdate{Model: m.Model})
 	}
 	for i, th := range m.Thoughts {
 		b := conversation.Block{ID: c.blockID(m.ID, "thought-"+strconv.Itoa(i)), Type: conversation.BlockThinking,
-			Timestamp: parseTime(th.Timestamp), Status: conversation.StatusComplete, Content: th.Description, Summary: th.Subject}
-		c.blocks.put(o, "", b)
+			Timestamp: convkit.ParseTime(th.Timestamp), Status: conversation.StatusComplete, Content: th.Description, Summary: th.Subject}
+		c.blocks.Put(o, "", b)
 	}
 	text := partsText(m.Content)
 	if text != "" {
-		c.blocks.put(o, "", conversation.Block{ID: c.blockID(m.ID, "text"), Type: conversation.BlockAssistantText,
+		c.blocks.Put(o, "", conversation.Block{ID: c.blockID(m.ID, "text"), Type: conversation.BlockAssistantText,
 			Status: conversation.StatusComplete, Content: text, Model: m.Model})
 	}
 	for i := range m.ToolCalls {
@@ -259,7 +260,7 @@ func (c *SessionConverter) gemini(o *out, m *sessionMessage) {
 		// billed as output.
 		u := conversation.Usage{InputTokens: max(t.Input-t.Cached, 0) + t.Tool, OutputTokens: t.Output + t.Thoughts, CacheReadInputTokens: t.Cached}
 		if u != (conversation.Usage{}) {
-			o.emit("", conversation.MetadataUpdate{Usage: &u})
+			o.Emit("", conversation.MetadataUpdate{Usage: &u})
 		}
 	}
 	switch {
@@ -273,18 +274,18 @@ func (c *SessionConverter) gemini(o *out, m *sessionMessage) {
 	}
 }
 
-func (c *SessionConverter) toolCall(o *out, msgID string, tc *toolCall) {
+func (c *SessionConverter) toolCall(o *convkit.Out, msgID string, tc *toolCall) {
 	key := tc.ID
 	if key == "" {
 		key = msgID + "-" + tc.Name
 	}
-	id := c.blocks.claim("tool:"+key, key)
-	b := conversation.Block{ID: id, Type: conversation.BlockToolUse, Timestamp: parseTime(tc.Timestamp), ToolName: tc.Name, ToolUseID: id,
-		Input: objectInput(tc.Args), DisplayName: tc.DisplayName}
+	id := c.blocks.Claim("tool:"+key, key)
+	b := conversation.Block{ID: id, Type: conversation.BlockToolUse, Timestamp: convkit.ParseTime(tc.Timestamp), ToolName: tc.Name, ToolUseID: id,
+		Input: convkit.ObjectInput(tc.Args), DisplayName: tc.DisplayName}
 	done := tc.Status != "" && tc.Status != "executing" && tc.Status != "scheduled" && tc.Status != "validating" && tc.Status != "awaiting_approval"
 	isErr := done && tc.Status != "success"
-	b.Status = statusOf(done, isErr)
-	c.blocks.put(o, "", b)
+	b.Status = convkit.StatusOf(done, isErr)
+	c.blocks.Put(o, "", b)
 	if !done {
 		return
 	}
@@ -294,8 +295,8 @@ func (c *SessionConverter) toolCall(o *out, msgID string, tc *toolCall) {
 	if json.Unmarshal(tc.ResultDisplay, &output) != nil || output == "" {
 		output = functionResponseText(tc.Result)
 	}
-	c.blocks.put(o, "", conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult, Timestamp: parseTime(tc.Timestamp),
-		Status: statusOf(true, isErr), ToolUseID: id, Output: output, IsError: isErr, Metadata: map[string]any{"status": tc.Status}})
+	c.blocks.Put(o, "", conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult, Timestamp: convkit.ParseTime(tc.Timestamp),
+		Status: convkit.StatusOf(true, isErr), ToolUseID: id, Output: output, IsError: isErr, Metadata: map[string]any{"status": tc.Status}})
 }
 
 // partsText reads Gemini content: a string, a Part ({text}) or a list of
@@ -359,7 +360,7 @@ func functionResponseText(raw json.RawMessage) string {
 			_, hasOut := r["output"]
 			_, hasErr := r["error"]
 			if !hasOut && !hasErr && len(r) > 0 {
-				sb.Write(mustJSON(r)) // keys sorted: deterministic
+				sb.Write(convkit.MustJSON(r)) // keys sorted: deterministic
 			}
 		case p.Text != nil:
 			sb.WriteString(*p.Text)
@@ -391,7 +392,7 @@ func functionParts(raw json.RawMessage) []functionPart {
 // form a history rewritten on resume has, instead of toolCalls) into
 // tool_use blocks, unless toolCalls already did; it returns how many the
 // message has.
-func (c *SessionConverter) functionCalls(o *out, content json.RawMessage) int {
+func (c *SessionConverter) functionCalls(o *convkit.Out, content json.RawMessage) int {
 	n := 0
 	for _, p := range functionParts(content) {
 		fc := p.FunctionCall
@@ -399,32 +400,32 @@ func (c *SessionConverter) functionCalls(o *out, content json.RawMessage) int {
 			continue
 		}
 		n++
-		id := c.blocks.claim("tool:"+fc.ID, fc.ID)
-		if c.blocks.has(id) {
+		id := c.blocks.Claim("tool:"+fc.ID, fc.ID)
+		if c.blocks.Has(id) {
 			continue
 		}
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: conversation.StatusPending,
-			ToolName: fc.Name, ToolUseID: id, Input: objectInput(fc.Args)})
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: conversation.StatusPending,
+			ToolName: fc.Name, ToolUseID: id, Input: convkit.ObjectInput(fc.Args)})
 	}
 	return n
 }
 
 // functionResponses completes, from a user record's functionResponse
 // parts, the tool calls that have no result yet.
-func (c *SessionConverter) functionResponses(o *out, content json.RawMessage) {
+func (c *SessionConverter) functionResponses(o *convkit.Out, content json.RawMessage) {
 	for _, p := range functionParts(content) {
 		fr := p.FunctionResponse
 		if fr == nil || fr.ID == "" {
 			continue
 		}
-		id := c.blocks.lookup("tool:"+fr.ID, fr.ID)
+		id := c.blocks.Lookup("tool:"+fr.ID, fr.ID)
 		rid := conversation.ToolResultID(id)
-		if !c.blocks.has(id) || c.blocks.has(rid) {
+		if !c.blocks.Has(id) || c.blocks.Has(rid) {
 			continue
 		}
 		_, isErr := fr.Response["error"]
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: statusOf(true, isErr)})
-		c.blocks.put(o, "", conversation.Block{ID: rid, Type: conversation.BlockToolResult, Status: statusOf(true, isErr),
-			ToolUseID: id, Output: functionResponseText(mustJSON([]functionPart{p})), IsError: isErr})
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: convkit.StatusOf(true, isErr)})
+		c.blocks.Put(o, "", conversation.Block{ID: rid, Type: conversation.BlockToolResult, Status: convkit.StatusOf(true, isErr),
+			ToolUseID: id, Output: functionResponseText(convkit.MustJSON([]functionPart{p})), IsError: isErr})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/convkit"
 )
 
 // StreamJSONConverter converts `gemini --output-format stream-json` lines
@@ -23,20 +24,20 @@ import (
 // as block:delta. Messages carry no ids, so text and user blocks are
 // "<prefix>-<n>" (see WithIDPrefix); tool blocks use Gemini's tool_id.
 type StreamJSONConverter struct {
-	opts      options
+	opts      convkit.Options
 	sessionID string
 	model     string
 	n         int
 	open      string // the assistant_text block chunks append to
 	toolStart map[string]time.Time
-	blocks    blocks
+	blocks    convkit.Blocks
 }
 
 // NewStreamJSONConverter returns a converter for one stream-json output;
 // a runner that keeps one converter across turns gets ids that never
 // repeat.
 func NewStreamJSONConverter(opts ...Option) *StreamJSONConverter {
-	return &StreamJSONConverter{opts: buildOptions(opts), toolStart: map[string]time.Time{}, blocks: newBlocks()}
+	return &StreamJSONConverter{opts: convkit.Build(opts), toolStart: map[string]time.Time{}, blocks: convkit.NewBlocks()}
 }
 
 // SessionID is the session id from the init line ("" before it), which
@@ -77,7 +78,7 @@ func (c *StreamJSONConverter) Convert(line []byte) ([]conversation.Event, error)
 	if err := json.Unmarshal(line, &l); err != nil {
 		return nil, fmt.Errorf("gemini stream-json line: %w", err)
 	}
-	o := &out{ts: parseTime(l.Timestamp)}
+	o := &convkit.Out{TS: convkit.ParseTime(l.Timestamp)}
 	switch l.Type {
 	case "init":
 		if c.sessionID == "" {
@@ -85,9 +86,9 @@ func (c *StreamJSONConverter) Convert(line []byte) ([]conversation.Event, error)
 		}
 		if l.Model != "" && l.Model != c.model {
 			c.model = l.Model
-			o.emit("", conversation.MetadataUpdate{Model: l.Model})
+			o.Emit("", conversation.MetadataUpdate{Model: l.Model})
 		}
-		o.log(conversation.LevelInfo, "gemini session "+l.SessionID, line)
+		o.Log(conversation.LevelInfo, "gemini session "+l.SessionID, line)
 	case "message":
 		c.message(o, &l)
 	case "tool_use":
@@ -95,10 +96,10 @@ func (c *StreamJSONConverter) Convert(line []byte) ([]conversation.Event, error)
 			return nil, fmt.Errorf("gemini tool_use without tool_id")
 		}
 		c.closeText(o)
-		id := c.blocks.claim("tool:"+l.ToolID, l.ToolID)
-		c.toolStart[id] = o.ts
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: conversation.StatusPending,
-			ToolName: l.ToolName, ToolUseID: id, Input: objectInput(l.Parameters)})
+		id := c.blocks.Claim("tool:"+l.ToolID, l.ToolID)
+		c.toolStart[id] = o.TS
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: conversation.StatusPending,
+			ToolName: l.ToolName, ToolUseID: id, Input: convkit.ObjectInput(l.Parameters)})
 	case "tool_result":
 		if l.ToolID == "" {
 			return nil, fmt.Errorf("gemini tool_result without tool_id")
@@ -108,7 +109,7 @@ func (c *StreamJSONConverter) Convert(line []byte) ([]conversation.Event, error)
 	case "error":
 		c.closeText(o)
 		if l.Severity == "warning" {
-			o.log(conversation.LevelWarn, "gemini warning: "+l.Message, line)
+			o.Log(conversation.LevelWarn, "gemini warning: "+l.Message, line)
 			break
 		}
 		c.errorBlock(o, l.Message, "")
@@ -116,87 +117,87 @@ func (c *StreamJSONConverter) Convert(line []byte) ([]conversation.Event, error)
 		c.closeText(o)
 		c.result(o, &l)
 	default:
-		o.log(conversation.LevelWarn, "gemini: unknown stream-json event "+strconv.Quote(l.Type), line)
+		o.Log(conversation.LevelWarn, "gemini: unknown stream-json event "+strconv.Quote(l.Type), line)
 	}
-	return o.events, nil
+	return o.Events, nil
 }
 
 func (c *StreamJSONConverter) nextID(kind string) string {
 	c.n++
-	scope := c.opts.idPrefix
+	scope := c.opts.IDPrefix
 	if scope == "" {
 		scope = c.sessionID
 	}
 	if scope == "" {
 		scope = "gemini"
 	}
-	return c.blocks.claim(kind+":"+strconv.Itoa(c.n), scope+"-"+strconv.Itoa(c.n))
+	return c.blocks.Claim(kind+":"+strconv.Itoa(c.n), scope+"-"+strconv.Itoa(c.n))
 }
 
 // closeText completes the assistant text being streamed, if any.
-func (c *StreamJSONConverter) closeText(o *out) {
+func (c *StreamJSONConverter) closeText(o *convkit.Out) {
 	if c.open == "" {
 		return
 	}
-	c.blocks.put(o, "", conversation.Block{ID: c.open, Type: conversation.BlockAssistantText, Status: conversation.StatusComplete})
+	c.blocks.Put(o, "", conversation.Block{ID: c.open, Type: conversation.BlockAssistantText, Status: conversation.StatusComplete})
 	c.open = ""
 }
 
-func (c *StreamJSONConverter) message(o *out, l *streamLine) {
+func (c *StreamJSONConverter) message(o *convkit.Out, l *streamLine) {
 	if l.Role != "assistant" {
 		c.closeText(o)
-		if c.opts.omitUserMessages {
+		if c.opts.OmitUserMessages {
 			return
 		}
-		c.blocks.put(o, "", conversation.Block{ID: c.nextID("user"), Type: conversation.BlockUserMessage,
+		c.blocks.Put(o, "", conversation.Block{ID: c.nextID("user"), Type: conversation.BlockUserMessage,
 			Status: conversation.StatusComplete, Content: l.Content})
 		return
 	}
 	if !l.Delta {
 		c.closeText(o)
-		c.blocks.put(o, "", conversation.Block{ID: c.nextID("text"), Type: conversation.BlockAssistantText,
+		c.blocks.Put(o, "", conversation.Block{ID: c.nextID("text"), Type: conversation.BlockAssistantText,
 			Status: conversation.StatusComplete, Content: l.Content, Model: c.model})
 		return
 	}
 	if c.open == "" {
 		c.open = c.nextID("text")
-		c.blocks.put(o, "", conversation.Block{ID: c.open, Type: conversation.BlockAssistantText,
+		c.blocks.Put(o, "", conversation.Block{ID: c.open, Type: conversation.BlockAssistantText,
 			Status: conversation.StatusPending, Content: l.Content, Model: c.model})
 		return
 	}
-	c.blocks.appendText(o, c.open, l.Content)
+	c.blocks.AppendText(o, c.open, l.Content)
 }
 
-func (c *StreamJSONConverter) toolResult(o *out, l *streamLine) {
-	id := c.blocks.lookup("tool:"+l.ToolID, l.ToolID)
+func (c *StreamJSONConverter) toolResult(o *convkit.Out, l *streamLine) {
+	id := c.blocks.Lookup("tool:"+l.ToolID, l.ToolID)
 	isErr := l.Status != "success"
 	output := l.Output
 	if l.Error != nil && (isErr || output == "") {
 		output = l.Error.Message
 	}
 	var dur int64
-	if start, ok := c.toolStart[id]; ok && !start.IsZero() && !o.ts.IsZero() && o.ts.After(start) {
-		dur = o.ts.Sub(start).Milliseconds()
+	if start, ok := c.toolStart[id]; ok && !start.IsZero() && !o.TS.IsZero() && o.TS.After(start) {
+		dur = o.TS.Sub(start).Milliseconds()
 	}
 	var meta map[string]any
 	if l.Error != nil && l.Error.Type != "" {
 		meta = map[string]any{"errorType": l.Error.Type}
 	}
-	st := statusOf(true, isErr)
-	if c.blocks.has(id) {
-		c.blocks.put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: st})
+	st := convkit.StatusOf(true, isErr)
+	if c.blocks.Has(id) {
+		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: st})
 	}
-	c.blocks.put(o, "", conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult, Status: st,
+	c.blocks.Put(o, "", conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult, Status: st,
 		ToolUseID: id, Output: output, IsError: isErr, DurationMs: dur, Metadata: meta})
 }
 
-func (c *StreamJSONConverter) errorBlock(o *out, msg, code string) {
-	c.blocks.put(o, "", conversation.Block{ID: c.nextID("error"), Type: conversation.BlockError, Status: conversation.StatusError,
+func (c *StreamJSONConverter) errorBlock(o *convkit.Out, msg, code string) {
+	c.blocks.Put(o, "", conversation.Block{ID: c.nextID("error"), Type: conversation.BlockError, Status: conversation.StatusError,
 		Message: msg, Code: code})
-	o.emit("", conversation.ErrorEvent{Message: msg, Code: code})
+	o.Emit("", conversation.ErrorEvent{Message: msg, Code: code})
 }
 
-func (c *StreamJSONConverter) result(o *out, l *streamLine) {
+func (c *StreamJSONConverter) result(o *convkit.Out, l *streamLine) {
 	var dur int64
 	if s := l.Stats; s != nil {
 		dur = s.DurationMs
@@ -208,11 +209,11 @@ func (c *StreamJSONConverter) result(o *out, l *streamLine) {
 		}
 		u := conversation.Usage{InputTokens: max(in, 0), OutputTokens: s.OutputTokens, CacheReadInputTokens: s.Cached}
 		if u != (conversation.Usage{}) {
-			o.emit("", conversation.MetadataUpdate{Usage: &u})
+			o.Emit("", conversation.MetadataUpdate{Usage: &u})
 		}
 	}
 	if l.Status == "success" {
-		o.emit("", conversation.QueryCompleted{DurationMs: dur})
+		o.Emit("", conversation.QueryCompleted{DurationMs: dur})
 		return
 	}
 	msg, code := "gemini run failed", ""
@@ -223,5 +224,5 @@ func (c *StreamJSONConverter) result(o *out, l *streamLine) {
 		code = l.Error.Type
 	}
 	c.errorBlock(o, msg, code)
-	o.emit("", conversation.QueryFailed{Error: msg, Code: code, DurationMs: dur, Interrupted: code == "FatalCancellationError"})
+	o.Emit("", conversation.QueryFailed{Error: msg, Code: code, DurationMs: dur, Interrupted: code == "FatalCancellationError"})
 }

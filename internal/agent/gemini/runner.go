@@ -165,7 +165,7 @@ func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 		r.emit(out...)
 	}
 	status, werr := proc.Exit()
-	r.emit(conv.blocks.settlePending(time.Now().UTC().Truncate(time.Millisecond))...)
+	r.emit(conv.blocks.SettlePending(time.Now().UTC().Truncate(time.Millisecond))...)
 	if started {
 		r.saveChat(context.WithoutCancel(ctx))
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/convkit"
 )
 
 // core holds what the events and export converters share: the part
@@ -25,7 +26,7 @@ import (
 // created with the calling session as parent while the call is unlinked)
 // is routed to the conversation of that call id.
 type core struct {
-	opts        options
+	opts        convkit.Options
 	mainSession string
 	parents     map[string]string // session → parent session
 	sessConv    map[string]string // linked child session → conversation id
@@ -38,7 +39,7 @@ type core struct {
 	steps       map[string]bool     // step-finish parts counted
 	model       string
 	lastTS      time.Time
-	blocks      blocks
+	blocks      convkit.Blocks
 }
 
 type task struct {
@@ -47,10 +48,10 @@ type task struct {
 }
 
 func newCore(opts []Option) core {
-	o := buildOptions(opts)
+	o := convkit.Build(opts)
 	return core{
 		opts:        o,
-		mainSession: o.sessionID,
+		mainSession: o.SessionID,
 		parents:     map[string]string{},
 		sessConv:    map[string]string{},
 		msgRole:     map[string]string{},
@@ -60,7 +61,7 @@ func newCore(opts []Option) core {
 		unlinked:    map[string][]string{},
 		callBlock:   map[string]string{},
 		steps:       map[string]bool{},
-		blocks:      newBlocks(),
+		blocks:      convkit.NewBlocks(),
 	}
 }
 
@@ -181,7 +182,7 @@ func (c *core) route(session string) (conv string, ok bool) {
 			return session, true
 		}
 	}
-	if c.opts.sessionID != "" {
+	if c.opts.SessionID != "" {
 		return "", false
 	}
 	return session, true
@@ -223,17 +224,17 @@ func (c *core) link(t *task, child string) {
 	}
 }
 
-func (c *core) at(o *out, ms ...int64) {
+func (c *core) at(o *convkit.Out, ms ...int64) {
 	for _, m := range ms {
 		if m > 0 {
-			o.ts = msTime(m)
+			o.TS = convkit.MsTime(m)
 			break
 		}
 	}
-	if o.ts.IsZero() {
-		o.ts = c.lastTS
+	if o.TS.IsZero() {
+		o.TS = c.lastTS
 	} else {
-		c.lastTS = o.ts
+		c.lastTS = o.TS
 	}
 }
 
@@ -246,9 +247,9 @@ func doneStatus(t *ocTime) conversation.BlockStatus {
 
 // part converts one part as it now is (message.part.updated, or an
 // exported part).
-func (c *core) part(o *out, p *ocPart, raw []byte) {
+func (c *core) part(o *convkit.Out, p *ocPart, raw []byte) {
 	if p.ID == "" {
-		o.log(conversation.LevelWarn, "opencode: part without id", raw)
+		o.Log(conversation.LevelWarn, "opencode: part without id", raw)
 		return
 	}
 	conv, ok := c.route(p.SessionID)
@@ -269,27 +270,27 @@ func (c *core) part(o *out, p *ocPart, raw []byte) {
 	}
 	if start > 0 {
 		c.at(o, start)
-	} else if o.ts.IsZero() {
+	} else if o.TS.IsZero() {
 		c.at(o)
 	}
 	switch p.Type {
 	case "text":
-		id := c.blocks.claim("part:"+p.ID, p.ID)
+		id := c.blocks.Claim("part:"+p.ID, p.ID)
 		if c.msgRole[p.MessageID] == "user" {
-			if conv == "" && c.opts.omitUserMessages {
+			if conv == "" && c.opts.OmitUserMessages {
 				return
 			}
 			b := conversation.Block{ID: id, Type: conversation.BlockUserMessage, Status: conversation.StatusComplete, Content: p.Text}
 			if p.Synthetic {
 				b.Metadata = map[string]any{"synthetic": true}
 			}
-			c.blocks.put(o, conv, b)
+			c.blocks.Put(o, conv, b)
 			return
 		}
-		c.blocks.put(o, conv, conversation.Block{ID: id, Type: conversation.BlockAssistantText, Status: doneStatus(p.Time),
+		c.blocks.Put(o, conv, conversation.Block{ID: id, Type: conversation.BlockAssistantText, Status: doneStatus(p.Time),
 			Content: p.Text, Model: c.msgModel[p.MessageID]})
 	case "reasoning":
-		c.blocks.put(o, conv, conversation.Block{ID: c.blocks.claim("part:"+p.ID, p.ID), Type: conversation.BlockThinking,
+		c.blocks.Put(o, conv, conversation.Block{ID: c.blocks.Claim("part:"+p.ID, p.ID), Type: conversation.BlockThinking,
 			Status: doneStatus(p.Time), Content: p.Text})
 	case "tool":
 		c.tool(o, conv, p)
@@ -313,7 +314,7 @@ func (c *core) part(o *out, p *ocPart, raw []byte) {
 			m.CostUSD = &cost
 		}
 		if m.Usage != nil || m.CostUSD != nil {
-			o.emit(conv, m)
+			o.Emit(conv, m)
 		}
 	case "subtask":
 		// The task tool call that follows runs it; that call is the
@@ -322,32 +323,32 @@ func (c *core) part(o *out, p *ocPart, raw []byte) {
 		if p.Agent != "" {
 			msg = "@" + p.Agent + ": " + msg
 		}
-		c.blocks.put(o, conv, conversation.Block{ID: c.blocks.claim("part:"+p.ID, p.ID), Type: conversation.BlockSystem,
+		c.blocks.Put(o, conv, conversation.Block{ID: c.blocks.Claim("part:"+p.ID, p.ID), Type: conversation.BlockSystem,
 			Status: conversation.StatusComplete, Subtype: "subtask", Message: msg,
 			Metadata: map[string]any{"agent": p.Agent, "prompt": p.Prompt, "command": p.Command}})
 	case "agent":
-		c.blocks.put(o, conv, conversation.Block{ID: c.blocks.claim("part:"+p.ID, p.ID), Type: conversation.BlockSystem,
+		c.blocks.Put(o, conv, conversation.Block{ID: c.blocks.Claim("part:"+p.ID, p.ID), Type: conversation.BlockSystem,
 			Status: conversation.StatusComplete, Subtype: "agent", Message: p.Name})
 	case "file":
 		name := p.Filename
 		if name == "" && !strings.HasPrefix(p.URL, "data:") {
 			name = p.URL
 		}
-		c.blocks.put(o, conv, conversation.Block{ID: c.blocks.claim("part:"+p.ID, p.ID), Type: conversation.BlockSystem,
+		c.blocks.Put(o, conv, conversation.Block{ID: c.blocks.Claim("part:"+p.ID, p.ID), Type: conversation.BlockSystem,
 			Status: conversation.StatusComplete, Subtype: "file", Message: name, Metadata: map[string]any{"mime": p.Mime}})
 	case "compaction":
-		c.blocks.put(o, conv, conversation.Block{ID: c.blocks.claim("part:"+p.ID, p.ID), Type: conversation.BlockSystem,
+		c.blocks.Put(o, conv, conversation.Block{ID: c.blocks.Claim("part:"+p.ID, p.ID), Type: conversation.BlockSystem,
 			Status: conversation.StatusComplete, Subtype: "compaction", Message: "context compacted"})
 	case "patch":
-		o.log(conversation.LevelInfo, "opencode patch "+p.Hash+": "+strings.Join(p.Files, ", "), raw)
+		o.Log(conversation.LevelInfo, "opencode patch "+p.Hash+": "+strings.Join(p.Files, ", "), raw)
 	case "retry":
 		msg := "opencode retry " + strconv.Itoa(p.Attempt)
 		if e := parseError(p.Error); e != nil {
 			msg += ": " + e.Data.Message
 		}
-		o.log(conversation.LevelWarn, msg, raw)
+		o.Log(conversation.LevelWarn, msg, raw)
 	default:
-		o.log(conversation.LevelDebug, "opencode part "+strconv.Quote(p.Type), raw)
+		o.Log(conversation.LevelDebug, "opencode part "+strconv.Quote(p.Type), raw)
 	}
 }
 
@@ -357,12 +358,12 @@ func metaString(m map[string]json.RawMessage, key string) string {
 	return s
 }
 
-func (c *core) tool(o *out, conv string, p *ocPart) {
+func (c *core) tool(o *convkit.Out, conv string, p *ocPart) {
 	want := p.CallID
 	if want == "" {
 		want = p.ID
 	}
-	id := c.blocks.claim("part:"+p.ID, want)
+	id := c.blocks.Claim("part:"+p.ID, want)
 	if p.CallID != "" {
 		c.callBlock[p.SessionID+"/"+p.CallID] = id
 	}
@@ -380,14 +381,14 @@ func (c *core) tool(o *out, conv string, p *ocPart) {
 	}
 	done := st.Status == "completed" || st.Status == "error"
 	failed := st.Status == "error"
-	c.blocks.put(o, conv, conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: statusOf(done, failed),
-		ToolName: p.Tool, ToolUseID: id, Input: objectInput(st.Input), Description: st.Title})
+	c.blocks.Put(o, conv, conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: convkit.StatusOf(done, failed),
+		ToolName: p.Tool, ToolUseID: id, Input: convkit.ObjectInput(st.Input), Description: st.Title})
 	rid := conversation.ToolResultID(id)
 	switch {
 	case st.Status == "running":
 		// bash streams its output into metadata.output while it runs.
 		if out := metaString(st.Metadata, "output"); out != "" {
-			c.blocks.put(o, conv, conversation.Block{ID: rid, Type: conversation.BlockToolResult, Status: conversation.StatusPending,
+			c.blocks.Put(o, conv, conversation.Block{ID: rid, Type: conversation.BlockToolResult, Status: conversation.StatusPending,
 				ToolUseID: id, Output: out})
 		}
 	case done:
@@ -405,14 +406,14 @@ func (c *core) tool(o *out, conv string, p *ocPart) {
 		if st.Time != nil && st.Time.End > 0 {
 			c.at(o, st.Time.End)
 		}
-		c.blocks.put(o, conv, conversation.Block{ID: rid, Type: conversation.BlockToolResult, Status: statusOf(true, failed),
+		c.blocks.Put(o, conv, conversation.Block{ID: rid, Type: conversation.BlockToolResult, Status: convkit.StatusOf(true, failed),
 			ToolUseID: id, Output: output, IsError: failed, DurationMs: dur, Metadata: meta})
 	}
 }
 
 var taskTrailer = regexp.MustCompile(`(?s)\s*<task_metadata>.*?</task_metadata>\s*$`)
 
-func (c *core) task(o *out, conv string, p *ocPart, id string, st *ocToolState, dur int64) {
+func (c *core) task(o *convkit.Out, conv string, p *ocPart, id string, st *ocToolState, dur int64) {
 	var in struct {
 		Description  string `json:"description"`
 		Prompt       string `json:"prompt"`
@@ -431,12 +432,12 @@ func (c *core) task(o *out, conv string, p *ocPart, id string, st *ocToolState, 
 	b := conversation.Block{ID: id, Type: conversation.BlockSubagent, Status: conversation.StatusPending, SubagentID: id, ToolUseID: id,
 		Name: in.SubagentType, Description: in.Description}
 	if in.Prompt != "" {
-		b.Input = mustJSON(in.Prompt)
+		b.Input = convkit.MustJSON(in.Prompt)
 	}
-	c.blocks.put(o, conv, b)
+	c.blocks.Put(o, conv, b)
 	if !t.spawned && in.Prompt != "" {
 		t.spawned = true
-		o.emit(conv, conversation.SubagentSpawned{ToolUseID: id, AgentID: t.child, Prompt: in.Prompt,
+		o.Emit(conv, conversation.SubagentSpawned{ToolUseID: id, AgentID: t.child, Prompt: in.Prompt,
 			SubagentType: in.SubagentType, Description: in.Description})
 	}
 	if t.done || (st.Status != "completed" && st.Status != "error") {
@@ -450,13 +451,13 @@ func (c *core) task(o *out, conv string, p *ocPart, id string, st *ocToolState, 
 	if st.Time != nil && st.Time.End > 0 {
 		c.at(o, st.Time.End)
 	}
-	c.blocks.put(o, conv, conversation.Block{ID: id, Type: conversation.BlockSubagent, Status: status, Output: output, DurationMs: dur})
-	o.emit(conv, conversation.SubagentCompleted{ToolUseID: id, AgentID: t.child, Status: status, Output: output, DurationMs: dur})
+	c.blocks.Put(o, conv, conversation.Block{ID: id, Type: conversation.BlockSubagent, Status: status, Output: output, DurationMs: dur})
+	o.Emit(conv, conversation.SubagentCompleted{ToolUseID: id, AgentID: t.child, Status: status, Output: output, DurationMs: dur})
 }
 
 // message notes a message's role, model and time, and turns an
 // assistant error into an error block.
-func (c *core) message(o *out, info *ocMessageInfo) (conv string, ok bool) {
+func (c *core) message(o *convkit.Out, info *ocMessageInfo) (conv string, ok bool) {
 	if info.ID == "" {
 		return "", false
 	}
@@ -466,7 +467,7 @@ func (c *core) message(o *out, info *ocMessageInfo) (conv string, ok bool) {
 	}
 	c.msgRole[info.ID] = info.Role
 	if _, seen := c.msgTime[info.ID]; !seen && info.Time.Created > 0 {
-		c.msgTime[info.ID] = msTime(info.Time.Created)
+		c.msgTime[info.ID] = convkit.MsTime(info.Time.Created)
 	}
 	model := info.ModelID
 	if model == "" && info.Model != nil {
@@ -476,11 +477,11 @@ func (c *core) message(o *out, info *ocMessageInfo) (conv string, ok bool) {
 		c.msgModel[info.ID] = model
 		if conv == "" && model != c.model {
 			c.model = model
-			o.emit("", conversation.MetadataUpdate{Model: model})
+			o.Emit("", conversation.MetadataUpdate{Model: model})
 		}
 	}
 	if e := parseError(info.Error); e != nil {
-		c.blocks.put(o, conv, conversation.Block{ID: c.blocks.claim("msgerr:"+info.ID, info.ID+"-error"), Type: conversation.BlockError,
+		c.blocks.Put(o, conv, conversation.Block{ID: c.blocks.Claim("msgerr:"+info.ID, info.ID+"-error"), Type: conversation.BlockError,
 			Status: conversation.StatusError, Message: e.Data.Message, Code: e.Name})
 	}
 	return conv, true

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/convkit"
 )
 
 // EventsConverter converts the event stream of `opencode serve` (GET
@@ -103,7 +104,7 @@ func (c *EventsConverter) Convert(line []byte) ([]conversation.Event, error) {
 	if p == nil {
 		p = &eventProps{}
 	}
-	o := &out{}
+	o := &convkit.Out{}
 	var ms int64
 	if json.Unmarshal(p.Time, &ms) == nil && ms > 0 {
 		c.at(o, ms)
@@ -111,17 +112,17 @@ func (c *EventsConverter) Convert(line []byte) ([]conversation.Event, error) {
 	if err := c.event(o, ev.Type, p, line); err != nil {
 		return nil, err
 	}
-	return o.events, nil
+	return o.Events, nil
 }
 
-func (c *EventsConverter) event(o *out, typ string, p *eventProps, line []byte) error {
+func (c *EventsConverter) event(o *convkit.Out, typ string, p *eventProps, line []byte) error {
 	switch typ {
 	case "message.updated":
 		var info ocMessageInfo
 		if err := json.Unmarshal(p.Info, &info); err != nil || info.ID == "" {
 			return fmt.Errorf("opencode message.updated: bad info")
 		}
-		if o.ts.IsZero() {
+		if o.TS.IsZero() {
 			c.at(o, info.Time.Completed, info.Time.Created)
 		}
 		if conv, ok := c.message(o, &info); ok && conv == "" {
@@ -153,7 +154,7 @@ func (c *EventsConverter) event(o *out, typ string, p *eventProps, line []byte) 
 		known = known || info.ID == c.mainSession
 		c.sessionInfo(info.ID, info.ParentID)
 		if typ == "session.created" || !known {
-			o.log(conversation.LevelInfo, "opencode session "+info.ID+" "+strconv.Quote(info.Title), line)
+			o.Log(conversation.LevelInfo, "opencode session "+info.ID+" "+strconv.Quote(info.Title), line)
 		}
 	case "session.status":
 		if p.Status == nil {
@@ -167,7 +168,7 @@ func (c *EventsConverter) event(o *out, typ string, p *eventProps, line []byte) 
 		case "idle":
 			c.idle(o, p.SessionID)
 		case "retry":
-			o.log(conversation.LevelWarn, "opencode retry "+strconv.Itoa(p.Status.Attempt)+": "+p.Status.Message, line)
+			o.Log(conversation.LevelWarn, "opencode retry "+strconv.Itoa(p.Status.Attempt)+": "+p.Status.Message, line)
 		}
 	case "session.idle":
 		c.idle(o, p.SessionID)
@@ -176,7 +177,7 @@ func (c *EventsConverter) event(o *out, typ string, p *eventProps, line []byte) 
 	case "permission.asked", "permission.updated":
 		c.permissionAsked(o, typ, p)
 	case "permission.replied":
-		if c.opts.omitPermissionEvents {
+		if c.opts.OmitPermissionEvents {
 			return nil
 		}
 		id := p.RequestID
@@ -193,7 +194,7 @@ func (c *EventsConverter) event(o *out, typ string, p *eventProps, line []byte) 
 		}
 		conv, ok := c.route(p.SessionID)
 		if ok && id != "" {
-			o.emit(conv, conversation.PermissionResolved{RequestID: id, Behavior: behavior, By: conversation.ByUser, Message: reply})
+			o.Emit(conv, conversation.PermissionResolved{RequestID: id, Behavior: behavior, By: conversation.ByUser, Message: reply})
 		}
 	case "todo.updated":
 		conv, ok := c.route(p.SessionID)
@@ -213,16 +214,16 @@ func (c *EventsConverter) event(o *out, typ string, p *eventProps, line []byte) 
 			}
 			sb.WriteString(mark + t.Content + "\n")
 		}
-		c.blocks.put(o, conv, conversation.Block{ID: c.blocks.claim("todo:"+p.SessionID, p.SessionID+"-todo"), Type: conversation.BlockSystem,
+		c.blocks.Put(o, conv, conversation.Block{ID: c.blocks.Claim("todo:"+p.SessionID, p.SessionID+"-todo"), Type: conversation.BlockSystem,
 			Status: conversation.StatusComplete, Subtype: "todo_list", Message: sb.String(), Metadata: map[string]any{"todos": p.Todos}})
 	case "message.removed", "message.part.removed":
-		o.log(conversation.LevelInfo, "opencode "+typ+" (the converted blocks stay)", line)
+		o.Log(conversation.LevelInfo, "opencode "+typ+" (the converted blocks stay)", line)
 	case "file.edited":
-		o.log(conversation.LevelInfo, "opencode edited "+p.File, line)
+		o.Log(conversation.LevelInfo, "opencode edited "+p.File, line)
 	case "server.connected", "server.heartbeat", "session.diff", "file.watcher.updated", "message.part.started":
 		// Nothing a reader of the conversation needs.
 	default:
-		o.log(conversation.LevelDebug, "opencode event "+typ, line)
+		o.Log(conversation.LevelDebug, "opencode event "+typ, line)
 	}
 	return nil
 }
@@ -230,20 +231,20 @@ func (c *EventsConverter) event(o *out, typ string, p *eventProps, line []byte) 
 // delta applies a message.part.delta. Its part was announced by a
 // message.part.updated; an unknown part becomes an assistant text (a
 // thinking part announced later turns into its own block).
-func (c *EventsConverter) delta(o *out, p *eventProps, line []byte) {
+func (c *EventsConverter) delta(o *convkit.Out, p *eventProps, line []byte) {
 	conv, ok := c.route(p.SessionID)
 	if !ok || p.Delta == nil {
 		return
 	}
 	if p.Field != "" && p.Field != "text" {
-		o.log(conversation.LevelDebug, "opencode delta to field "+p.Field, line)
+		o.Log(conversation.LevelDebug, "opencode delta to field "+p.Field, line)
 		return
 	}
 	if conv == "" {
 		c.turnOpen = true
 	}
-	id := c.blocks.claim("part:"+p.PartID, p.PartID)
-	if c.blocks.appendText(o, id, *p.Delta) {
+	id := c.blocks.Claim("part:"+p.PartID, p.PartID)
+	if c.blocks.AppendText(o, id, *p.Delta) {
 		return
 	}
 	c.at(o, c.msgTime[p.MessageID].UnixMilli())
@@ -251,23 +252,23 @@ func (c *EventsConverter) delta(o *out, p *eventProps, line []byte) {
 	if c.msgRole[p.MessageID] == "user" {
 		typ = conversation.BlockUserMessage
 	}
-	c.blocks.put(o, conv, conversation.Block{ID: id, Type: typ, Status: conversation.StatusPending, Content: *p.Delta})
+	c.blocks.Put(o, conv, conversation.Block{ID: id, Type: typ, Status: conversation.StatusPending, Content: *p.Delta})
 }
 
-func (c *EventsConverter) idle(o *out, session string) {
+func (c *EventsConverter) idle(o *convkit.Out, session string) {
 	if conv, ok := c.route(session); !ok || conv != "" || !c.turnOpen {
 		return
 	}
 	c.turnOpen = false
 	if e := c.turnErr; e != nil {
 		c.turnErr = nil
-		o.emit("", conversation.QueryFailed{Error: e.Data.Message, Code: e.Name, Interrupted: e.Name == "MessageAbortedError"})
+		o.Emit("", conversation.QueryFailed{Error: e.Data.Message, Code: e.Name, Interrupted: e.Name == "MessageAbortedError"})
 		return
 	}
-	o.emit("", conversation.QueryCompleted{})
+	o.Emit("", conversation.QueryCompleted{})
 }
 
-func (c *EventsConverter) sessionError(o *out, p *eventProps) {
+func (c *EventsConverter) sessionError(o *convkit.Out, p *eventProps) {
 	conv, ok := c.route(p.SessionID)
 	if !ok {
 		return
@@ -285,14 +286,14 @@ func (c *EventsConverter) sessionError(o *out, p *eventProps) {
 	if scope == "" {
 		scope = c.mainSession
 	}
-	id := c.blocks.claim("sesserr:"+strconv.Itoa(c.errors), scope+"-error-"+strconv.Itoa(c.errors))
-	c.blocks.put(o, conv, conversation.Block{ID: id, Type: conversation.BlockError, Status: conversation.StatusError,
+	id := c.blocks.Claim("sesserr:"+strconv.Itoa(c.errors), scope+"-error-"+strconv.Itoa(c.errors))
+	c.blocks.Put(o, conv, conversation.Block{ID: id, Type: conversation.BlockError, Status: conversation.StatusError,
 		Message: e.Data.Message, Code: e.Name})
-	o.emit(conv, conversation.ErrorEvent{Message: e.Data.Message, Code: e.Name})
+	o.Emit(conv, conversation.ErrorEvent{Message: e.Data.Message, Code: e.Name})
 }
 
-func (c *EventsConverter) permissionAsked(o *out, typ string, p *eventProps) {
-	if c.opts.omitPermissionEvents || p.ID == "" {
+func (c *EventsConverter) permissionAsked(o *convkit.Out, typ string, p *eventProps) {
+	if c.opts.OmitPermissionEvents || p.ID == "" {
 		return
 	}
 	conv, ok := c.route(p.SessionID)
@@ -325,5 +326,5 @@ func (c *EventsConverter) permissionAsked(o *out, typ string, p *eventProps) {
 			toolUse = callID
 		}
 	}
-	o.emit(conv, conversation.PermissionRequested{RequestID: p.ID, ToolName: tool, Input: mustJSON(in), ToolUseID: toolUse})
+	o.Emit(conv, conversation.PermissionRequested{RequestID: p.ID, ToolName: tool, Input: convkit.MustJSON(in), ToolUseID: toolUse})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/convkit"
 )
 
 type exportDoc struct {
@@ -43,16 +44,16 @@ func ConvertExport(doc []byte, opts ...Option) ([]conversation.Event, error) {
 	if c.mainSession == "" {
 		c.mainSession = d.Info.ID
 	}
-	o := &out{}
-	o.log(conversation.LevelInfo, "opencode session "+d.Info.ID+" "+strconv.Quote(d.Info.Title),
-		mustJSON(map[string]string{"id": d.Info.ID, "title": d.Info.Title, "version": d.Info.Version}))
+	o := &convkit.Out{}
+	o.Log(conversation.LevelInfo, "opencode session "+d.Info.ID+" "+strconv.Quote(d.Info.Title),
+		convkit.MustJSON(map[string]string{"id": d.Info.ID, "title": d.Info.Title, "version": d.Info.Version}))
 	for _, m := range d.Messages {
 		var info ocMessageInfo
 		if err := json.Unmarshal(m.Info, &info); err != nil || info.ID == "" {
-			o.log(conversation.LevelWarn, "opencode: exported message without usable info", m.Info)
+			o.Log(conversation.LevelWarn, "opencode: exported message without usable info", m.Info)
 			continue
 		}
-		o.ts = msTime(info.Time.Created)
+		o.TS = convkit.MsTime(info.Time.Created)
 		conv, ok := c.message(o, &info)
 		if !ok {
 			continue
@@ -61,7 +62,7 @@ func ConvertExport(doc []byte, opts ...Option) ([]conversation.Event, error) {
 		for _, raw := range m.Parts {
 			var p ocPart
 			if err := json.Unmarshal(raw, &p); err != nil {
-				o.log(conversation.LevelWarn, "opencode: exported part that does not decode", raw)
+				o.Log(conversation.LevelWarn, "opencode: exported part that does not decode", raw)
 				continue
 			}
 			if p.SessionID == "" {
@@ -73,7 +74,7 @@ func ConvertExport(doc []byte, opts ...Option) ([]conversation.Event, error) {
 			if p.Type == "text" {
 				text.WriteString(p.Text)
 			}
-			o.ts = time.Time{}
+			o.TS = time.Time{}
 			c.part(o, &p, raw)
 		}
 		if info.Role != "assistant" || conv != "" {
@@ -81,13 +82,13 @@ func ConvertExport(doc []byte, opts ...Option) ([]conversation.Event, error) {
 		}
 		c.at(o, info.Time.Completed, info.Time.Created)
 		if e := parseError(info.Error); e != nil {
-			o.emit("", conversation.ErrorEvent{Message: e.Data.Message, Code: e.Name})
-			o.emit("", conversation.QueryFailed{Error: e.Data.Message, Code: e.Name, Interrupted: e.Name == "MessageAbortedError"})
+			o.Emit("", conversation.ErrorEvent{Message: e.Data.Message, Code: e.Name})
+			o.Emit("", conversation.QueryFailed{Error: e.Data.Message, Code: e.Name, Interrupted: e.Name == "MessageAbortedError"})
 			continue
 		}
 		if info.Finish != "" && info.Finish != "tool-calls" && info.Finish != "unknown" {
-			o.emit("", conversation.QueryCompleted{Result: strings.TrimSpace(text.String())})
+			o.Emit("", conversation.QueryCompleted{Result: strings.TrimSpace(text.String())})
 		}
 	}
-	return o.events, nil
+	return o.Events, nil
 }

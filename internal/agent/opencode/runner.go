@@ -72,7 +72,7 @@ func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 		r.convMu.Lock()
 		var evs []conversation.Event
 		if r.conv != nil {
-			evs = r.conv.blocks.settlePending(time.Now().UTC().Truncate(time.Millisecond))
+			evs = r.conv.blocks.SettlePending(time.Now().UTC().Truncate(time.Millisecond))
 		}
 		r.convMu.Unlock()
 		r.emit(evs...)
@@ -413,7 +413,7 @@ func (r *runner) onEvent(srv *server, data []byte) {
 		if between {
 			// A late event of a turn that has ended (an aborted part's
 			// last update): nothing of it may stay pending.
-			evs = append(evs, conv.blocks.settlePending(time.Now().UTC().Truncate(time.Millisecond))...)
+			evs = append(evs, conv.blocks.SettlePending(time.Now().UTC().Truncate(time.Millisecond))...)
 		}
 	}
 	r.convMu.Unlock()
