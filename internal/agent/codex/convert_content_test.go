@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/agenttest"
+	"github.com/agentd/agentd/internal/agent/agenttest/formattest"
 	"github.com/agentd/agentd/internal/agent/codex"
 )
 
@@ -17,13 +19,13 @@ const (
 )
 
 func TestExecCommandAndUsage(t *testing.T) {
-	st, events := reduceFile(t, "codex-exec-json", execDir+"agentcmd__codex-exec-json__stream-output-2.jsonl")
+	st, events := formattest.Reduce(t, "codex-exec-json", execDir+"agentcmd__codex-exec-json__stream-output-2.jsonl")
 	id := "019a2d7a-6455-7170-a661-c6d8b94c630a-1-item_1"
-	use := findBlock(t, st.Blocks, id)
+	use := agenttest.FindBlock(t, st.Blocks, id)
 	if use.Type != conversation.BlockToolUse || use.ToolName != "shell" || string(use.Input) != `{"command":"bash -lc ls"}` || use.Status != conversation.StatusComplete {
 		t.Fatalf("tool_use %+v", use)
 	}
-	res := findBlock(t, st.Blocks, conversation.ToolResultID(id))
+	res := agenttest.FindBlock(t, st.Blocks, conversation.ToolResultID(id))
 	if res.IsError || res.ToolUseID != id || !strings.Contains(res.Output, "test.js") || res.Metadata["exitCode"] != float64(0) {
 		t.Fatalf("tool_result %+v", res)
 	}
@@ -31,21 +33,21 @@ func TestExecCommandAndUsage(t *testing.T) {
 	if st.Usage != want {
 		t.Fatalf("usage %+v, want %+v", st.Usage, want)
 	}
-	if n := countType(events, conversation.TypeQueryCompleted); n != 1 {
+	if n := agenttest.CountType(events, conversation.TypeQueryCompleted); n != 1 {
 		t.Fatalf("%d query:completed, want 1", n)
 	}
-	texts := blocksOf(st.Blocks, conversation.BlockAssistantText)
+	texts := agenttest.BlocksOf(st.Blocks, conversation.BlockAssistantText)
 	if len(texts) != 1 || !strings.HasPrefix(texts[0].Content, "Files here:") {
 		t.Fatalf("assistant text %+v", texts)
 	}
-	if th := blocksOf(st.Blocks, conversation.BlockThinking); len(th) != 1 || th[0].Content != "**Preparing to list files with bash shell**" {
+	if th := agenttest.BlocksOf(st.Blocks, conversation.BlockThinking); len(th) != 1 || th[0].Content != "**Preparing to list files with bash shell**" {
 		t.Fatalf("thinking %+v", th)
 	}
 }
 
 func TestExecFileChange(t *testing.T) {
-	st, _ := reduceFile(t, "codex-exec-json", execDir+"agentcmd__codex-exec-json__stream-output-3.jsonl")
-	uses := blocksOf(st.Blocks, conversation.BlockToolUse)
+	st, _ := formattest.Reduce(t, "codex-exec-json", execDir+"agentcmd__codex-exec-json__stream-output-3.jsonl")
+	uses := agenttest.BlocksOf(st.Blocks, conversation.BlockToolUse)
 	if len(uses) != 1 || uses[0].ToolName != "apply_patch" {
 		t.Fatalf("tool uses %+v", uses)
 	}
@@ -56,7 +58,7 @@ func TestExecFileChange(t *testing.T) {
 		in.Changes[0].Path != "/private/tmp/codex-research-test/hello.txt" || in.Changes[0].Kind != "add" {
 		t.Fatalf("apply_patch input %s (%v)", uses[0].Input, err)
 	}
-	res := findBlock(t, st.Blocks, conversation.ToolResultID(uses[0].ID))
+	res := agenttest.FindBlock(t, st.Blocks, conversation.ToolResultID(uses[0].ID))
 	if res.IsError || res.Output != "add /private/tmp/codex-research-test/hello.txt\n" {
 		t.Fatalf("result %+v", res)
 	}
@@ -83,18 +85,18 @@ func TestExecIDsScopedPerTurnAndPrefix(t *testing.T) {
 		}
 		events = append(events, ev...)
 	}
-	st := checkEvents(t, events)
-	texts := blocksOf(st.Blocks, conversation.BlockAssistantText)
+	st := agenttest.CheckEvents(t, events)
+	texts := agenttest.BlocksOf(st.Blocks, conversation.BlockAssistantText)
 	if len(texts) != 2 || texts[0].ID != "th-1-item_0" || texts[1].ID != "th-2-item_0" || texts[1].Content != "two" {
 		t.Fatalf("texts %+v", texts)
 	}
 	if c.ThreadID() != "th" {
 		t.Fatalf("thread id %q", c.ThreadID())
 	}
-	if n := countType(events, conversation.TypeQueryFailed); n != 1 {
+	if n := agenttest.CountType(events, conversation.TypeQueryFailed); n != 1 {
 		t.Fatalf("%d query:failed", n)
 	}
-	errs := blocksOf(st.Blocks, conversation.BlockError)
+	errs := agenttest.BlocksOf(st.Blocks, conversation.BlockError)
 	if len(errs) != 1 || errs[0].Message != "quota exceeded" {
 		t.Fatalf("errors %+v", errs)
 	}
@@ -127,15 +129,15 @@ func TestExecUnknownItemIsLogged(t *testing.T) {
 // commands are error results with their exit codes, and the rest of the
 // conversation is there.
 func TestRolloutFailedCommands(t *testing.T) {
-	st, events := reduceFile(t, "codex-rollout", rollout)
-	uses := blocksOf(st.Blocks, conversation.BlockToolUse)
-	results := blocksOf(st.Blocks, conversation.BlockToolResult)
+	st, events := formattest.Reduce(t, "codex-rollout", rollout)
+	uses := agenttest.BlocksOf(st.Blocks, conversation.BlockToolUse)
+	results := agenttest.BlocksOf(st.Blocks, conversation.BlockToolResult)
 	if len(uses) != 16 || len(results) != 16 {
 		t.Fatalf("%d tool_use, %d tool_result; want 16 each", len(uses), len(results))
 	}
 	var failed []float64
 	for _, r := range results {
-		use := findBlock(t, st.Blocks, r.ToolUseID)
+		use := agenttest.FindBlock(t, st.Blocks, r.ToolUseID)
 		if use.ToolName != "shell" {
 			t.Fatalf("tool %q", use.ToolName)
 		}
@@ -153,19 +155,19 @@ func TestRolloutFailedCommands(t *testing.T) {
 	if len(failed) != 3 || failed[0] != 2 || failed[1] != 1 || failed[2] != 1 {
 		t.Fatalf("failed exit codes %v, want [2 1 1]", failed)
 	}
-	first := findBlock(t, st.Blocks, "call_WmlLLopV6YokTw8Y639cqY5h-result")
+	first := agenttest.FindBlock(t, st.Blocks, "call_WmlLLopV6YokTw8Y639cqY5h-result")
 	if !strings.Contains(first.Output, "syntax error near unexpected token") {
 		t.Fatalf("first failure output %q", first.Output)
 	}
-	users := blocksOf(st.Blocks, conversation.BlockUserMessage)
+	users := agenttest.BlocksOf(st.Blocks, conversation.BlockUserMessage)
 	if len(users) != 2 || !strings.Contains(users[1].Content, "so prefetching isn't slowing down data loading") {
 		t.Fatalf("user messages %d", len(users))
 	}
-	texts := blocksOf(st.Blocks, conversation.BlockAssistantText)
+	texts := agenttest.BlocksOf(st.Blocks, conversation.BlockAssistantText)
 	if len(texts) != 2 || !strings.HasPrefix(texts[1].Content, "**Impact On Initial Load**") || texts[1].Model != "gpt-5-codex" {
 		t.Fatalf("assistant texts %d", len(texts))
 	}
-	if th := blocksOf(st.Blocks, conversation.BlockThinking); len(th) != 17 {
+	if th := agenttest.BlocksOf(st.Blocks, conversation.BlockThinking); len(th) != 17 {
 		t.Fatalf("%d thinking blocks, want 17", len(th))
 	}
 	// The last token_count's totals: every increment adds up to them.
@@ -194,7 +196,7 @@ func TestRolloutFailedCommands(t *testing.T) {
 	if st.Model != "gpt-5-codex" {
 		t.Fatalf("model %q", st.Model)
 	}
-	if n := countType(events, conversation.TypeQueryCompleted); n != 0 {
+	if n := agenttest.CountType(events, conversation.TypeQueryCompleted); n != 0 {
 		t.Fatalf("0.40 rollouts record no turn end; got %d query:completed", n)
 	}
 }
@@ -221,20 +223,20 @@ func TestRolloutNewerShapes(t *testing.T) {
 		}
 		events = append(events, ev...)
 	}
-	st := checkEvents(t, events)
-	if u := findBlock(t, st.Blocks, "u1"); u.Content != "fix it" || u.Type != conversation.BlockUserMessage {
+	st := agenttest.CheckEvents(t, events)
+	if u := agenttest.FindBlock(t, st.Blocks, "u1"); u.Content != "fix it" || u.Type != conversation.BlockUserMessage {
 		t.Fatalf("user %+v", u)
 	}
-	if th := findBlock(t, st.Blocks, "rs_1"); th.Content != "raw thoughts" || th.Summary != "plan" {
+	if th := agenttest.FindBlock(t, st.Blocks, "rs_1"); th.Content != "raw thoughts" || th.Summary != "plan" {
 		t.Fatalf("thinking %+v", th)
 	}
-	if p := findBlock(t, st.Blocks, "call_p-result"); p.IsError || p.Output != "Success." || p.DurationMs != 250 {
+	if p := agenttest.FindBlock(t, st.Blocks, "call_p-result"); p.IsError || p.Output != "Success." || p.DurationMs != 250 {
 		t.Fatalf("patch result %+v", p)
 	}
-	if x := findBlock(t, st.Blocks, "call_x-result"); !x.IsError || x.Metadata["exitCode"] != float64(1) || x.DurationMs != 500 {
+	if x := agenttest.FindBlock(t, st.Blocks, "call_x-result"); !x.IsError || x.Metadata["exitCode"] != float64(1) || x.DurationMs != 500 {
 		t.Fatalf("exec result %+v", x)
 	}
-	if n := countType(events, conversation.TypeQueryCompleted); n != 2 {
+	if n := agenttest.CountType(events, conversation.TypeQueryCompleted); n != 2 {
 		t.Fatalf("%d query:completed, want 2", n)
 	}
 	if events[len(events)-1].Context.Timestamp.IsZero() {
@@ -252,33 +254,33 @@ func readFile(t *testing.T, name string) string {
 }
 
 func TestAppServerHandmadeTurns(t *testing.T) {
-	st, events := reduceFile(t, "codex-app-server", appTurns)
-	if u := findBlock(t, st.Blocks, "user-1"); u.Content != "list the files" {
+	st, events := formattest.Reduce(t, "codex-app-server", appTurns)
+	if u := agenttest.FindBlock(t, st.Blocks, "user-1"); u.Content != "list the files" {
 		t.Fatalf("user %+v", u)
 	}
-	if th := findBlock(t, st.Blocks, "rs_1"); th.Content != "**Listing files**\n\nI will run ls." || th.Status != conversation.StatusComplete {
+	if th := agenttest.FindBlock(t, st.Blocks, "rs_1"); th.Content != "**Listing files**\n\nI will run ls." || th.Status != conversation.StatusComplete {
 		t.Fatalf("reasoning %+v", th)
 	}
-	if r := findBlock(t, st.Blocks, "call_1-result"); r.Output != "a.txt\nb.txt\n" || r.IsError || r.DurationMs != 12 || r.Metadata["exitCode"] != float64(0) {
+	if r := agenttest.FindBlock(t, st.Blocks, "call_1-result"); r.Output != "a.txt\nb.txt\n" || r.IsError || r.DurationMs != 12 || r.Metadata["exitCode"] != float64(0) {
 		t.Fatalf("turn 1 result %+v", r)
 	}
 	// Turn 2 reuses call_1: a new block, not a merge into turn 1's.
-	if u := findBlock(t, st.Blocks, "call_1~2"); string(u.Input) != `{"command":"false","cwd":"/work"}` || u.Status != conversation.StatusError {
+	if u := agenttest.FindBlock(t, st.Blocks, "call_1~2"); string(u.Input) != `{"command":"false","cwd":"/work"}` || u.Status != conversation.StatusError {
 		t.Fatalf("turn 2 call %+v", u)
 	}
-	if r := findBlock(t, st.Blocks, "call_1~2-result"); !r.IsError || r.Metadata["exitCode"] != float64(1) {
+	if r := agenttest.FindBlock(t, st.Blocks, "call_1~2-result"); !r.IsError || r.Metadata["exitCode"] != float64(1) {
 		t.Fatalf("turn 2 result %+v", r)
 	}
-	if r := findBlock(t, st.Blocks, "call_2-result"); r.Output != "add /work/c.txt\n" || r.IsError {
+	if r := agenttest.FindBlock(t, st.Blocks, "call_2-result"); r.Output != "add /work/c.txt\n" || r.IsError {
 		t.Fatalf("patch result %+v", r)
 	}
-	if m := findBlock(t, st.Blocks, "msg_1"); m.Content != "Two files: a.txt and b.txt." || m.Status != conversation.StatusComplete {
+	if m := agenttest.FindBlock(t, st.Blocks, "msg_1"); m.Content != "Two files: a.txt and b.txt." || m.Status != conversation.StatusComplete {
 		t.Fatalf("message %+v", m)
 	}
-	if m := findBlock(t, st.Blocks, "msg_3"); m.Content != "Let me" || m.Status != conversation.StatusPending {
+	if m := agenttest.FindBlock(t, st.Blocks, "msg_3"); m.Content != "Let me" || m.Status != conversation.StatusPending {
 		t.Fatalf("interrupted message %+v", m)
 	}
-	sub := findBlock(t, st.Blocks, "call_3")
+	sub := agenttest.FindBlock(t, st.Blocks, "call_3")
 	if sub.Type != conversation.BlockSubagent || sub.SubagentID != "call_3" || string(sub.Input) != `"count the lines of a.txt"` || sub.Output != "a.txt has 3 lines." || sub.Status != conversation.StatusComplete {
 		t.Fatalf("subagent block %+v", sub)
 	}
@@ -317,7 +319,7 @@ func TestAppServerHandmadeTurns(t *testing.T) {
 	if err := json.Unmarshal(last.Payload, &qc); err != nil || !qc.Interrupted {
 		t.Fatalf("last event %s %s: want an interrupted query:completed", last.Type, last.Payload)
 	}
-	if errs := blocksOf(st.Blocks, conversation.BlockError); len(errs) != 1 || errs[0].Code != "responseStreamDisconnected" {
+	if errs := agenttest.BlocksOf(st.Blocks, conversation.BlockError); len(errs) != 1 || errs[0].Code != "responseStreamDisconnected" {
 		t.Fatalf("error blocks %+v (a retried error is only a log)", errs)
 	}
 }
@@ -332,11 +334,11 @@ func TestAppServerOptions(t *testing.T) {
 		}
 		events = append(events, ev...)
 	}
-	if n := countType(events, conversation.TypePermissionRequest); n != 0 {
+	if n := agenttest.CountType(events, conversation.TypePermissionRequest); n != 0 {
 		t.Fatalf("%d permission events with WithoutPermissionEvents", n)
 	}
-	st := checkEvents(t, events)
-	if u := blocksOf(st.Blocks, conversation.BlockUserMessage); len(u) != 0 {
+	st := agenttest.CheckEvents(t, events)
+	if u := agenttest.BlocksOf(st.Blocks, conversation.BlockUserMessage); len(u) != 0 {
 		t.Fatalf("user messages %+v with WithoutUserMessages", u)
 	}
 	if c.ThreadID() != "019b1f00-0000-7000-8000-0000000000a1" {
@@ -368,8 +370,8 @@ func TestParseApprovalRequest(t *testing.T) {
 // texts, outputs and error flags, so a thread replayed from its rollout
 // looks as it did live.
 func TestCapturedAppServerMatchesRollout(t *testing.T) {
-	live, events := reduceFile(t, "codex-app-server", "testdata/captured/codex-app-server-two-turns.jsonl")
-	saved, _ := reduceFile(t, "codex-rollout", "testdata/captured/rollout-2026-11-22T01-25-47-01a200db-fe7f-7601-afb2-2a944f609622.jsonl")
+	live, events := formattest.Reduce(t, "codex-app-server", "testdata/captured/codex-app-server-two-turns.jsonl")
+	saved, _ := formattest.Reduce(t, "codex-rollout", "testdata/captured/rollout-2026-11-22T01-25-47-01a200db-fe7f-7601-afb2-2a944f609622.jsonl")
 	if len(live.Blocks) != 11 || len(saved.Blocks) != len(live.Blocks) {
 		t.Fatalf("%d live blocks, %d saved", len(live.Blocks), len(saved.Blocks))
 	}
@@ -379,14 +381,14 @@ func TestCapturedAppServerMatchesRollout(t *testing.T) {
 			t.Fatalf("block %d:\n live  %+v\n saved %+v", i, a, b)
 		}
 	}
-	fail := findBlock(t, live.Blocks, "call_PGzHQaXsaQ4K4EapIT1ZI6zb-result")
+	fail := agenttest.FindBlock(t, live.Blocks, "call_PGzHQaXsaQ4K4EapIT1ZI6zb-result")
 	if !fail.IsError || fail.Metadata["exitCode"] != float64(1) {
 		t.Fatalf("failed command %+v", fail)
 	}
-	if n := countType(events, conversation.TypeQueryCompleted); n != 2 {
+	if n := agenttest.CountType(events, conversation.TypeQueryCompleted); n != 2 {
 		t.Fatalf("%d query:completed, want 2", n)
 	}
-	if n := countType(events, conversation.TypePermissionRequest); n != 2 {
+	if n := agenttest.CountType(events, conversation.TypePermissionRequest); n != 2 {
 		t.Fatalf("%d permission requests, want 2", n)
 	}
 	if live.Usage != saved.Usage || live.Usage.InputTokens == 0 {
@@ -395,14 +397,14 @@ func TestCapturedAppServerMatchesRollout(t *testing.T) {
 }
 
 func TestCapturedExecFailure(t *testing.T) {
-	st, _ := reduceFile(t, "codex-exec-json", "testdata/captured/codex-exec-fail.jsonl")
-	res := blocksOf(st.Blocks, conversation.BlockToolResult)
+	st, _ := formattest.Reduce(t, "codex-exec-json", "testdata/captured/codex-exec-fail.jsonl")
+	res := agenttest.BlocksOf(st.Blocks, conversation.BlockToolResult)
 	if len(res) != 1 || !res[0].IsError || res[0].Metadata["exitCode"] != float64(1) || res[0].Status != conversation.StatusError {
 		t.Fatalf("results %+v", res)
 	}
 	// codex reports a missing model catalogue entry as a (non-fatal)
 	// error item, before the turn starts.
-	if e := blocksOf(st.Blocks, conversation.BlockError); len(e) != 1 || !strings.Contains(e[0].Message, "Model metadata") {
+	if e := agenttest.BlocksOf(st.Blocks, conversation.BlockError); len(e) != 1 || !strings.Contains(e[0].Message, "Model metadata") {
 		t.Fatalf("errors %+v", e)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/agenttest"
+	"github.com/agentd/agentd/internal/agent/agenttest/formattest"
 	"github.com/agentd/agentd/internal/agent/gemini"
 	"github.com/agentd/agentd/internal/convert"
 )
@@ -23,21 +25,21 @@ const (
 )
 
 func TestStreamJSONReadFile(t *testing.T) {
-	st, events := reduceFile(t, "gemini-stream-json", streamRead)
+	st, events := formattest.Reduce(t, "gemini-stream-json", streamRead)
 	id := "read_file-1761734190726-4dfc76eb0c846"
-	use := findBlock(t, st.Blocks, id)
+	use := agenttest.FindBlock(t, st.Blocks, id)
 	if use.ToolName != "read_file" || string(use.Input) != `{"absolute_path":"/private/tmp/gemini-test/sample.txt"}` || use.Status != conversation.StatusComplete {
 		t.Fatalf("tool_use %+v", use)
 	}
-	res := findBlock(t, st.Blocks, conversation.ToolResultID(id))
+	res := agenttest.FindBlock(t, st.Blocks, conversation.ToolResultID(id))
 	if res.IsError || res.DurationMs != 21 {
 		t.Fatalf("tool_result %+v (duration from the two timestamps: 21ms)", res)
 	}
-	texts := blocksOf(st.Blocks, conversation.BlockAssistantText)
+	texts := agenttest.BlocksOf(st.Blocks, conversation.BlockAssistantText)
 	if len(texts) != 1 || !strings.Contains(texts[0].Content, "test content from gemini research") || texts[0].Status != conversation.StatusComplete {
 		t.Fatalf("texts %+v", texts)
 	}
-	if u := blocksOf(st.Blocks, conversation.BlockUserMessage); len(u) != 1 || u[0].Content != "Read the file..." {
+	if u := agenttest.BlocksOf(st.Blocks, conversation.BlockUserMessage); len(u) != 1 || u[0].Content != "Read the file..." {
 		t.Fatalf("user %+v", u)
 	}
 	if st.Usage != (conversation.Usage{InputTokens: 11068, OutputTokens: 44}) || st.Model != "gemini-2.5-pro" {
@@ -75,18 +77,18 @@ func TestStreamJSONDeltas(t *testing.T) {
 		}
 		events = append(events, ev...)
 	}
-	st := checkEvents(t, events)
-	texts := blocksOf(st.Blocks, conversation.BlockAssistantText)
+	st := agenttest.CheckEvents(t, events)
+	texts := agenttest.BlocksOf(st.Blocks, conversation.BlockAssistantText)
 	if len(texts) != 2 || texts[0].Content != "Let me look." || texts[1].Content != "It failed." || texts[0].ID != "q2-1" || texts[1].ID != "q2-2" {
 		t.Fatalf("texts %+v", texts)
 	}
-	if n := countType(events, conversation.TypeBlockDelta); n != 2 {
+	if n := agenttest.CountType(events, conversation.TypeBlockDelta); n != 2 {
 		t.Fatalf("%d deltas, want 2", n)
 	}
-	if u := blocksOf(st.Blocks, conversation.BlockUserMessage); len(u) != 0 {
+	if u := agenttest.BlocksOf(st.Blocks, conversation.BlockUserMessage); len(u) != 0 {
 		t.Fatalf("user messages with WithoutUserMessages: %+v", u)
 	}
-	if r := findBlock(t, st.Blocks, "t1-result"); !r.IsError || r.Output != "exit 1" || r.DurationMs != 500 || r.Metadata["errorType"] != "execution_failed" {
+	if r := agenttest.FindBlock(t, st.Blocks, "t1-result"); !r.IsError || r.Output != "exit 1" || r.DurationMs != 500 || r.Metadata["errorType"] != "execution_failed" {
 		t.Fatalf("result %+v", r)
 	}
 	if st.Usage != (conversation.Usage{InputTokens: 15, OutputTokens: 10, CacheReadInputTokens: 5}) {
@@ -103,26 +105,26 @@ func TestStreamJSONDeltas(t *testing.T) {
 }
 
 func TestSessionDocument(t *testing.T) {
-	st, events := reduceFile(t, "gemini-session", sessionEdit)
-	uses := blocksOf(st.Blocks, conversation.BlockToolUse)
+	st, events := formattest.Reduce(t, "gemini-session", sessionEdit)
+	uses := agenttest.BlocksOf(st.Blocks, conversation.BlockToolUse)
 	if len(uses) != 3 || uses[1].ToolName != "replace" || uses[1].DisplayName != "Edit" {
 		t.Fatalf("tool uses %+v", uses)
 	}
-	if r := findBlock(t, st.Blocks, "replace-1761734228885-7a63ed9561c45-result"); r.IsError ||
+	if r := agenttest.FindBlock(t, st.Blocks, "replace-1761734228885-7a63ed9561c45-result"); r.IsError ||
 		r.Output != "Successfully modified file: /private/tmp/gemini-test/created.txt (1 replacements)." {
 		t.Fatalf("replace result %+v", r)
 	}
-	if r := findBlock(t, st.Blocks, "read_file-1761734231198-1c505312bf0b-result"); r.Output != "Goodbye from Gemini CLI" {
+	if r := agenttest.FindBlock(t, st.Blocks, "read_file-1761734231198-1c505312bf0b-result"); r.Output != "Goodbye from Gemini CLI" {
 		t.Fatalf("second read %+v", r)
 	}
-	th := findBlock(t, st.Blocks, "80aec7c7-87cd-4812-ae58-bf135c0422b5-1")
+	th := agenttest.FindBlock(t, st.Blocks, "80aec7c7-87cd-4812-ae58-bf135c0422b5-1")
 	if th.Type != conversation.BlockThinking || th.Summary != "Pinpointing the Absolute Path" {
 		t.Fatalf("thought %+v", th)
 	}
-	if len(blocksOf(st.Blocks, conversation.BlockThinking)) != 6 {
+	if len(agenttest.BlocksOf(st.Blocks, conversation.BlockThinking)) != 6 {
 		t.Fatal("want 6 thoughts")
 	}
-	done := findBlock(t, st.Blocks, "3227021e-79b9-4bc0-8cb5-904c0a840e6c-1")
+	done := agenttest.FindBlock(t, st.Blocks, "3227021e-79b9-4bc0-8cb5-904c0a840e6c-1")
 	if done.Content != "Done." || done.Type != conversation.BlockAssistantText {
 		t.Fatalf("answer %+v", done)
 	}
@@ -146,8 +148,8 @@ func TestSessionDocument(t *testing.T) {
 // (messages appended again as they change) reduces to the same blocks as
 // the single document, before the hand-written extra turn.
 func TestSessionLinesMatchDocument(t *testing.T) {
-	doc, _ := reduceFile(t, "gemini-session", sessionEdit)
-	lines, events := reduceFile(t, "gemini-session", sessionLines)
+	doc, _ := formattest.Reduce(t, "gemini-session", sessionEdit)
+	lines, events := formattest.Reduce(t, "gemini-session", sessionLines)
 	if len(lines.Blocks) < len(doc.Blocks) {
 		t.Fatalf("%d blocks from lines, %d from the document", len(lines.Blocks), len(doc.Blocks))
 	}
@@ -164,32 +166,32 @@ func TestSessionLinesMatchDocument(t *testing.T) {
 		extra[3].Type != conversation.BlockError || extra[3].Message != "[API Error: quota exceeded]" {
 		t.Fatalf("extra turn %+v", extra)
 	}
-	if n := countType(events, conversation.TypeQueryCompleted); n != 1 {
+	if n := agenttest.CountType(events, conversation.TypeQueryCompleted); n != 1 {
 		t.Fatalf("%d query:completed, want 1 (the first turn's)", n)
 	}
-	if n := countType(events, conversation.TypeError); n != 1 {
+	if n := agenttest.CountType(events, conversation.TypeError); n != 1 {
 		t.Fatalf("%d error events, want 1", n)
 	}
 }
 
 func TestJSONOutput(t *testing.T) {
-	st, events := reduceFile(t, "gemini-json", jsonOut)
-	if texts := blocksOf(st.Blocks, conversation.BlockAssistantText); len(texts) != 1 || texts[0].Content != "The capital of France is Paris." {
+	st, events := formattest.Reduce(t, "gemini-json", jsonOut)
+	if texts := agenttest.BlocksOf(st.Blocks, conversation.BlockAssistantText); len(texts) != 1 || texts[0].Content != "The capital of France is Paris." {
 		t.Fatalf("texts %+v", texts)
 	}
 	want := conversation.Usage{InputTokens: 15526 + 3814 + 43, OutputTokens: 20 + 113 + 7 + 45}
 	if st.Usage != want || st.Model != "gemini-2.5-pro" {
 		t.Fatalf("usage %+v model %q, want %+v", st.Usage, st.Model, want)
 	}
-	if countType(events, conversation.TypeQueryCompleted) != 1 {
+	if agenttest.CountType(events, conversation.TypeQueryCompleted) != 1 {
 		t.Fatal("want query:completed")
 	}
 	ev, err := gemini.ConvertJSONOutput([]byte(`{"session_id":"s9","error":{"type":"FatalAuthenticationError","message":"no key","code":41}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	st = checkEvents(t, ev)
-	if e := blocksOf(st.Blocks, conversation.BlockError); len(e) != 1 || e[0].Code != "FatalAuthenticationError" || countType(ev, conversation.TypeQueryFailed) != 1 {
+	st = agenttest.CheckEvents(t, ev)
+	if e := agenttest.BlocksOf(st.Blocks, conversation.BlockError); len(e) != 1 || e[0].Code != "FatalAuthenticationError" || agenttest.CountType(ev, conversation.TypeQueryFailed) != 1 {
 		t.Fatalf("error output: %+v", st.Blocks)
 	}
 	if _, err := gemini.ConvertJSONOutput([]byte(`{"unrelated":true}`)); err == nil {
@@ -213,7 +215,7 @@ func TestBadInputsAreSkipped(t *testing.T) {
 			if err := os.WriteFile(file, []byte(tc.input), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			_, events, warns := runFormat(t, tc.format, file)
+			_, events, warns := formattest.Run(t, tc.format, file)
 			var lines []int
 			for _, w := range warns {
 				lines = append(lines, w.Line)
@@ -226,9 +228,9 @@ func TestBadInputsAreSkipped(t *testing.T) {
 					t.Fatalf("warnings %v, want lines %v", warns, tc.warnLines)
 				}
 			}
-			st := checkEvents(t, events)
+			st := agenttest.CheckEvents(t, events)
 			if tc.format != "gemini-json" {
-				if texts := blocksOf(st.Blocks, conversation.BlockAssistantText); len(texts) != 1 || texts[0].Content != "hi" {
+				if texts := agenttest.BlocksOf(st.Blocks, conversation.BlockAssistantText); len(texts) != 1 || texts[0].Content != "hi" {
 					t.Fatalf("texts %+v", texts)
 				}
 			}
@@ -258,12 +260,12 @@ func TestCapturedTwoProcesses(t *testing.T) {
 			t.Fatalf("session %q", c.SessionID())
 		}
 	}
-	st := checkEvents(t, events)
-	if r := findBlock(t, st.Blocks, "run_shell_command__run_shell_command_1795310788199_0-result"); r.Output != "a.txt\nb.txt" || r.DurationMs != 538 {
+	st := agenttest.CheckEvents(t, events)
+	if r := agenttest.FindBlock(t, st.Blocks, "run_shell_command__run_shell_command_1795310788199_0-result"); r.Output != "a.txt\nb.txt" || r.DurationMs != 538 {
 		t.Fatalf("ls result %+v", r)
 	}
 	var texts []string
-	for _, b := range blocksOf(st.Blocks, conversation.BlockAssistantText) {
+	for _, b := range agenttest.BlocksOf(st.Blocks, conversation.BlockAssistantText) {
 		texts = append(texts, b.ID+"="+b.Content)
 	}
 	if strings.Join(texts, "|") != "q1-2=Listing.|q1-3=There are two files: a.txt and b.txt.|q2-2=Hello from the mock." {
@@ -275,12 +277,12 @@ func TestCapturedTwoProcesses(t *testing.T) {
 }
 
 func TestCapturedSession(t *testing.T) {
-	st, events := reduceFile(t, "gemini-session", "testdata/captured/session-2026-11-22T01-26-0e06e12e.jsonl")
-	users := blocksOf(st.Blocks, conversation.BlockUserMessage)
+	st, events := formattest.Reduce(t, "gemini-session", "testdata/captured/session-2026-11-22T01-26-0e06e12e.jsonl")
+	users := agenttest.BlocksOf(st.Blocks, conversation.BlockUserMessage)
 	if len(users) != 2 || users[0].Content != "list the files" || users[1].Content != "say hi" {
 		t.Fatalf("user messages %+v (no session context, no tool responses)", users)
 	}
-	if r := findBlock(t, st.Blocks, "run_shell_command__run_shell_command_1795310788199_0-result"); r.Output != "a.txt\nb.txt" || r.IsError {
+	if r := agenttest.FindBlock(t, st.Blocks, "run_shell_command__run_shell_command_1795310788199_0-result"); r.Output != "a.txt\nb.txt" || r.IsError {
 		t.Fatalf("ls result %+v", r)
 	}
 	var results []string
@@ -320,11 +322,11 @@ func TestSessionRewrittenHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	events = append(events, c.Flush()...)
-	st := checkEvents(t, events)
-	if u := findBlock(t, st.Blocks, "c1"); u.ToolName != "read_file" || u.Status != conversation.StatusError {
+	st := agenttest.CheckEvents(t, events)
+	if u := agenttest.FindBlock(t, st.Blocks, "c1"); u.ToolName != "read_file" || u.Status != conversation.StatusError {
 		t.Fatalf("tool_use %+v", u)
 	}
-	if r := findBlock(t, st.Blocks, "c1-result"); !r.IsError || r.Output != "no such file" {
+	if r := agenttest.FindBlock(t, st.Blocks, "c1-result"); !r.IsError || r.Output != "no such file" {
 		t.Fatalf("tool_result %+v", r)
 	}
 	var results []string

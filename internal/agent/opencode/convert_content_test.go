@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/agenttest"
+	"github.com/agentd/agentd/internal/agent/agenttest/formattest"
 	"github.com/agentd/agentd/internal/agent/opencode"
 )
 
@@ -18,8 +20,8 @@ const (
 )
 
 func TestEventsSubagentsAndTools(t *testing.T) {
-	st, events := reduceFile(t, "opencode-events", sseEvents)
-	s1 := findBlock(t, st.Blocks, task1)
+	st, events := formattest.Reduce(t, "opencode-events", sseEvents)
+	s1 := agenttest.FindBlock(t, st.Blocks, task1)
 	if s1.Type != conversation.BlockSubagent || s1.Status != conversation.StatusComplete || s1.Name != "general" ||
 		s1.Description != "Load Test Skill" || string(s1.Input) != `"skills_test"` ||
 		s1.Output != "Pickles from /Users/hunterhopkins/dev/projects/ai-systems/.opencode/plugin" || s1.DurationMs != 820239-813726 {
@@ -35,21 +37,21 @@ func TestEventsSubagentsAndTools(t *testing.T) {
 	}
 	// The child session's own blocks: its prompt, a failed write, a read,
 	// a write that worked.
-	if u := blocksOf(sub.Blocks, conversation.BlockUserMessage); len(u) != 1 || !strings.HasPrefix(u[0].Content, "Write a file to the workspace") {
+	if u := agenttest.BlocksOf(sub.Blocks, conversation.BlockUserMessage); len(u) != 1 || !strings.HasPrefix(u[0].Content, "Write a file to the workspace") {
 		t.Fatalf("subagent prompt %+v", u)
 	}
 	var calls []string
-	for _, b := range blocksOf(sub.Blocks, conversation.BlockToolResult) {
-		use := findBlock(t, sub.Blocks, b.ToolUseID)
+	for _, b := range agenttest.BlocksOf(sub.Blocks, conversation.BlockToolResult) {
+		use := agenttest.FindBlock(t, sub.Blocks, b.ToolUseID)
 		calls = append(calls, use.ToolName+map[bool]string{true: "!", false: ""}[b.IsError])
 	}
 	if strings.Join(calls, " ") != "write! read write" {
 		t.Fatalf("subagent tool calls %v", calls)
 	}
-	if r := findBlock(t, st.Blocks, "call_2263fee915bc4f119851436f-result"); !r.IsError || !strings.HasPrefix(r.Output, "Error: You must read the file") {
+	if r := agenttest.FindBlock(t, st.Blocks, "call_2263fee915bc4f119851436f-result"); !r.IsError || !strings.HasPrefix(r.Output, "Error: You must read the file") {
 		t.Fatalf("main failed write %+v", r)
 	}
-	texts := blocksOf(st.Blocks, conversation.BlockAssistantText)
+	texts := agenttest.BlocksOf(st.Blocks, conversation.BlockAssistantText)
 	last := texts[len(texts)-1]
 	if !strings.Contains(last.Content, "Done! I've completed all three steps") || last.Status != conversation.StatusComplete || last.Model != "big-pickle" {
 		t.Fatalf("last text %+v", last)
@@ -79,13 +81,13 @@ func TestEventsSubagentsAndTools(t *testing.T) {
 	if st.Usage != want || want.InputTokens == 0 {
 		t.Fatalf("usage %+v, want %+v", st.Usage, want)
 	}
-	if n := countType(events, conversation.TypeQueryCompleted); n != 1 {
+	if n := agenttest.CountType(events, conversation.TypeQueryCompleted); n != 1 {
 		t.Fatalf("%d query:completed, want 1 (the children's idles are not turn ends)", n)
 	}
-	if n := countType(events, conversation.TypeSubagentSpawned); n != 2 {
+	if n := agenttest.CountType(events, conversation.TypeSubagentSpawned); n != 2 {
 		t.Fatalf("%d subagent:spawned", n)
 	}
-	if n := countType(events, conversation.TypeBlockDelta); n < 200 {
+	if n := agenttest.CountType(events, conversation.TypeBlockDelta); n < 200 {
 		t.Fatalf("only %d deltas: part deltas should stream", n)
 	}
 }
@@ -93,10 +95,10 @@ func TestEventsSubagentsAndTools(t *testing.T) {
 // TestExportMatchesEvents: the export of the session and its live event
 // stream give the same main-conversation tool calls and answers.
 func TestExportMatchesEvents(t *testing.T) {
-	live, _ := reduceFile(t, "opencode-events", sseEvents)
-	exp, events := reduceFile(t, "opencode-export", exportFile)
+	live, _ := formattest.Reduce(t, "opencode-events", sseEvents)
+	exp, events := formattest.Reduce(t, "opencode-export", exportFile)
 	for _, typ := range []conversation.BlockType{conversation.BlockToolUse, conversation.BlockToolResult, conversation.BlockSubagent, conversation.BlockUserMessage} {
-		a, b := blocksOf(live.Blocks, typ), blocksOf(exp.Blocks, typ)
+		a, b := agenttest.BlocksOf(live.Blocks, typ), agenttest.BlocksOf(exp.Blocks, typ)
 		if len(a) != len(b) {
 			t.Fatalf("%s: %d live, %d exported", typ, len(a), len(b))
 		}
@@ -107,7 +109,7 @@ func TestExportMatchesEvents(t *testing.T) {
 			}
 		}
 	}
-	lt, et := blocksOf(live.Blocks, conversation.BlockAssistantText), blocksOf(exp.Blocks, conversation.BlockAssistantText)
+	lt, et := agenttest.BlocksOf(live.Blocks, conversation.BlockAssistantText), agenttest.BlocksOf(exp.Blocks, conversation.BlockAssistantText)
 	if len(lt) != len(et) || lt[len(lt)-1].Content != et[len(et)-1].Content {
 		t.Fatalf("assistant texts differ: %d live, %d exported", len(lt), len(et))
 	}
@@ -164,14 +166,14 @@ func TestEventsNewerProtocol(t *testing.T) {
 		}
 		events = append(events, ev...)
 	}
-	st := checkEvents(t, events)
-	if th := findBlock(t, st.Blocks, "prt_r"); th.Type != conversation.BlockThinking || th.Content != "thinking" {
+	st := agenttest.CheckEvents(t, events)
+	if th := agenttest.FindBlock(t, st.Blocks, "prt_r"); th.Type != conversation.BlockThinking || th.Content != "thinking" {
 		t.Fatalf("reasoning %+v", th)
 	}
-	if tx := findBlock(t, st.Blocks, "prt_t"); tx.Type != conversation.BlockAssistantText || tx.Content != "I'll list." {
+	if tx := agenttest.FindBlock(t, st.Blocks, "prt_t"); tx.Type != conversation.BlockAssistantText || tx.Content != "I'll list." {
 		t.Fatalf("text %+v", tx)
 	}
-	if r := findBlock(t, st.Blocks, "toolu_1-result"); r.Output != "a.txt\nb.txt\n" || r.IsError || r.DurationMs != 9 || r.Metadata["exitCode"] != float64(0) {
+	if r := agenttest.FindBlock(t, st.Blocks, "toolu_1-result"); r.Output != "a.txt\nb.txt\n" || r.IsError || r.DurationMs != 9 || r.Metadata["exitCode"] != float64(0) {
 		t.Fatalf("bash result %+v", r)
 	}
 	for _, b := range st.Blocks {
@@ -221,11 +223,11 @@ func TestEventsNewerProtocol(t *testing.T) {
 		ev, _ := quiet.Convert([]byte(l))
 		events = append(events, ev...)
 	}
-	st = checkEvents(t, events)
-	if countType(events, conversation.TypePermissionRequest)+countType(events, conversation.TypePermissionResolved) != 0 {
+	st = agenttest.CheckEvents(t, events)
+	if agenttest.CountType(events, conversation.TypePermissionRequest)+agenttest.CountType(events, conversation.TypePermissionResolved) != 0 {
 		t.Fatal("permission events despite WithoutPermissionEvents")
 	}
-	if u := blocksOf(st.Blocks, conversation.BlockUserMessage); len(u) != 0 {
+	if u := agenttest.BlocksOf(st.Blocks, conversation.BlockUserMessage); len(u) != 0 {
 		t.Fatalf("user messages despite WithoutUserMessages: %+v", u)
 	}
 }
@@ -235,8 +237,8 @@ func TestEventsNewerProtocol(t *testing.T) {
 // converted from its raw SSE stream gives the same blocks as `opencode
 // export` of the same session afterwards.
 func TestCapturedServeMatchesExport(t *testing.T) {
-	live, events := reduceFile(t, "opencode-events", "testdata/captured/opencode-events.sse.txt")
-	saved, exported := reduceFile(t, "opencode-export", "testdata/captured/opencode-export.json")
+	live, events := formattest.Reduce(t, "opencode-events", "testdata/captured/opencode-events.sse.txt")
+	saved, exported := formattest.Reduce(t, "opencode-export", "testdata/captured/opencode-export.json")
 	if len(live.Blocks) != 8 || len(saved.Blocks) != len(live.Blocks) {
 		t.Fatalf("%d live blocks, %d exported", len(live.Blocks), len(saved.Blocks))
 	}
@@ -251,16 +253,16 @@ func TestCapturedServeMatchesExport(t *testing.T) {
 			t.Fatalf("block %d:\n live  %s\n saved %s", i, aj, bj)
 		}
 	}
-	if r := findBlock(t, live.Blocks, "toolu_01qM9DxlfHhWPVrF2GY8OWvb-result"); r.Output != "a.txt\nb.txt\nopencode.json\n" || r.Metadata["exitCode"] != float64(0) {
+	if r := agenttest.FindBlock(t, live.Blocks, "toolu_01qM9DxlfHhWPVrF2GY8OWvb-result"); r.Output != "a.txt\nb.txt\nopencode.json\n" || r.Metadata["exitCode"] != float64(0) {
 		t.Fatalf("bash result %+v", r)
 	}
 	if live.Usage != saved.Usage || live.CostUSD != saved.CostUSD || live.CostUSD == 0 {
 		t.Fatalf("usage live %+v $%v, exported %+v $%v", live.Usage, live.CostUSD, saved.Usage, saved.CostUSD)
 	}
-	if countType(events, conversation.TypeQueryCompleted) != 2 || countType(exported, conversation.TypeQueryCompleted) != 2 {
+	if agenttest.CountType(events, conversation.TypeQueryCompleted) != 2 || agenttest.CountType(exported, conversation.TypeQueryCompleted) != 2 {
 		t.Fatal("want two turn ends from each")
 	}
-	if countType(events, conversation.TypePermissionRequest) != 1 || countType(events, conversation.TypePermissionResolved) != 1 || len(live.PendingPermissions) != 0 {
+	if agenttest.CountType(events, conversation.TypePermissionRequest) != 1 || agenttest.CountType(events, conversation.TypePermissionResolved) != 1 || len(live.PendingPermissions) != 0 {
 		t.Fatal("want the bash permission asked and answered")
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/agenttest"
+	"github.com/agentd/agentd/internal/agent/agenttest/formattest"
 	"github.com/agentd/agentd/internal/agent/opencode"
 	"github.com/agentd/agentd/internal/convert"
 )
@@ -32,7 +34,7 @@ not json
 			if err := os.WriteFile(file, []byte(tc.input), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			_, events, warns := runFormat(t, tc.format, file)
+			_, events, warns := formattest.Run(t, tc.format, file)
 			if len(warns) != len(tc.warnLines) {
 				t.Fatalf("warnings %v, want lines %v", warns, tc.warnLines)
 			}
@@ -41,9 +43,9 @@ not json
 					t.Fatalf("warnings %v, want lines %v", warns, tc.warnLines)
 				}
 			}
-			st := checkEvents(t, events)
+			st := agenttest.CheckEvents(t, events)
 			if tc.warnLines == nil || tc.format == "opencode-events" {
-				if texts := blocksOf(st.Blocks, conversation.BlockAssistantText); len(texts) != 1 || texts[0].Content != "hi" {
+				if texts := agenttest.BlocksOf(st.Blocks, conversation.BlockAssistantText); len(texts) != 1 || texts[0].Content != "hi" {
 					t.Fatalf("texts %+v", texts)
 				}
 			}
@@ -76,7 +78,7 @@ func TestChildSessionLinking(t *testing.T) {
 		}
 		events = append(events, ev...)
 	}
-	st := checkEvents(t, events)
+	st := agenttest.CheckEvents(t, events)
 	if len(st.Subagents) != 2 || st.Subagents[0].ID != "call_t" || st.Subagents[0].Blocks[0].Content != "child says hi" ||
 		st.Subagents[0].Status != conversation.StatusError || st.Subagents[0].AgentID != "ses_c" {
 		t.Fatalf("subagents %+v", st.Subagents)
@@ -84,89 +86,31 @@ func TestChildSessionLinking(t *testing.T) {
 	if st.Subagents[1].ID != "ses_orphan" || st.Subagents[1].Blocks[0].Content != "orphan" {
 		t.Fatalf("orphan %+v", st.Subagents[1])
 	}
-	if b := findBlock(t, st.Blocks, "call_t"); b.Status != conversation.StatusError || b.Output != "boom" {
+	if b := agenttest.FindBlock(t, st.Blocks, "call_t"); b.Status != conversation.StatusError || b.Output != "boom" {
 		t.Fatalf("task block %+v", b)
 	}
 }
 
-func seed(f *testing.F, pattern string, whole bool) {
-	files, _ := filepath.Glob(pattern)
-	if len(files) == 0 {
-		f.Fatalf("no seed files match %s", pattern)
-	}
-	for _, name := range files {
-		data, err := os.ReadFile(name)
-		if err != nil {
-			f.Fatal(err)
-		}
-		if whole {
-			f.Add(data)
-			continue
-		}
-		for _, l := range bytes.Split(data, []byte("\n")) {
-			if len(l) > 0 {
-				f.Add(l)
-			}
-		}
-	}
-}
-
 func FuzzEventsConverter(f *testing.F) {
-	seed(f, "testdata/agent-output/*sse-events*.jsonl", false)
-	f.Fuzz(func(t *testing.T, data []byte) {
-		c := opencode.NewEventsConverter()
-		var events []conversation.Event
-		for _, l := range bytes.Split(data, []byte("\n")) {
-			ev, err := c.Convert(l)
-			if err != nil && len(ev) > 0 {
-				t.Fatalf("error %v with events", err)
-			}
-			events = append(events, ev...)
-		}
-		checkEvents(t, events)
-	})
+	agenttest.Seed(f, "testdata/agent-output/*sse-events*.jsonl", agenttest.Seeds{Lines: true})
+	f.Fuzz(func(t *testing.T, data []byte) { agenttest.FuzzLines(t, opencode.NewEventsConverter(), data) })
 }
 
 func FuzzExport(f *testing.F) {
-	seed(f, "testdata/agent-output/*transcript*.json", true)
+	agenttest.Seed(f, "testdata/agent-output/*transcript*.json", agenttest.Seeds{Whole: true})
 	f.Add([]byte(`{"info":{"id":"s"},"messages":[{"info":{"id":"m","sessionID":"s","role":"assistant","time":{"created":1},"finish":"stop"},"parts":[{"id":"p","type":"tool","callID":"c","tool":"task","state":{"status":"completed","input":{"prompt":"x"},"output":"y","time":{"start":1,"end":2}}}]}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ev, err := opencode.ConvertExport(data)
-		if err != nil && len(ev) > 0 {
-			t.Fatalf("error %v with events", err)
-		}
-		checkEvents(t, ev)
+		agenttest.FuzzDocument(t, ev, err)
 	})
 }
 
 func BenchmarkEventsConverter(b *testing.B) {
-	data, err := os.ReadFile(sseEvents)
-	if err != nil {
-		b.Fatal(err)
-	}
-	lines := bytes.Split(bytes.TrimSpace(data), []byte("\n"))
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	for b.Loop() {
-		c := opencode.NewEventsConverter()
-		for _, l := range lines {
-			if _, err := c.Convert(l); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	agenttest.BenchLines(b, sseEvents, func() agenttest.LineConverter { return opencode.NewEventsConverter() })
 }
 
 func BenchmarkExport(b *testing.B) {
-	data, err := os.ReadFile(exportFile)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := opencode.ConvertExport(data); err != nil {
-			b.Fatal(err)
-		}
-	}
+	agenttest.BenchDocument(b, exportFile, func(doc []byte) ([]conversation.Event, error) {
+		return opencode.ConvertExport(doc)
+	})
 }

@@ -1,0 +1,98 @@
+// Package agenttest holds what the tests of the agent architectures
+// (codex, gemini, opencode, claudecode) share: the event invariants every
+// converter keeps, fuzz and benchmark bodies for line converters, a fake
+// agent.Host and the set-up of a runner whose CLI is the test binary.
+//
+// It is imported only by tests. It imports no architecture and no server,
+// so in-package tests (package codex) may use it; the format harness is in
+// agenttest/formattest and the server end-to-end helpers in
+// agenttest/e2etest, both for external test packages only.
+package agenttest
+
+import (
+	"testing"
+
+	"github.com/agentd/agentd/conversation"
+)
+
+// CheckEvents asserts the invariants every converter keeps: known event
+// types, payloads that decode, a block id never reused for a block of
+// another type or conversation, no delta before its block, and a log the
+// reducer accepts. It returns the reduced state.
+func CheckEvents(t testing.TB, events []conversation.Event) conversation.State {
+	t.Helper()
+	type owner struct {
+		typ  conversation.BlockType
+		conv string
+	}
+	owners := map[string]owner{}
+	for i, e := range events {
+		if !e.Type.Valid() {
+			t.Fatalf("event %d: unknown type %q", i, e.Type)
+		}
+		p, err := e.Decode()
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		switch p := p.(type) {
+		case *conversation.BlockUpsert:
+			b := p.Block
+			if b.ID == "" || b.Type == "" {
+				t.Fatalf("event %d: block without id or type: %+v", i, b)
+			}
+			o, ok := owners[b.ID]
+			if !ok {
+				owners[b.ID] = owner{b.Type, e.Context.ConversationID}
+			} else if o.typ != b.Type || o.conv != e.Context.ConversationID {
+				t.Fatalf("event %d: block id %q reused: %v in %q, now %v in %q", i, b.ID, o.typ, o.conv, b.Type, e.Context.ConversationID)
+			}
+		case *conversation.BlockDelta:
+			o, ok := owners[p.BlockID]
+			if !ok {
+				t.Fatalf("event %d: delta to unknown block %q", i, p.BlockID)
+			}
+			if o.conv != e.Context.ConversationID {
+				t.Fatalf("event %d: delta to %q in conversation %q, block is in %q", i, p.BlockID, e.Context.ConversationID, o.conv)
+			}
+		}
+	}
+	st, err := conversation.Reduce(events)
+	if err != nil {
+		t.Fatalf("reduce: %v", err)
+	}
+	return st
+}
+
+// BlocksOf returns the blocks of type typ, in order.
+func BlocksOf(bs []conversation.Block, typ conversation.BlockType) []conversation.Block {
+	var out []conversation.Block
+	for _, b := range bs {
+		if b.Type == typ {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// FindBlock returns the block with id, failing the test without one.
+func FindBlock(t testing.TB, bs []conversation.Block, id string) conversation.Block {
+	t.Helper()
+	for _, b := range bs {
+		if b.ID == id {
+			return b
+		}
+	}
+	t.Fatalf("no block %q", id)
+	return conversation.Block{}
+}
+
+// CountType counts the events of type typ.
+func CountType(events []conversation.Event, typ conversation.EventType) int {
+	n := 0
+	for _, e := range events {
+		if e.Type == typ {
+			n++
+		}
+	}
+	return n
+}
