@@ -2,16 +2,13 @@ package codex
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os/exec"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/agent/agentcli"
 	"github.com/agentd/agentd/profile"
 )
 
@@ -40,53 +37,23 @@ type Architecture struct {
 	StartTimeout time.Duration
 }
 
-func (a Architecture) command() string {
-	if a.Command != "" {
-		return a.Command
-	}
-	return "codex"
-}
+func (a Architecture) command() string { return agentcli.Command(a.Command, "codex") }
 
-func (a Architecture) stopGrace() time.Duration {
-	if a.StopGrace > 0 {
-		return a.StopGrace
-	}
-	return 3 * time.Second
-}
+func (a Architecture) stopGrace() time.Duration { return agentcli.StopGrace(a.StopGrace) }
 
-func (a Architecture) startTimeout() time.Duration {
-	if a.StartTimeout > 0 {
-		return a.StartTimeout
-	}
-	return 2 * time.Minute
-}
+func (a Architecture) startTimeout() time.Duration { return agentcli.StartTimeout(a.StartTimeout) }
 
 // Name implements agent.Architecture.
 func (Architecture) Name() string { return Name }
 
-var versionRE = regexp.MustCompile(`\d+\.\d+\.\d+[0-9A-Za-z.+-]*`)
-
 // ParseVersion extracts the version from `codex --version` output
 // ("codex-cli 0.169.0"); "" when there is none.
-func ParseVersion(out string) string { return versionRE.FindString(out) }
+func ParseVersion(out string) string { return agentcli.ParseVersion(out) }
 
 // Probe implements agent.Prober: it runs `codex --version` on this host
 // (the local sandbox runs agents with the server's PATH).
 func (a Architecture) Probe(ctx context.Context) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, a.command(), "--version").Output()
-	if err != nil {
-		if errors.Is(err, exec.ErrNotFound) {
-			return "", fmt.Errorf("%s is not installed or not on PATH", a.command())
-		}
-		return "", fmt.Errorf("%s --version: %w", a.command(), err)
-	}
-	v := ParseVersion(string(out))
-	if v == "" {
-		return "", fmt.Errorf("%s --version printed no version: %q", a.command(), strings.TrimSpace(string(out)))
-	}
-	return v, nil
+	return agentcli.Probe(ctx, a.command())
 }
 
 // approval is how a profile's approvalMode maps onto Codex.
@@ -124,7 +91,7 @@ func (a Architecture) Start(ctx context.Context, h agent.Host) (agent.Runner, er
 	if err != nil {
 		return nil, agent.Fail(agent.CodeInternal, "%v", err)
 	}
-	baseURL, err := readEnv(ctx, h.Env(), "OPENAI_BASE_URL")
+	baseURL, err := agentcli.ReadEnv(ctx, h.Env(), "OPENAI_BASE_URL")
 	if err != nil {
 		return nil, agent.Fail(agent.CodeSandboxError, "codex: read the environment: %v", err)
 	}
@@ -134,35 +101,6 @@ func (a Architecture) Start(ctx context.Context, h agent.Host) (agent.Runner, er
 	}
 	return newRunner(a, h, appr), nil
 }
-
-// readEnv returns the value of an environment variable as processes in env
-// see it ("" when unset). The runner cannot read the sandbox's environment
-// otherwise, and asking inside is what the agent will see anyway.
-func readEnv(ctx context.Context, env sandbox.Environment, name string) (string, error) {
-	if !envNameRE.MatchString(name) {
-		return "", fmt.Errorf("bad variable name %q", name)
-	}
-	p, err := env.Exec(ctx, sandbox.Cmd{Argv: []string{"sh", "-c", `printf '%s' "${` + name + `-}"`}})
-	if err != nil {
-		return "", err
-	}
-	var out []byte
-	for c := range p.Output() {
-		if c.Stream == sandbox.Stdout && len(out) < 64<<10 {
-			out = append(out, c.Data...)
-		}
-	}
-	st, err := p.Wait(context.WithoutCancel(ctx))
-	if err != nil {
-		return "", err
-	}
-	if !st.Success() {
-		return "", fmt.Errorf("sh exited with %d", st.Code)
-	}
-	return string(out), nil
-}
-
-var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // DefaultBaseURL is the Responses endpoint used when the environment sets
 // no OPENAI_BASE_URL.
@@ -264,19 +202,4 @@ func tomlTable(m map[string]string) string {
 		parts[i] = tomlString(k) + " = " + tomlString(m[k])
 	}
 	return "{ " + strings.Join(parts, ", ") + " }"
-}
-
-// instructions joins the profile's system prompt and rules into Codex's
-// developer instructions.
-func instructions(p profile.Profile) string {
-	parts := []string{}
-	if s := strings.TrimSpace(p.SystemPrompt); s != "" {
-		parts = append(parts, s)
-	}
-	for _, r := range p.Rules {
-		if c := strings.TrimSpace(r.Content); c != "" {
-			parts = append(parts, "# "+r.Name+"\n\n"+c)
-		}
-	}
-	return strings.Join(parts, "\n\n")
 }

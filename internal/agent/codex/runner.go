@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/agent/agentcli"
 	"github.com/agentd/agentd/internal/agent/agentproc"
 	"github.com/agentd/agentd/internal/agent/convkit"
 	"github.com/agentd/agentd/internal/sandbox"
@@ -217,10 +218,7 @@ func (r *runner) turnEnd(tr *turnState, end conversation.Payload) error {
 		case "sessionBudgetExceeded":
 			code = agent.CodeBudgetExceeded
 		}
-		if e.Code != "" {
-			return agent.Fail(code, "codex: %s (%s)", e.Error, e.Code)
-		}
-		return agent.Fail(code, "codex: %s", e.Error)
+		return agentcli.Failed(code, "codex", e)
 	}
 	return nil
 }
@@ -393,7 +391,7 @@ func (r *runner) handshake(ctx context.Context, srv *server) error {
 	if m := r.host.Options().Model; m != "" {
 		params["model"] = m
 	}
-	if ins := instructions(prof); ins != "" {
+	if ins := agentcli.Instructions(prof); ins != "" {
 		params["developerInstructions"] = ins
 	}
 	var st State
@@ -494,16 +492,7 @@ func (r *runner) saveTranscript(ctx context.Context, srv *server) {
 
 // emit appends events; a failure is logged (the session's log is the only
 // place to report it, and it failed).
-func (r *runner) emit(evs ...conversation.Event) {
-	if len(evs) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := r.host.Emit(ctx, evs...); err != nil {
-		r.host.Logger().Error("record codex events", "err", err)
-	}
-}
+func (r *runner) emit(evs ...conversation.Event) { agentcli.Emit(r.host, "codex", evs...) }
 
 // convert runs a line through the converter, emits the events, and hands
 // an end of turn to the running turn.
@@ -537,22 +526,13 @@ func (r *runner) convert(line []byte, m *wireMessage) {
 		r.invalidLine(line, err)
 		return
 	}
+	evs, end := agentcli.SplitEnd(evs) // the session writes the turn's end itself
 	out := evs[:0]
-	var end conversation.Payload
 	for _, e := range evs {
-		switch e.Type {
-		case conversation.TypeQueryCompleted, conversation.TypeQueryFailed:
-			// The session writes the turn's end itself.
-			if p, err := e.Decode(); err == nil {
-				end = derefPayload(p)
-			}
+		if e.Type == conversation.TypeMetadataUpdate && replayedUsage {
+			// The converter took it as its baseline; the counts were
+			// reported when those turns ran.
 			continue
-		case conversation.TypeMetadataUpdate:
-			if replayedUsage {
-				// The converter took it as its baseline; the counts
-				// were reported when those turns ran.
-				continue
-			}
 		}
 		out = append(out, e)
 	}
@@ -562,34 +542,15 @@ func (r *runner) convert(line []byte, m *wireMessage) {
 		tr := r.cur
 		r.mu.Unlock()
 		if tr != nil {
-			select {
-			case tr.end <- end:
-			default:
-			}
+			agentcli.Offer(tr.end, end)
 		}
 	}
-}
-
-func derefPayload(p conversation.Payload) conversation.Payload {
-	switch v := p.(type) {
-	case *conversation.QueryCompleted:
-		return *v
-	case *conversation.QueryFailed:
-		return *v
-	}
-	return p
 }
 
 // invalidLine records a line that is not the protocol (kept verbatim when
 // it is JSON, quoted otherwise).
 func (r *runner) invalidLine(line []byte, err error) {
-	data := json.RawMessage(nil)
-	if json.Valid(line) {
-		data = append(data, line...)
-	} else {
-		data, _ = json.Marshal(string(line))
-	}
-	r.emit(conversation.NewEvent(conversation.LogEvent{Level: conversation.LevelWarn, Message: err.Error(), Data: data}))
+	r.emit(agentcli.LogEvent(conversation.LevelWarn, err.Error(), line))
 }
 
 // rpcHandler implementation: the current process's read loop.

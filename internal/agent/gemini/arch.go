@@ -3,15 +3,13 @@ package gemini
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os/exec"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/agent/agentcli"
 	"github.com/agentd/agentd/profile"
 )
 
@@ -38,45 +36,20 @@ type Architecture struct {
 	StopGrace time.Duration
 }
 
-func (a Architecture) command() string {
-	if a.Command != "" {
-		return a.Command
-	}
-	return "gemini"
-}
+func (a Architecture) command() string { return agentcli.Command(a.Command, "gemini") }
 
-func (a Architecture) stopGrace() time.Duration {
-	if a.StopGrace > 0 {
-		return a.StopGrace
-	}
-	return 3 * time.Second
-}
+func (a Architecture) stopGrace() time.Duration { return agentcli.StopGrace(a.StopGrace) }
 
 // Name implements agent.Architecture.
 func (Architecture) Name() string { return Name }
 
-var versionRE = regexp.MustCompile(`\d+\.\d+\.\d+[0-9A-Za-z.+-]*`)
-
 // ParseVersion extracts the version from `gemini --version` output
 // ("0.61.0"); "" when there is none.
-func ParseVersion(out string) string { return versionRE.FindString(out) }
+func ParseVersion(out string) string { return agentcli.ParseVersion(out) }
 
 // Probe implements agent.Prober: `gemini --version` on this host.
 func (a Architecture) Probe(ctx context.Context) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, a.command(), "--version").Output()
-	if err != nil {
-		if errors.Is(err, exec.ErrNotFound) {
-			return "", fmt.Errorf("%s is not installed or not on PATH", a.command())
-		}
-		return "", fmt.Errorf("%s --version: %w", a.command(), err)
-	}
-	v := ParseVersion(string(out))
-	if v == "" {
-		return "", fmt.Errorf("%s --version printed no version: %q", a.command(), strings.TrimSpace(string(out)))
-	}
-	return v, nil
+	return agentcli.Probe(ctx, a.command())
 }
 
 // approvalArgs maps the profile's approvalMode and allowedTools to Gemini
@@ -150,19 +123,10 @@ func settings(p profile.Profile) ([]byte, error) {
 // memory is the global GEMINI.md: the profile's system prompt and rules,
 // which Gemini CLI adds to its context.
 func memory(p profile.Profile) string {
-	parts := []string{}
-	if s := strings.TrimSpace(p.SystemPrompt); s != "" {
-		parts = append(parts, s)
+	if s := agentcli.Instructions(p); s != "" {
+		return s + "\n"
 	}
-	for _, r := range p.Rules {
-		if c := strings.TrimSpace(r.Content); c != "" {
-			parts = append(parts, "# "+r.Name+"\n\n"+c)
-		}
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return strings.Join(parts, "\n\n") + "\n"
+	return ""
 }
 
 // Start implements agent.Architecture: it writes Gemini's settings (and

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/agent/agentcli"
 	"github.com/agentd/agentd/internal/agent/agentproc"
 	"github.com/agentd/agentd/internal/sandbox"
 )
@@ -152,15 +153,9 @@ func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 			started = true
 			r.sessionStarted(ctx, conv.SessionID(), st)
 		}
-		out := evs[:0]
-		for _, e := range evs {
-			if e.Type == conversation.TypeQueryCompleted || e.Type == conversation.TypeQueryFailed {
-				if p, err := e.Decode(); err == nil {
-					end = deref(p)
-				}
-				continue
-			}
-			out = append(out, e)
+		out, e := agentcli.SplitEnd(evs)
+		if e != nil {
+			end = e
 		}
 		r.emit(out...)
 	}
@@ -186,10 +181,7 @@ func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 		if e.Interrupted {
 			return agent.TurnResult{}, agent.ErrInterrupted
 		}
-		if e.Code != "" {
-			return agent.TurnResult{}, agent.Fail(agent.CodeModelError, "gemini-cli: %s (%s)", e.Error, e.Code)
-		}
-		return agent.TurnResult{}, agent.Fail(agent.CodeModelError, "gemini-cli: %s", e.Error)
+		return agent.TurnResult{}, agentcli.Failed(agent.CodeModelError, "gemini-cli", e)
 	}
 	if werr == nil && status.Success() {
 		return agent.TurnResult{}, agent.Fail(agent.CodeAgentProtocol, "gemini-cli exited without a result line: %s", lastLine(proc.Stderr()))
@@ -206,16 +198,6 @@ func lastLine(s string) string {
 		return "no output"
 	}
 	return s
-}
-
-func deref(p conversation.Payload) conversation.Payload {
-	switch v := p.(type) {
-	case *conversation.QueryCompleted:
-		return *v
-	case *conversation.QueryFailed:
-		return *v
-	}
-	return p
 }
 
 // sessionStarted records the Gemini session once its init line is seen,
@@ -348,24 +330,9 @@ func (r *runner) Close(ctx context.Context) error {
 	return nil
 }
 
-func (r *runner) emit(evs ...conversation.Event) {
-	if len(evs) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := r.host.Emit(ctx, evs...); err != nil {
-		r.host.Logger().Error("record gemini events", "err", err)
-	}
-}
+func (r *runner) emit(evs ...conversation.Event) { agentcli.Emit(r.host, "gemini", evs...) }
 
 // logLine keeps a line agentd cannot convert as a log event.
 func (r *runner) logLine(line []byte, msg string) {
-	data := json.RawMessage(nil)
-	if json.Valid(line) {
-		data = append(data, line...)
-	} else {
-		data, _ = json.Marshal(string(line))
-	}
-	r.emit(conversation.NewEvent(conversation.LogEvent{Level: conversation.LevelWarn, Message: msg, Data: data}))
+	r.emit(agentcli.LogEvent(conversation.LevelWarn, msg, line))
 }

@@ -3,16 +3,13 @@ package opencode
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os/exec"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/agent/agentcli"
 	"github.com/agentd/agentd/profile"
 )
 
@@ -45,52 +42,22 @@ type Architecture struct {
 	StartTimeout time.Duration
 }
 
-func (a Architecture) command() string {
-	if a.Command != "" {
-		return a.Command
-	}
-	return "opencode"
-}
+func (a Architecture) command() string { return agentcli.Command(a.Command, "opencode") }
 
-func (a Architecture) stopGrace() time.Duration {
-	if a.StopGrace > 0 {
-		return a.StopGrace
-	}
-	return 3 * time.Second
-}
+func (a Architecture) stopGrace() time.Duration { return agentcli.StopGrace(a.StopGrace) }
 
-func (a Architecture) startTimeout() time.Duration {
-	if a.StartTimeout > 0 {
-		return a.StartTimeout
-	}
-	return 2 * time.Minute
-}
+func (a Architecture) startTimeout() time.Duration { return agentcli.StartTimeout(a.StartTimeout) }
 
 // Name implements agent.Architecture.
 func (Architecture) Name() string { return Name }
 
-var versionRE = regexp.MustCompile(`\d+\.\d+\.\d+[0-9A-Za-z.+-]*`)
-
 // ParseVersion extracts the version from `opencode --version` output
 // ("1.18.33"); "" when there is none.
-func ParseVersion(out string) string { return versionRE.FindString(out) }
+func ParseVersion(out string) string { return agentcli.ParseVersion(out) }
 
 // Probe implements agent.Prober: `opencode --version` on this host.
 func (a Architecture) Probe(ctx context.Context) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, a.command(), "--version").Output()
-	if err != nil {
-		if errors.Is(err, exec.ErrNotFound) {
-			return "", fmt.Errorf("%s is not installed or not on PATH", a.command())
-		}
-		return "", fmt.Errorf("%s --version: %w", a.command(), err)
-	}
-	v := ParseVersion(string(out))
-	if v == "" {
-		return "", fmt.Errorf("%s --version printed no version: %q", a.command(), strings.TrimSpace(string(out)))
-	}
-	return v, nil
+	return agentcli.Probe(ctx, a.command())
 }
 
 // Start implements agent.Architecture: it writes OpenCode's config; the
@@ -102,7 +69,7 @@ func (a Architecture) Start(ctx context.Context, h agent.Host) (agent.Runner, er
 	if err != nil {
 		return nil, agent.Fail(agent.CodeInternal, "%v", err)
 	}
-	baseURL, err := readEnv(ctx, h.Env(), "OPENAI_BASE_URL")
+	baseURL, err := agentcli.ReadEnv(ctx, h.Env(), "OPENAI_BASE_URL")
 	if err != nil {
 		return nil, agent.Fail(agent.CodeSandboxError, "opencode: read the environment: %v", err)
 	}
@@ -116,35 +83,6 @@ func (a Architecture) Start(ctx context.Context, h agent.Host) (agent.Runner, er
 	}
 	return newRunner(a, h), nil
 }
-
-// readEnv returns the value of an environment variable as processes in env
-// see it ("" when unset): the runner cannot read the sandbox's environment
-// otherwise.
-func readEnv(ctx context.Context, env sandbox.Environment, name string) (string, error) {
-	if !envNameRE.MatchString(name) {
-		return "", fmt.Errorf("bad variable name %q", name)
-	}
-	p, err := env.Exec(ctx, sandbox.Cmd{Argv: []string{"sh", "-c", `printf '%s' "${` + name + `-}"`}})
-	if err != nil {
-		return "", err
-	}
-	var out []byte
-	for c := range p.Output() {
-		if c.Stream == sandbox.Stdout && len(out) < 64<<10 {
-			out = append(out, c.Data...)
-		}
-	}
-	st, err := p.Wait(context.WithoutCancel(ctx))
-	if err != nil {
-		return "", err
-	}
-	if !st.Success() {
-		return "", fmt.Errorf("sh exited with %d", st.Code)
-	}
-	return string(out), nil
-}
-
-var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // permissionKey maps a tool name as profiles write it to OpenCode's
 // permission key (edit covers OpenCode's write, edit, patch and multiedit
@@ -279,19 +217,4 @@ func config(p configParams) map[string]any {
 		c["mcp"] = mcp
 	}
 	return c
-}
-
-// instructions joins the profile's system prompt and rules; the runner
-// sends them as each prompt's system text.
-func instructions(p profile.Profile) string {
-	parts := []string{}
-	if s := strings.TrimSpace(p.SystemPrompt); s != "" {
-		parts = append(parts, s)
-	}
-	for _, r := range p.Rules {
-		if c := strings.TrimSpace(r.Content); c != "" {
-			parts = append(parts, "# "+r.Name+"\n\n"+c)
-		}
-	}
-	return strings.Join(parts, "\n\n")
 }

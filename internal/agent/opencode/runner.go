@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/agent/agentcli"
 )
 
 // State is what the runner saves with host.SaveAgentState: the OpenCode
@@ -52,7 +53,7 @@ type turnState struct {
 }
 
 func newRunner(a Architecture, h agent.Host) *runner {
-	return &runner{arch: a, host: h, system: instructions(h.Profile())}
+	return &runner{arch: a, host: h, system: agentcli.Instructions(h.Profile())}
 }
 
 // Turn implements agent.Runner.
@@ -173,10 +174,7 @@ func (r *runner) turnEnd(tr *turnState, end conversation.Payload) error {
 		if e.Interrupted || r.interrupted(tr) {
 			return agent.ErrInterrupted
 		}
-		if e.Code != "" {
-			return agent.Fail(agent.CodeModelError, "opencode: %s (%s)", e.Error, e.Code)
-		}
-		return agent.Fail(agent.CodeModelError, "opencode: %s", e.Error)
+		return agentcli.Failed(agent.CodeModelError, "opencode", e)
 	}
 	return nil
 }
@@ -420,15 +418,9 @@ func (r *runner) onEvent(srv *server, data []byte) {
 	if err != nil {
 		r.logData(conversation.LevelWarn, err.Error(), data)
 	}
+	evs, end := agentcli.SplitEnd(evs)
 	out := evs[:0]
-	var end conversation.Payload
 	for _, e := range evs {
-		if e.Type == conversation.TypeQueryCompleted || e.Type == conversation.TypeQueryFailed {
-			if p, err := e.Decode(); err == nil {
-				end = deref(p)
-			}
-			continue
-		}
 		if aborting && isAbortError(e) {
 			// The abort agentd asked for ends the turn as interrupted;
 			// it is not an error to show.
@@ -442,10 +434,7 @@ func (r *runner) onEvent(srv *server, data []byte) {
 		tr := r.cur
 		r.mu.Unlock()
 		if tr != nil {
-			select {
-			case tr.end <- end:
-			default:
-			}
+			agentcli.Offer(tr.end, end)
 		}
 	}
 	if head.Type == "permission.asked" {
@@ -472,16 +461,6 @@ func isAbortError(e conversation.Event) bool {
 		return json.Unmarshal(e.Payload, &p) == nil && p.Block.Type == conversation.BlockError && p.Block.Code == code
 	}
 	return false
-}
-
-func deref(p conversation.Payload) conversation.Payload {
-	switch v := p.(type) {
-	case *conversation.QueryCompleted:
-		return *v
-	case *conversation.QueryFailed:
-		return *v
-	}
-	return p
 }
 
 // permission answers a permission.asked event through the host: the
@@ -564,22 +543,7 @@ func (r *runner) stdoutLine(line []byte) {
 }
 
 func (r *runner) logData(level conversation.LogLevel, msg string, data []byte) {
-	raw := json.RawMessage(nil)
-	if json.Valid(data) {
-		raw = append(raw, data...)
-	} else {
-		raw, _ = json.Marshal(string(data))
-	}
-	r.emit(conversation.NewEvent(conversation.LogEvent{Level: level, Message: msg, Data: raw}))
+	r.emit(agentcli.LogEvent(level, msg, data))
 }
 
-func (r *runner) emit(evs ...conversation.Event) {
-	if len(evs) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := r.host.Emit(ctx, evs...); err != nil {
-		r.host.Logger().Error("record opencode events", "err", err)
-	}
-}
+func (r *runner) emit(evs ...conversation.Event) { agentcli.Emit(r.host, "opencode", evs...) }
