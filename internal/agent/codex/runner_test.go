@@ -6,19 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/sandbox"
-	"github.com/agentd/agentd/internal/sandbox/local"
+	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/profile"
 )
 
@@ -124,160 +120,46 @@ func FakeAppServerMain() bool {
 	return true
 }
 
-// fakeHost is an agent.Host for runner tests: it records events and
-// answers permissions with decide.
-type fakeHost struct {
-	env    sandbox.Environment
-	prof   profile.Profile
-	decide func(agent.PermissionRequest) agent.PermissionDecision
-
-	mu     sync.Mutex
-	events []conversation.Event
-	state  json.RawMessage
-	perms  []agent.PermissionRequest
-	info   [2]string
-}
-
-func (h *fakeHost) SessionID() string        { return "s" }
-func (h *fakeHost) Env() sandbox.Environment { return h.env }
-func (h *fakeHost) Profile() profile.Profile { return h.prof }
-func (h *fakeHost) Options() agent.Options   { return agent.Options{} }
-func (h *fakeHost) Logger() *slog.Logger     { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-func (h *fakeHost) LoadTranscript(context.Context, string) ([]byte, error) {
-	return nil, errors.New("none")
-}
-func (h *fakeHost) SaveTranscript(context.Context, string, []byte) error { return nil }
-
-func (h *fakeHost) Emit(_ context.Context, evs ...conversation.Event) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.events = append(h.events, evs...)
-	return nil
-}
-
-func (h *fakeHost) RequestPermission(ctx context.Context, req agent.PermissionRequest) (agent.PermissionDecision, error) {
-	h.mu.Lock()
-	h.perms = append(h.perms, req)
-	h.mu.Unlock()
-	if h.decide == nil {
-		<-ctx.Done()
-		return agent.PermissionDecision{}, ctx.Err()
-	}
-	return h.decide(req), nil
-}
-
-func (h *fakeHost) AgentState() json.RawMessage {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.state
-}
-
-func (h *fakeHost) SaveAgentState(_ context.Context, s json.RawMessage) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.state = append(json.RawMessage(nil), s...)
-	return nil
-}
-
-func (h *fakeHost) SetAgentInfo(_ context.Context, v, id string) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.info = [2]string{v, id}
-	return nil
-}
-
-func (h *fakeHost) logs() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []string
-	for _, e := range h.events {
-		if e.Type == conversation.TypeLog {
-			var l conversation.LogEvent
-			_ = json.Unmarshal(e.Payload, &l)
-			out = append(out, l.Message)
-		}
-	}
-	return out
-}
-
-// texts returns the assistant texts, from the block upserts.
-func (h *fakeHost) texts() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []string
-	for _, e := range h.events {
-		if e.Type == conversation.TypeBlockUpsert {
-			var u conversation.BlockUpsert
-			_ = json.Unmarshal(e.Payload, &u)
-			if u.Block.Type == conversation.BlockAssistantText && u.Block.Content != "" {
-				out = append(out, u.Block.Content)
-			}
-		}
-	}
-	return out
-}
-
 // fakeRunner starts a runner whose `codex` is this test binary playing
 // scenario.
-func fakeRunner(t *testing.T, scenario string, h *fakeHost) *runner {
+func fakeRunner(t *testing.T, scenario string, h *agenttest.FakeHost) *runner {
 	t.Helper()
-	bin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := local.New(local.Options{}).Create(context.Background(), sandbox.Spec{
-		SessionID: "s", Workspace: t.TempDir(), Env: map[string]string{fakeEnv: scenario}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Terminate(context.Background()) })
-	h.env = env
+	bin := agenttest.FakeEnv(t, h, fakeEnv, scenario)
 	run, err := Architecture{Command: bin, StopGrace: 200 * time.Millisecond, StartTimeout: 20 * time.Second}.Start(context.Background(), h)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := run.(*runner)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := r.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
+	agenttest.CloseAtEnd(t, r)
 	return r
 }
 
-func turnCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestRunnerTurnAndResumeState(t *testing.T) {
-	h := &fakeHost{}
+	h := &agenttest.FakeHost{}
 	r := fakeRunner(t, "ok", h)
-	if _, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hello"}); err != nil {
+	if _, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hello"}); err != nil {
 		t.Fatal(err)
 	}
-	if got := h.texts(); len(got) != 1 || got[0] != "hi" {
+	if got := h.Texts(); len(got) != 1 || got[0] != "hi" {
 		t.Fatalf("texts %q", got)
 	}
 	var st State
 	_ = json.Unmarshal(h.AgentState(), &st)
-	if st.ThreadID != "t1" || h.info != [2]string{"9.9.9", "t1"} {
-		t.Fatalf("state %+v info %v", st, h.info)
+	if st.ThreadID != "t1" || h.Info() != [2]string{"9.9.9", "t1"} {
+		t.Fatalf("state %+v info %v", st, h.Info())
 	}
 	// The config went where CODEX_HOME points, without the key.
-	cfg, err := h.env.ReadFile(context.Background(), HomeDir+"/config.toml")
+	cfg, err := h.Env().ReadFile(context.Background(), HomeDir+"/config.toml")
 	if err != nil || !strings.Contains(string(cfg), `env_key = "OPENAI_API_KEY"`) || !strings.Contains(string(cfg), DefaultBaseURL) {
 		t.Fatalf("config.toml %q %v", cfg, err)
 	}
 }
 
 func TestRunnerResumeMissingThreadStartsNew(t *testing.T) {
-	h := &fakeHost{state: json.RawMessage(`{"threadId":"t0"}`)}
+	h := &agenttest.FakeHost{}
+	_ = h.SaveAgentState(context.Background(), json.RawMessage(`{"threadId":"t0"}`))
 	r := fakeRunner(t, "resume-missing", h)
-	if _, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hello"}); err != nil {
+	if _, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hello"}); err != nil {
 		t.Fatal(err)
 	}
 	var st State
@@ -285,55 +167,55 @@ func TestRunnerResumeMissingThreadStartsNew(t *testing.T) {
 	if st.ThreadID != "t1" {
 		t.Fatalf("state %+v", st)
 	}
-	if !strings.Contains(strings.Join(h.logs(), "\n"), "could not resume thread t0") {
-		t.Fatalf("no warning about the lost thread: %q", h.logs())
+	if !strings.Contains(strings.Join(h.Logs(), "\n"), "could not resume thread t0") {
+		t.Fatalf("no warning about the lost thread: %q", h.Logs())
 	}
 }
 
 func TestRunnerTurnFailed(t *testing.T) {
-	r := fakeRunner(t, "failed", &fakeHost{})
-	_, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hello"})
+	r := fakeRunner(t, "failed", &agenttest.FakeHost{})
+	_, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hello"})
 	if agent.CodeOf(err) != agent.CodeModelError || !strings.Contains(err.Error(), "the model broke") || !strings.Contains(err.Error(), "internalServerError") {
 		t.Fatalf("err %v (%s)", err, agent.CodeOf(err))
 	}
 }
 
 func TestRunnerCrashMidTurn(t *testing.T) {
-	h := &fakeHost{}
+	h := &agenttest.FakeHost{}
 	r := fakeRunner(t, "crash", h)
-	_, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hello"})
+	_, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hello"})
 	if agent.CodeOf(err) != agent.CodeAgentExited || !strings.Contains(err.Error(), "the fake fell over") || !strings.Contains(err.Error(), "code 5") {
 		t.Fatalf("err %v (%s)", err, agent.CodeOf(err))
 	}
 	// The next turn starts a new process (which crashes again, the same way).
-	_, err = r.Turn(turnCtx(t), agent.Turn{QueryID: "q2", Content: "again"})
+	_, err = r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q2", Content: "again"})
 	if agent.CodeOf(err) != agent.CodeAgentExited {
 		t.Fatalf("second turn: %v", err)
 	}
 }
 
 func TestRunnerMalformedLinesAreLogged(t *testing.T) {
-	h := &fakeHost{}
+	h := &agenttest.FakeHost{}
 	r := fakeRunner(t, "garbage", h)
-	if _, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hello"}); err != nil {
+	if _, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hello"}); err != nil {
 		t.Fatal(err)
 	}
-	logs := strings.Join(h.logs(), "\n")
+	logs := strings.Join(h.Logs(), "\n")
 	if !strings.Contains(logs, "not a JSON-RPC message") || !strings.Contains(logs, "neither request, notification nor response") {
 		t.Fatalf("logs %q", logs)
 	}
-	if got := h.texts(); len(got) != 1 || got[0] != "still fine" {
+	if got := h.Texts(); len(got) != 1 || got[0] != "still fine" {
 		t.Fatalf("texts %q", got)
 	}
 }
 
 func TestRunnerAnswersRequestsItCannotServe(t *testing.T) {
-	h := &fakeHost{}
+	h := &agenttest.FakeHost{}
 	r := fakeRunner(t, "request", h)
-	if _, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hello"}); err != nil {
+	if _, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hello"}); err != nil {
 		t.Fatal(err)
 	}
-	got := h.texts()
+	got := h.Texts()
 	if len(got) != 1 || !strings.Contains(got[0], "-32601") || !strings.Contains(got[0], "attestation/generate") {
 		t.Fatalf("texts %q", got)
 	}
@@ -345,17 +227,17 @@ func TestRunnerApprovalThroughHost(t *testing.T) {
 		want     string
 	}{{conversation.Allow, `"accept"`}, {conversation.Deny, `"decline"`}} {
 		t.Run(string(tc.behavior), func(t *testing.T) {
-			h := &fakeHost{decide: func(agent.PermissionRequest) agent.PermissionDecision {
+			h := &agenttest.FakeHost{Decide: func(agent.PermissionRequest) agent.PermissionDecision {
 				return agent.PermissionDecision{Behavior: tc.behavior}
 			}}
 			r := fakeRunner(t, "approval", h)
-			if _, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hello"}); err != nil {
+			if _, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hello"}); err != nil {
 				t.Fatal(err)
 			}
-			if len(h.perms) != 1 || h.perms[0].ToolName != "shell" || h.perms[0].ToolUseID != "call_1" || !strings.Contains(string(h.perms[0].Input), "rm -rf /") {
-				t.Fatalf("permission requests %+v", h.perms)
+			if len(h.Perms()) != 1 || h.Perms()[0].ToolName != "shell" || h.Perms()[0].ToolUseID != "call_1" || !strings.Contains(string(h.Perms()[0].Input), "rm -rf /") {
+				t.Fatalf("permission requests %+v", h.Perms())
 			}
-			if got := h.texts(); len(got) != 1 || !strings.Contains(got[0], tc.want) {
+			if got := h.Texts(); len(got) != 1 || !strings.Contains(got[0], tc.want) {
 				t.Fatalf("texts %q", got)
 			}
 		})
@@ -363,7 +245,7 @@ func TestRunnerApprovalThroughHost(t *testing.T) {
 }
 
 func TestRunnerInterruptStuckProcess(t *testing.T) {
-	h := &fakeHost{}
+	h := &agenttest.FakeHost{}
 	r := fakeRunner(t, "stuck", h)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -408,26 +290,21 @@ func TestRunnerInterruptStuckProcess(t *testing.T) {
 }
 
 func TestRunnerMissingCLI(t *testing.T) {
-	h := &fakeHost{}
-	env, err := local.New(local.Options{}).Create(context.Background(), sandbox.Spec{SessionID: "s", Workspace: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Terminate(context.Background())
-	h.env = env
+	h := &agenttest.FakeHost{}
+	agenttest.LocalEnv(t, h)
 	run, err := Architecture{Command: "codex-that-does-not-exist"}.Start(context.Background(), h)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer run.Close(context.Background())
-	_, err = run.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hello"})
+	_, err = run.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hello"})
 	if agent.CodeOf(err) != agent.CodeAgentNotFound {
 		t.Fatalf("err %v", err)
 	}
 }
 
 func TestStartRejectsUnknownApprovalMode(t *testing.T) {
-	h := &fakeHost{prof: profile.Profile{ApprovalMode: "sometimes"}}
+	h := &agenttest.FakeHost{Prof: profile.Profile{ApprovalMode: "sometimes"}}
 	if _, err := (Architecture{}).Start(context.Background(), h); err == nil || !strings.Contains(err.Error(), "sometimes") {
 		t.Fatalf("err %v", err)
 	}
@@ -567,34 +444,12 @@ func FuzzParseMessage(f *testing.F) {
 // long-lived app-server: JSON-RPC, conversion of 200 deltas and the
 // emits (the fake host only appends; a real one stores).
 func BenchmarkRunnerTurn(b *testing.B) {
-	bin, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
-	env, err := local.New(local.Options{}).Create(context.Background(), sandbox.Spec{
-		SessionID: "s", Workspace: b.TempDir(), Env: map[string]string{fakeEnv: "many"}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer env.Terminate(context.Background())
-	h := &fakeHost{env: env}
+	h := &agenttest.FakeHost{}
+	bin := agenttest.FakeEnv(b, h, fakeEnv, "many")
 	run, err := Architecture{Command: bin, StopGrace: 200 * time.Millisecond}.Start(context.Background(), h)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer run.Close(context.Background())
-	ctx := context.Background()
-	if _, err := run.Turn(ctx, agent.Turn{QueryID: "q0", Content: "warm up"}); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := run.Turn(ctx, agent.Turn{QueryID: fmt.Sprintf("q%d", i+1), Content: "hello"}); err != nil {
-			b.Fatal(err)
-		}
-		h.mu.Lock()
-		h.events = h.events[:0]
-		h.mu.Unlock()
-	}
+	agenttest.BenchTurns(b, run, h, true)
 }

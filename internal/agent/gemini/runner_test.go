@@ -6,17 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/sandbox"
-	"github.com/agentd/agentd/internal/sandbox/local"
+	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/profile"
 )
 
@@ -66,133 +63,24 @@ func FakeGeminiMain() bool {
 	return true
 }
 
-type fakeHost struct {
-	env  sandbox.Environment
-	prof profile.Profile
-	opts agent.Options
-
-	mu          sync.Mutex
-	events      []conversation.Event
-	state       json.RawMessage
-	info        [2]string
-	transcripts map[string][]byte
-}
-
-func (h *fakeHost) SessionID() string        { return "s" }
-func (h *fakeHost) Env() sandbox.Environment { return h.env }
-func (h *fakeHost) Profile() profile.Profile { return h.prof }
-func (h *fakeHost) Options() agent.Options   { return h.opts }
-func (h *fakeHost) Logger() *slog.Logger     { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-func (h *fakeHost) LoadTranscript(_ context.Context, name string) ([]byte, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if b, ok := h.transcripts[name]; ok {
-		return b, nil
-	}
-	return nil, errors.New("none")
-}
-
-func (h *fakeHost) SaveTranscript(_ context.Context, name string, b []byte) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.transcripts == nil {
-		h.transcripts = map[string][]byte{}
-	}
-	h.transcripts[name] = append([]byte(nil), b...)
-	return nil
-}
-
-func (h *fakeHost) RequestPermission(context.Context, agent.PermissionRequest) (agent.PermissionDecision, error) {
-	return agent.PermissionDecision{}, errors.New("gemini never asks")
-}
-
-func (h *fakeHost) Emit(_ context.Context, evs ...conversation.Event) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.events = append(h.events, evs...)
-	return nil
-}
-
-func (h *fakeHost) AgentState() json.RawMessage {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.state
-}
-
-func (h *fakeHost) SaveAgentState(_ context.Context, s json.RawMessage) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.state = append(json.RawMessage(nil), s...)
-	return nil
-}
-
-func (h *fakeHost) SetAgentInfo(_ context.Context, v, id string) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.info = [2]string{v, id}
-	return nil
-}
-
-// blocks reduces the events to the main conversation's blocks.
-func (h *fakeHost) blocks(t *testing.T) []conversation.Block {
+func fakeRunner(t *testing.T, scenario string, h *agenttest.FakeHost) *runner {
 	t.Helper()
-	h.mu.Lock()
-	evs := append([]conversation.Event(nil), h.events...)
-	h.mu.Unlock()
-	for i := range evs {
-		evs[i].Seq = int64(i + 1)
-	}
-	st, err := conversation.Reduce(evs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st.Blocks
-}
-
-func (h *fakeHost) logs() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []string
-	for _, e := range h.events {
-		if e.Type == conversation.TypeLog {
-			var l conversation.LogEvent
-			_ = json.Unmarshal(e.Payload, &l)
-			out = append(out, l.Message+" "+string(l.Data))
-		}
-	}
-	return strings.Join(out, "\n")
-}
-
-func fakeRunner(t *testing.T, scenario string, h *fakeHost) *runner {
-	t.Helper()
-	bin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := local.New(local.Options{}).Create(context.Background(), sandbox.Spec{
-		SessionID: "s", Workspace: t.TempDir(), Env: map[string]string{fakeEnv: scenario}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Terminate(context.Background()) })
-	h.env = env
+	bin := agenttest.FakeEnv(t, h, fakeEnv, scenario)
 	run, err := Architecture{Command: bin, StopGrace: 200 * time.Millisecond}.Start(context.Background(), h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = run.Close(context.Background()) })
-	return run.(*runner)
+	r := run.(*runner)
+	t.Cleanup(func() { _ = r.Close(context.Background()) })
+	return r
 }
 
-func turnCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+// newHost is a host that keeps the transcripts the runner saves.
+func newHost() *agenttest.FakeHost { return &agenttest.FakeHost{KeepTranscripts: true} }
 
-func lastText(t *testing.T, h *fakeHost) string {
+func lastText(t *testing.T, h *agenttest.FakeHost) string {
 	t.Helper()
-	bs := h.blocks(t)
+	bs := h.Blocks(t)
 	for i := len(bs) - 1; i >= 0; i-- {
 		if bs[i].Type == conversation.BlockAssistantText {
 			return bs[i].Content
@@ -201,11 +89,15 @@ func lastText(t *testing.T, h *fakeHost) string {
 	return ""
 }
 
+// logs joins h's log events, with their data.
+func logs(h *agenttest.FakeHost) string { return strings.Join(h.LogsWithData(), "\n") }
+
 func TestRunnerSessionThenResume(t *testing.T) {
-	h := &fakeHost{prof: profile.Profile{AllowedTools: []string{"run_shell_command(git)"}, SystemPrompt: "be brief"},
-		opts: agent.Options{Model: "gemini-9"}}
+	h := newHost()
+	h.Prof = profile.Profile{AllowedTools: []string{"run_shell_command(git)"}, SystemPrompt: "be brief"}
+	h.Opts = agent.Options{Model: "gemini-9"}
 	r := fakeRunner(t, "ok", h)
-	if _, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "first\nmessage"}); err != nil {
+	if _, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "first\nmessage"}); err != nil {
 		t.Fatal(err)
 	}
 	var st State
@@ -213,10 +105,10 @@ func TestRunnerSessionThenResume(t *testing.T) {
 	first := lastText(t, h)
 	if st.SessionID == "" || !strings.Contains(first, "--session-id "+st.SessionID) ||
 		!strings.Contains(first, "--approval-mode default --allowed-tools run_shell_command(git) --model gemini-9 --prompt ") ||
-		!strings.HasSuffix(first, "| stdin: first\nmessage") || h.info[1] != st.SessionID {
-		t.Fatalf("first turn: %q state %+v info %v", first, st, h.info)
+		!strings.HasSuffix(first, "| stdin: first\nmessage") || h.Info()[1] != st.SessionID {
+		t.Fatalf("first turn: %q state %+v info %v", first, st, h.Info())
 	}
-	if _, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q2", Content: "second"}); err != nil {
+	if _, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q2", Content: "second"}); err != nil {
 		t.Fatal(err)
 	}
 	if second := lastText(t, h); !strings.Contains(second, "--resume "+st.SessionID) {
@@ -224,13 +116,13 @@ func TestRunnerSessionThenResume(t *testing.T) {
 	}
 	// Block ids carry the query id: the second process's blocks are new.
 	ids := map[string]bool{}
-	for _, b := range h.blocks(t) {
+	for _, b := range h.Blocks(t) {
 		if ids[b.ID] {
 			t.Fatalf("block id %s reused", b.ID)
 		}
 		ids[b.ID] = true
 	}
-	mem, err := h.env.ReadFile(context.Background(), HomeDir+"/.gemini/GEMINI.md")
+	mem, err := h.Env().ReadFile(context.Background(), HomeDir+"/.gemini/GEMINI.md")
 	if err != nil || string(mem) != "be brief\n" {
 		t.Fatalf("GEMINI.md %q %v", mem, err)
 	}
@@ -240,26 +132,27 @@ func TestRunnerSessionThenResume(t *testing.T) {
 // minute it was resumed in) is saved and comes back into a workspace that
 // lost them; other sessions' files are left out.
 func TestChatFilesSavedAndRestored(t *testing.T) {
-	h := &fakeHost{state: json.RawMessage(`{"sessionId":"abcdef12-3456-7890-abcd-ef1234567890"}`)}
-	r := fakeRunner(t, "ok", h)
 	ctx := context.Background()
+	h := newHost()
+	_ = h.SaveAgentState(ctx, json.RawMessage(`{"sessionId":"abcdef12-3456-7890-abcd-ef1234567890"}`))
+	r := fakeRunner(t, "ok", h)
 	files := map[string]string{
 		chatDir + "/ws/chats/session-2026-11-22T01-00-abcdef12.jsonl": "first minute\n",
 		chatDir + "/ws/chats/session-2026-11-22T01-01-abcdef12.jsonl": "second minute\n",
 		chatDir + "/ws/chats/session-2026-11-22T01-00-99999999.jsonl": "another session\n",
 	}
 	for p, c := range files {
-		if err := h.env.WriteFile(ctx, p, []byte(c), 0o600); err != nil {
+		if err := h.Env().WriteFile(ctx, p, []byte(c), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
 	r.saveChat(ctx)
-	if err := h.env.Remove(ctx, HomeDir); err != nil {
+	if err := h.Env().Remove(ctx, HomeDir); err != nil {
 		t.Fatal(err)
 	}
 	r.restoreChat(ctx, r.state())
 	for p, c := range files {
-		got, err := h.env.ReadFile(ctx, p)
+		got, err := h.Env().ReadFile(ctx, p)
 		if strings.Contains(p, "99999999") {
 			if err == nil {
 				t.Errorf("another session's chat was saved: %s", p)
@@ -271,14 +164,14 @@ func TestChatFilesSavedAndRestored(t *testing.T) {
 		}
 	}
 	// Files present: nothing is overwritten.
-	_ = h.env.WriteFile(ctx, chatDir+"/ws/chats/session-2026-11-22T01-01-abcdef12.jsonl", []byte("newer\n"), 0o600)
+	_ = h.Env().WriteFile(ctx, chatDir+"/ws/chats/session-2026-11-22T01-01-abcdef12.jsonl", []byte("newer\n"), 0o600)
 	r.restoreChat(ctx, r.state())
-	if got, _ := h.env.ReadFile(ctx, chatDir+"/ws/chats/session-2026-11-22T01-01-abcdef12.jsonl"); string(got) != "newer\n" {
+	if got, _ := h.Env().ReadFile(ctx, chatDir+"/ws/chats/session-2026-11-22T01-01-abcdef12.jsonl"); string(got) != "newer\n" {
 		t.Errorf("a present chat was overwritten: %q", got)
 	}
 	// A transcript of another session is not restored.
-	h.state = json.RawMessage(`{"sessionId":"ffffffff-0000-0000-0000-000000000000"}`)
-	_ = h.env.Remove(ctx, HomeDir)
+	_ = h.SaveAgentState(ctx, json.RawMessage(`{"sessionId":"ffffffff-0000-0000-0000-000000000000"}`))
+	_ = h.Env().Remove(ctx, HomeDir)
 	r.restoreChat(ctx, r.state())
 	if got := r.chatFiles(ctx, "abcdef12-3456-7890-abcd-ef1234567890"); len(got) != 0 {
 		t.Errorf("restored into the wrong session: %v", got)
@@ -286,21 +179,21 @@ func TestChatFilesSavedAndRestored(t *testing.T) {
 }
 
 func TestRunnerErrorResult(t *testing.T) {
-	r := fakeRunner(t, "error-result", &fakeHost{})
-	_, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
+	r := fakeRunner(t, "error-result", newHost())
+	_, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
 	if agent.CodeOf(err) != agent.CodeModelError || !strings.Contains(err.Error(), "quota exhausted") {
 		t.Fatalf("err %v", err)
 	}
 }
 
 func TestRunnerNoResultLine(t *testing.T) {
-	h := &fakeHost{}
+	h := newHost()
 	r := fakeRunner(t, "no-result", h)
-	_, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
+	_, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
 	if agent.CodeOf(err) != agent.CodeAgentProtocol || !strings.Contains(err.Error(), "without a result line") {
 		t.Fatalf("err %v", err)
 	}
-	for _, b := range h.blocks(t) {
+	for _, b := range h.Blocks(t) {
 		if b.Status == conversation.StatusPending {
 			t.Fatalf("block left pending: %+v", b)
 		}
@@ -308,22 +201,22 @@ func TestRunnerNoResultLine(t *testing.T) {
 }
 
 func TestRunnerNonJSONOutputIsLogged(t *testing.T) {
-	h := &fakeHost{}
+	h := newHost()
 	r := fakeRunner(t, "garbage", h)
-	if _, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"}); err != nil {
+	if _, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(h.logs(), "Loaded cached credentials.") {
-		t.Fatalf("logs %q", h.logs())
+	if !strings.Contains(logs(h), "Loaded cached credentials.") {
+		t.Fatalf("logs %q", logs(h))
 	}
 }
 
 func TestRunnerInterrupt(t *testing.T) {
-	h := &fakeHost{}
+	h := newHost()
 	r := fakeRunner(t, "hang", h)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
+		_, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
 		errc <- err
 	}()
 	deadline := time.Now().Add(20 * time.Second)
@@ -339,7 +232,7 @@ func TestRunnerInterrupt(t *testing.T) {
 	if err := <-errc; !errors.Is(err, agent.ErrInterrupted) {
 		t.Fatalf("err %v", err)
 	}
-	for _, b := range h.blocks(t) {
+	for _, b := range h.Blocks(t) {
 		if b.Status == conversation.StatusPending {
 			t.Fatalf("block left pending: %+v", b)
 		}
@@ -347,16 +240,13 @@ func TestRunnerInterrupt(t *testing.T) {
 }
 
 func TestRunnerMissingCLI(t *testing.T) {
-	env, err := local.New(local.Options{}).Create(context.Background(), sandbox.Spec{SessionID: "s", Workspace: t.TempDir()})
+	h := newHost()
+	agenttest.LocalEnv(t, h)
+	run, err := Architecture{Command: "gemini-that-does-not-exist"}.Start(context.Background(), h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer env.Terminate(context.Background())
-	run, err := Architecture{Command: "gemini-that-does-not-exist"}.Start(context.Background(), &fakeHost{env: env})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := run.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"}); agent.CodeOf(err) != agent.CodeAgentNotFound {
+	if _, err := run.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"}); agent.CodeOf(err) != agent.CodeAgentNotFound {
 		t.Fatalf("err %v", err)
 	}
 }
@@ -415,30 +305,12 @@ func TestParseVersion(t *testing.T) {
 // process start (one per turn), stdin, the stream-json conversion and the
 // emits. The real CLI's own start (seconds, node) comes on top.
 func BenchmarkRunnerTurn(b *testing.B) {
-	bin, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
-	env, err := local.New(local.Options{}).Create(context.Background(), sandbox.Spec{
-		SessionID: "s", Workspace: b.TempDir(), Env: map[string]string{fakeEnv: "ok"}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer env.Terminate(context.Background())
-	h := &fakeHost{env: env}
+	h := &agenttest.FakeHost{}
+	bin := agenttest.FakeEnv(b, h, fakeEnv, "ok")
 	run, err := Architecture{Command: bin}.Start(context.Background(), h)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer run.Close(context.Background())
-	ctx := context.Background()
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		if _, err := run.Turn(ctx, agent.Turn{QueryID: fmt.Sprintf("q%d", i+1), Content: "hello"}); err != nil {
-			b.Fatal(err)
-		}
-		h.mu.Lock()
-		h.events = h.events[:0]
-		h.mu.Unlock()
-	}
+	agenttest.BenchTurns(b, run, h, false)
 }

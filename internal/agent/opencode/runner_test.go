@@ -7,19 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/sandbox"
-	"github.com/agentd/agentd/internal/sandbox/local"
+	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/profile"
 )
 
@@ -158,168 +155,56 @@ func FakeServeMain() bool {
 	return true
 }
 
-type fakeHost struct {
-	env    sandbox.Environment
-	prof   profile.Profile
-	decide func(agent.PermissionRequest) agent.PermissionDecision
-
-	mu     sync.Mutex
-	events []conversation.Event
-	state  json.RawMessage
-	perms  []agent.PermissionRequest
-	info   [2]string
-}
-
-func (h *fakeHost) SessionID() string        { return "s" }
-func (h *fakeHost) Env() sandbox.Environment { return h.env }
-func (h *fakeHost) Profile() profile.Profile { return h.prof }
-func (h *fakeHost) Options() agent.Options   { return agent.Options{} }
-func (h *fakeHost) Logger() *slog.Logger     { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-func (h *fakeHost) LoadTranscript(context.Context, string) ([]byte, error) {
-	return nil, errors.New("none")
-}
-func (h *fakeHost) SaveTranscript(context.Context, string, []byte) error { return nil }
-
-func (h *fakeHost) Emit(_ context.Context, evs ...conversation.Event) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.events = append(h.events, evs...)
-	return nil
-}
-
-func (h *fakeHost) RequestPermission(ctx context.Context, req agent.PermissionRequest) (agent.PermissionDecision, error) {
-	h.mu.Lock()
-	h.perms = append(h.perms, req)
-	h.mu.Unlock()
-	if h.decide == nil {
-		<-ctx.Done()
-		return agent.PermissionDecision{}, ctx.Err()
-	}
-	return h.decide(req), nil
-}
-
-func (h *fakeHost) AgentState() json.RawMessage {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.state
-}
-
-func (h *fakeHost) SaveAgentState(_ context.Context, s json.RawMessage) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.state = append(json.RawMessage(nil), s...)
-	return nil
-}
-
-func (h *fakeHost) SetAgentInfo(_ context.Context, v, id string) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.info = [2]string{v, id}
-	return nil
-}
-
-func (h *fakeHost) find(typ conversation.EventType) []conversation.Event {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []conversation.Event
-	for _, e := range h.events {
-		if e.Type == typ {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-func (h *fakeHost) texts() []string {
-	var out []string
-	for _, e := range h.find(conversation.TypeBlockUpsert) {
-		var u conversation.BlockUpsert
-		_ = json.Unmarshal(e.Payload, &u)
-		if u.Block.Type == conversation.BlockAssistantText && u.Block.Content != "" {
-			out = append(out, u.Block.Content)
-		}
-	}
-	return out
-}
-
-func (h *fakeHost) logs() string {
-	var out []string
-	for _, e := range h.find(conversation.TypeLog) {
-		var l conversation.LogEvent
-		_ = json.Unmarshal(e.Payload, &l)
-		out = append(out, l.Message)
-	}
-	return strings.Join(out, "\n")
-}
-
-func fakeRunner(t *testing.T, scenario string, h *fakeHost) *runner {
+func fakeRunner(t *testing.T, scenario string, h *agenttest.FakeHost) *runner {
 	t.Helper()
-	bin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := local.New(local.Options{}).Create(context.Background(), sandbox.Spec{
-		SessionID: "s", Workspace: t.TempDir(), Env: map[string]string{fakeEnv: scenario}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Terminate(context.Background()) })
-	h.env = env
+	bin := agenttest.FakeEnv(t, h, fakeEnv, scenario)
 	run, err := Architecture{Command: bin, StopGrace: 200 * time.Millisecond, StartTimeout: 20 * time.Second}.Start(context.Background(), h)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := run.(*runner)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := r.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
+	agenttest.CloseAtEnd(t, r)
 	return r
 }
 
-func turnCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+// logs joins the messages of h's log events.
+func logs(h *agenttest.FakeHost) string { return strings.Join(h.Logs(), "\n") }
 
 func TestRunnerTurnsAndState(t *testing.T) {
-	h := &fakeHost{prof: profile.Profile{SystemPrompt: "be brief"}}
+	h := &agenttest.FakeHost{Prof: profile.Profile{SystemPrompt: "be brief"}}
 	r := fakeRunner(t, "ok", h)
 	for i, q := range []string{"q1", "q2"} {
-		if _, err := r.Turn(turnCtx(t), agent.Turn{QueryID: q, Content: "hello " + q}); err != nil {
+		if _, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: q, Content: "hello " + q}); err != nil {
 			t.Fatal(err)
 		}
-		if got := h.texts(); len(got) != i+1 || got[i] != "you said hello "+q+" / system: be brief" {
+		if got := h.Texts(); len(got) != i+1 || got[i] != "you said hello "+q+" / system: be brief" {
 			t.Fatalf("texts %q", got)
 		}
 	}
-	if string(h.AgentState()) != `{"sessionId":"ses_1"}` || h.info != [2]string{"0.0.1", "ses_1"} {
-		t.Fatalf("state %s info %v", h.AgentState(), h.info)
+	if string(h.AgentState()) != `{"sessionId":"ses_1"}` || h.Info() != [2]string{"0.0.1", "ses_1"} {
+		t.Fatalf("state %s info %v", h.AgentState(), h.Info())
 	}
 	// What the server prints on stdout is kept as debug logs.
-	if !strings.Contains(h.logs(), "opencode output") {
-		t.Fatalf("the server's banner was not logged: %q", h.logs())
+	if !strings.Contains(logs(h), "opencode output") {
+		t.Fatalf("the server's banner was not logged: %q", logs(h))
 	}
 }
 
 func TestRunnerLostSessionStartsNew(t *testing.T) {
-	h := &fakeHost{state: json.RawMessage(`{"sessionId":"ses_gone"}`)}
+	h := &agenttest.FakeHost{}
+	_ = h.SaveAgentState(context.Background(), json.RawMessage(`{"sessionId":"ses_gone"}`))
 	r := fakeRunner(t, "ok", h)
-	if _, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"}); err != nil {
+	if _, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"}); err != nil {
 		t.Fatal(err)
 	}
-	if string(h.AgentState()) != `{"sessionId":"ses_1"}` || !strings.Contains(h.logs(), "could not continue session ses_gone") {
-		t.Fatalf("state %s logs %q", h.AgentState(), h.logs())
+	if string(h.AgentState()) != `{"sessionId":"ses_1"}` || !strings.Contains(logs(h), "could not continue session ses_gone") {
+		t.Fatalf("state %s logs %q", h.AgentState(), logs(h))
 	}
 }
 
 func TestRunnerModelError(t *testing.T) {
-	r := fakeRunner(t, "error", &fakeHost{})
-	_, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
+	r := fakeRunner(t, "error", &agenttest.FakeHost{})
+	_, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
 	if agent.CodeOf(err) != agent.CodeModelError || !strings.Contains(err.Error(), "the provider said no") {
 		t.Fatalf("err %v", err)
 	}
@@ -331,18 +216,18 @@ func TestRunnerPermission(t *testing.T) {
 		want     string
 	}{{conversation.Allow, `{"reply":"once"}`}, {conversation.Deny, `{"message":"not here","reply":"reject"}`}} {
 		t.Run(string(tc.behavior), func(t *testing.T) {
-			h := &fakeHost{decide: func(agent.PermissionRequest) agent.PermissionDecision {
+			h := &agenttest.FakeHost{Decide: func(agent.PermissionRequest) agent.PermissionDecision {
 				return agent.PermissionDecision{Behavior: tc.behavior, Message: "not here"}
 			}}
 			r := fakeRunner(t, "permission", h)
-			if _, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"}); err != nil {
+			if _, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"}); err != nil {
 				t.Fatal(err)
 			}
-			if len(h.perms) != 1 || h.perms[0].ToolName != "bash" || h.perms[0].ToolUseID != "call_9" ||
-				!strings.Contains(string(h.perms[0].Input), `"command":"rm -rf /"`) {
-				t.Fatalf("permission requests %+v", h.perms)
+			if len(h.Perms()) != 1 || h.Perms()[0].ToolName != "bash" || h.Perms()[0].ToolUseID != "call_9" ||
+				!strings.Contains(string(h.Perms()[0].Input), `"command":"rm -rf /"`) {
+				t.Fatalf("permission requests %+v", h.Perms())
 			}
-			if got := h.texts(); len(got) != 1 || got[0] != "reply "+tc.want {
+			if got := h.Texts(); len(got) != 1 || got[0] != "reply "+tc.want {
 				t.Fatalf("texts %q", got)
 			}
 		})
@@ -350,33 +235,33 @@ func TestRunnerPermission(t *testing.T) {
 }
 
 func TestRunnerCrashAfterListening(t *testing.T) {
-	r := fakeRunner(t, "crash", &fakeHost{})
-	_, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
+	r := fakeRunner(t, "crash", &agenttest.FakeHost{})
+	_, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
 	if agent.CodeOf(err) != agent.CodeAgentExited || !strings.Contains(err.Error(), "the fake fell over") || !strings.Contains(err.Error(), "code 9") {
 		t.Fatalf("err %v (%s)", err, agent.CodeOf(err))
 	}
 }
 
 func TestRunnerNeverListens(t *testing.T) {
-	h := &fakeHost{}
+	h := &agenttest.FakeHost{}
 	r := fakeRunner(t, "no-listen", h)
-	_, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
+	_, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
 	if agent.CodeOf(err) != agent.CodeAgentExited || !strings.Contains(err.Error(), "could not bind") {
 		t.Fatalf("err %v (%s)", err, agent.CodeOf(err))
 	}
-	if !strings.Contains(h.logs(), "opencode output") {
-		t.Fatalf("stdout before the failure not logged: %q", h.logs())
+	if !strings.Contains(logs(h), "opencode output") {
+		t.Fatalf("stdout before the failure not logged: %q", logs(h))
 	}
 }
 
 func TestRunnerLostEventStream(t *testing.T) {
-	r := fakeRunner(t, "drop", &fakeHost{})
-	_, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
+	r := fakeRunner(t, "drop", &agenttest.FakeHost{})
+	_, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
 	if agent.CodeOf(err) != agent.CodeAgentProtocol || !strings.Contains(err.Error(), "event stream") {
 		t.Fatalf("err %v (%s)", err, agent.CodeOf(err))
 	}
 	// The next turn starts a new server.
-	_, err = r.Turn(turnCtx(t), agent.Turn{QueryID: "q2", Content: "hi"})
+	_, err = r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q2", Content: "hi"})
 	if agent.CodeOf(err) != agent.CodeAgentProtocol {
 		t.Fatalf("second turn: %v", err)
 	}
@@ -385,15 +270,15 @@ func TestRunnerLostEventStream(t *testing.T) {
 func TestRunnerInterrupt(t *testing.T) {
 	for _, scenario := range []string{"permission", "stuck"} {
 		t.Run(scenario, func(t *testing.T) {
-			h := &fakeHost{} // never answers the permission
+			h := &agenttest.FakeHost{} // never answers the permission
 			r := fakeRunner(t, scenario, h)
 			errc := make(chan error, 1)
 			go func() {
-				_, err := r.Turn(turnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
+				_, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
 				errc <- err
 			}()
 			deadline := time.Now().Add(20 * time.Second)
-			for len(h.texts()) == 0 && len(h.find(conversation.TypeBlockUpsert)) == 0 {
+			for len(h.Texts()) == 0 && len(h.Find(conversation.TypeBlockUpsert)) == 0 {
 				if time.Now().After(deadline) {
 					t.Fatal("turn did not start")
 				}
@@ -405,10 +290,10 @@ func TestRunnerInterrupt(t *testing.T) {
 			if err := <-errc; !errors.Is(err, agent.ErrInterrupted) {
 				t.Fatalf("err %v", err)
 			}
-			for _, e := range h.find(conversation.TypeError) {
+			for _, e := range h.Find(conversation.TypeError) {
 				t.Fatalf("the abort was reported as an error: %s", e.Payload)
 			}
-			for _, e := range h.find(conversation.TypeBlockUpsert) {
+			for _, e := range h.Find(conversation.TypeBlockUpsert) {
 				var u conversation.BlockUpsert
 				_ = json.Unmarshal(e.Payload, &u)
 				if u.Block.Type == conversation.BlockError {
@@ -548,36 +433,14 @@ func FuzzReadSSE(f *testing.F) {
 // server: the prompt request, 200 streamed deltas through SSE parsing and
 // conversion, the emits (the fake host only appends).
 func BenchmarkRunnerTurn(b *testing.B) {
-	bin, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
-	env, err := local.New(local.Options{}).Create(context.Background(), sandbox.Spec{
-		SessionID: "s", Workspace: b.TempDir(), Env: map[string]string{fakeEnv: "many"}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer env.Terminate(context.Background())
-	h := &fakeHost{env: env}
+	h := &agenttest.FakeHost{}
+	bin := agenttest.FakeEnv(b, h, fakeEnv, "many")
 	run, err := Architecture{Command: bin, StopGrace: 200 * time.Millisecond}.Start(context.Background(), h)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer run.Close(context.Background())
-	ctx := context.Background()
-	if _, err := run.Turn(ctx, agent.Turn{QueryID: "q0", Content: "warm up"}); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := run.Turn(ctx, agent.Turn{QueryID: fmt.Sprintf("q%d", i+1), Content: "hello"}); err != nil {
-			b.Fatal(err)
-		}
-		h.mu.Lock()
-		h.events = h.events[:0]
-		h.mu.Unlock()
-	}
+	agenttest.BenchTurns(b, run, h, true)
 }
 
 // BenchmarkReadSSE measures the event-stream parser on typical OpenCode
