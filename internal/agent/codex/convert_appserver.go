@@ -179,17 +179,12 @@ type asItem struct {
 
 	Changes json.RawMessage `json:"changes"`
 
-	Server    string          `json:"server"`
-	Tool      string          `json:"tool"`
-	Namespace *string         `json:"namespace"`
-	Arguments json.RawMessage `json:"arguments"`
-	Result    *struct {
-		Content           []json.RawMessage `json:"content"`
-		StructuredContent json.RawMessage   `json:"structuredContent"`
-	} `json:"result"`
-	Error *struct {
-		Message string `json:"message"`
-	} `json:"error"`
+	Server       string          `json:"server"`
+	Tool         string          `json:"tool"`
+	Namespace    *string         `json:"namespace"`
+	Arguments    json.RawMessage `json:"arguments"`
+	Result       *mcpResult      `json:"result"`
+	Error        *mcpError       `json:"error"`
 	ContentItems []struct {
 		Type string `json:"type"`
 		Text string `json:"text"`
@@ -604,21 +599,9 @@ func (c *AppServerConverter) item(o *convkit.Out, p *asParams, done bool, line [
 		}
 	case "mcpToolCall":
 		failed = failed || it.Error != nil
-		put(conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: convkit.StatusOf(done, failed),
-			ToolName: "mcp__" + it.Server + "__" + it.Tool, ToolUseID: id, Input: convkit.ObjectInput(it.Arguments),
-			Metadata: map[string]any{"server": it.Server, "tool": it.Tool}})
+		put(mcpToolUse(id, convkit.StatusOf(done, failed), it.Server, it.Tool, it.Arguments))
 		if done {
-			var output string
-			switch {
-			case it.Error != nil:
-				output = it.Error.Message
-			case it.Result != nil:
-				output = mcpContentText(it.Result.Content)
-				if output == "" && len(it.Result.StructuredContent) > 0 && string(it.Result.StructuredContent) != "null" {
-					output = string(it.Result.StructuredContent)
-				}
-			}
-			result(output, failed, nil)
+			result(mcpOutput(it.Error, it.Result), failed, nil)
 		}
 	case "dynamicToolCall":
 		failed = failed || (it.Success != nil && !*it.Success)

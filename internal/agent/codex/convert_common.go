@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/convkit"
 )
 
 // tokenTotals are codex's token counts: input includes the cached part
@@ -53,4 +54,41 @@ func mcpContentText(items []json.RawMessage) string {
 		sb.Write(bytes.TrimSpace(it))
 	}
 	return sb.String()
+}
+
+// mcpResult is the result of an MCP tool call item. The exec protocol
+// carries the same fields in snake case; its struct converts to this one.
+type mcpResult struct {
+	Content           []json.RawMessage `json:"content"`
+	StructuredContent json.RawMessage   `json:"structuredContent"`
+}
+
+// mcpError is the error of a failed MCP tool call item (both protocols).
+type mcpError struct {
+	Message string `json:"message"`
+}
+
+// mcpToolUse is the tool_use block of an MCP tool call item, named
+// mcp__<server>__<tool> as Claude Code names MCP tools.
+func mcpToolUse(id string, st conversation.BlockStatus, server, tool string, args json.RawMessage) conversation.Block {
+	return conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: st,
+		ToolName: "mcp__" + server + "__" + tool, ToolUseID: id, Input: convkit.ObjectInput(args),
+		Metadata: map[string]any{"server": server, "tool": tool}}
+}
+
+// mcpOutput is a finished MCP tool call's output: the error's message, or
+// the result's text content, or its structured content when there is no
+// text.
+func mcpOutput(e *mcpError, r *mcpResult) string {
+	switch {
+	case e != nil:
+		return e.Message
+	case r != nil:
+		out := mcpContentText(r.Content)
+		if out == "" && len(r.StructuredContent) > 0 && string(r.StructuredContent) != "null" {
+			out = string(r.StructuredContent)
+		}
+		return out
+	}
+	return ""
 }

@@ -76,9 +76,7 @@ type execItem struct {
 		Content           []json.RawMessage `json:"content"`
 		StructuredContent json.RawMessage   `json:"structured_content"`
 	} `json:"result"`
-	Error *struct {
-		Message string `json:"message"`
-	} `json:"error"`
+	Error             *mcpError       `json:"error"`
 	Query             string          `json:"query"`
 	Action            json.RawMessage `json:"action"`
 	Items             []todoItem      `json:"items"`
@@ -207,22 +205,11 @@ func (c *ExecJSONConverter) item(o *convkit.Out, done bool, it *execItem, line [
 		}
 	case "mcp_tool_call":
 		failed = failed || it.Error != nil
-		c.blocks.Put(o, "", conversation.Block{ID: id, Type: conversation.BlockToolUse, Status: convkit.StatusOf(done, failed),
-			ToolName: "mcp__" + it.Server + "__" + it.Tool, ToolUseID: id, Input: convkit.ObjectInput(it.Arguments),
-			Metadata: map[string]any{"server": it.Server, "tool": it.Tool}})
+		c.blocks.Put(o, "", mcpToolUse(id, convkit.StatusOf(done, failed), it.Server, it.Tool, it.Arguments))
 		if done {
-			var output string
-			switch {
-			case it.Error != nil:
-				output = it.Error.Message
-			case it.Result != nil:
-				output = mcpContentText(it.Result.Content)
-				if output == "" && len(it.Result.StructuredContent) > 0 && string(it.Result.StructuredContent) != "null" {
-					output = string(it.Result.StructuredContent)
-				}
-			}
+			// The exec protocol names the result's fields in snake case.
 			c.blocks.Put(o, "", conversation.Block{ID: conversation.ToolResultID(id), Type: conversation.BlockToolResult,
-				Status: convkit.StatusOf(true, failed), ToolUseID: id, Output: output, IsError: failed})
+				Status: convkit.StatusOf(true, failed), ToolUseID: id, Output: mcpOutput(it.Error, (*mcpResult)(it.Result)), IsError: failed})
 		}
 	case "web_search":
 		in := map[string]any{"query": it.Query}
