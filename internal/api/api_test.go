@@ -118,14 +118,18 @@ func (e *env) waitTurn(id, query string) []conversation.Event {
 	e.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
+		// The turn has ended once its query:completed/failed is stored
+		// and the status that follows it (idle, error…) too.
 		evs := e.events(id, 0)
+		ended := false
 		for _, ev := range evs {
 			if ev.Type == conversation.TypeQueryCompleted || ev.Type == conversation.TypeQueryFailed {
 				var p struct{ QueryID string }
 				json.Unmarshal(ev.Payload, &p)
-				if p.QueryID == query {
-					return evs
-				}
+				ended = ended || p.QueryID == query
+			}
+			if ended && ev.Type == conversation.TypeStatus {
+				return evs
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
