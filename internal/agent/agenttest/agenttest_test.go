@@ -144,6 +144,16 @@ func TestFuzzLines(t *testing.T) {
 	}
 }
 
+func TestNoPending(t *testing.T) {
+	bs := []conversation.Block{{ID: "a", Status: conversation.StatusComplete}, {ID: "b", Status: conversation.StatusPending}}
+	if f := failure(t, func(tb testing.TB) { NoPending(tb, bs[:1]) }); f != "" {
+		t.Fatalf("settled blocks failed: %q", f)
+	}
+	if f := failure(t, func(tb testing.TB) { NoPending(tb, bs) }); !strings.Contains(f, "left pending") {
+		t.Fatalf("a pending block passed: %q", f)
+	}
+}
+
 func TestFakeHost(t *testing.T) {
 	h := &FakeHost{}
 	ctx := context.Background()

@@ -96,3 +96,14 @@ func CountType(events []conversation.Event, typ conversation.EventType) int {
 	}
 	return n
 }
+
+// NoPending fails the test when a block is still pending (a turn that
+// ended, however it ended, settles its blocks).
+func NoPending(t testing.TB, bs []conversation.Block) {
+	t.Helper()
+	for _, b := range bs {
+		if b.Status == conversation.StatusPending {
+			t.Fatalf("block left pending: %+v", b)
+		}
+	}
+}
