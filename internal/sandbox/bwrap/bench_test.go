@@ -1,45 +1,19 @@
 package bwrap
 
 import (
-	"context"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
 )
-
-func reportPercentiles(b *testing.B, ds []time.Duration) {
-	if len(ds) == 0 {
-		return
-	}
-	slices.Sort(ds)
-	pct := func(p float64) float64 { return float64(ds[int(float64(len(ds)-1)*p)]) / float64(time.Millisecond) }
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
-}
 
 func benchCreate(b *testing.B, mod func(*Options)) {
 	p, dir := newProvider(b, mod)
 	b.Logf("limits: %s", p.LimitsEnforcement())
-	spec := sandbox.Spec{SessionID: "bench", Workspace: filepath.Join(dir, "ws")}
-	var ds []time.Duration
-	for b.Loop() {
-		t0 := time.Now()
-		env, err := p.Create(context.Background(), spec)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ds = append(ds, time.Since(t0))
-		b.StopTimer()
-		if err := env.Terminate(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-	}
-	reportPercentiles(b, ds)
+	sandboxtest.BenchCreate(b, p, sandbox.Spec{SessionID: "bench", Workspace: filepath.Join(dir, "ws")})
 }
 
 // BenchmarkCreate: Create → ready (the executor inside bubblewrap answered
@@ -63,13 +37,5 @@ func BenchmarkCreateUserPool(b *testing.B) {
 func BenchmarkExecTrue(b *testing.B) {
 	p, dir := newProvider(b, nil)
 	env := create(b, p, sandbox.Spec{SessionID: "bench", Workspace: filepath.Join(dir, "ws")})
-	var ds []time.Duration
-	for b.Loop() {
-		t0 := time.Now()
-		if _, _, st := run(b, env, sandbox.Cmd{Argv: []string{"true"}}); !st.Success() {
-			b.Fatal(st)
-		}
-		ds = append(ds, time.Since(t0))
-	}
-	reportPercentiles(b, ds)
+	sandboxtest.BenchExecTrue(b, env, time.Millisecond, "ms")
 }

@@ -13,13 +13,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor"
+	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
 )
 
 func TestWrapCommandLine(t *testing.T) {
@@ -120,54 +120,6 @@ func TestNewWithoutBwrap(t *testing.T) {
 	}
 }
 
-// fakeProxy serves HTTP on each session's socket and echoes what it saw.
-type fakeProxy struct {
-	mu      sync.Mutex
-	servers map[string]*http.Server
-	wg      sync.WaitGroup
-}
-
-func (f *fakeProxy) ServeSession(_ context.Context, id, path string) (string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	_ = os.Remove(path)
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return "", err
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "model proxy: %s %s key=%s", r.Method, r.URL.Path, r.Header.Get("x-api-key"))
-	})}
-	if f.servers == nil {
-		f.servers = map[string]*http.Server{}
-	}
-	if old := f.servers[id]; old != nil {
-		old.Close()
-	}
-	f.servers[id] = srv
-	f.wg.Add(1)
-	go func() { defer f.wg.Done(); srv.Serve(ln) }()
-	return "tok-" + id, nil
-}
-
-func (f *fakeProxy) StopSession(id string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if s := f.servers[id]; s != nil {
-		s.Close()
-		delete(f.servers, id)
-	}
-}
-
-func (f *fakeProxy) close() {
-	f.mu.Lock()
-	for _, s := range f.servers {
-		s.Close()
-	}
-	f.mu.Unlock()
-	f.wg.Wait()
-}
-
 // hostHTTP is a server on the host's loopback, which the sandbox must not
 // reach.
 func hostHTTP(t *testing.T) string {
@@ -185,8 +137,8 @@ func hostHTTP(t *testing.T) string {
 
 // TestSandboxView: what a process inside sees and can do.
 func TestSandboxView(t *testing.T) {
-	fp := &fakeProxy{}
-	defer fp.close()
+	fp := &sandboxtest.FakeProxy{}
+	defer fp.Close()
 	p, dir := newProvider(t, func(o *Options) { o.ModelProxy = fp })
 	// The server's data next to the workspace: invisible inside.
 	data := filepath.Join(dir, "data")
@@ -218,7 +170,7 @@ grep -E '^(CapEff|NoNewPrivs)' /proc/self/status | tr '\t\n' '  '; echo
 unshare -U true 2>/dev/null && echo "NESTED USERNS"
 hostname
 `, ws, data, filepath.Join(data, "workspaces"), host)
-	o, e, _ := run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", script}})
+	o, e, _ := sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", script}})
 	t.Logf("inside:\n%s%s", o, e)
 	// The data folder is under /tmp here: inside, that is the private
 	// /tmp (writable, gone with the sandbox), never the host's.
@@ -231,7 +183,7 @@ hostname
 			t.Errorf("sandbox could: %s", bad)
 		}
 	}
-	for _, want := range []string{"pwd=" + ws, "wrote workspace and tmp", "me <- workspaces seen", "proxy=model proxy: GET /v1/messages key=tok-view",
+	for _, want := range []string{"pwd=" + ws, "wrote workspace and tmp", "me <- workspaces seen", "proxy=proxy for view: GET /v1/messages key=tok-view",
 		"\n0\n", "CapEff: 0000000000000000", "NoNewPrivs: 1", "agentd\n"} {
 		if !strings.Contains(o, want) {
 			t.Errorf("missing %q", want)
@@ -245,7 +197,7 @@ hostname
 		t.Fatal(err)
 	}
 	// A terminal works (own /dev/pts).
-	o, _, st := run(t, env, sandbox.Cmd{Argv: []string{"tty"}, PTY: &sandbox.WindowSize{Rows: 24, Cols: 80}})
+	o, _, st := sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"tty"}, PTY: &sandbox.WindowSize{Rows: 24, Cols: 80}})
 	if !st.Success() || !strings.HasPrefix(o, "/dev/pts/") {
 		t.Fatalf("tty: %q %+v", o, st)
 	}
@@ -280,8 +232,8 @@ func TestPoolUsers(t *testing.T) {
 		t.Fatal(err)
 	}
 	script := `id -u; cat /proc/1/environ >/dev/null 2>&1 && echo "READ INIT ENV"; grep CapEff /proc/self/status; touch /tmp/t && echo tmp ok; ls ` + ws1 + ` 2>&1 | head -1`
-	o1, _, _ := run(t, e1, sandbox.Cmd{Argv: []string{"sh", "-c", script}})
-	o2, _, _ := run(t, e2, sandbox.Cmd{Argv: []string{"sh", "-c", script}})
+	o1, _, _ := sandboxtest.Run(t, e1, sandbox.Cmd{Argv: []string{"sh", "-c", script}})
+	o2, _, _ := sandboxtest.Run(t, e2, sandbox.Cmd{Argv: []string{"sh", "-c", script}})
 	if !strings.HasPrefix(o1, "5998") || !strings.HasPrefix(o2, "5998") || o1[:5] == o2[:5] {
 		t.Fatalf("uids:\n%s\n%s", o1, o2)
 	}
@@ -309,14 +261,14 @@ func TestLimits(t *testing.T) {
 	}
 	t.Logf("limits: %s", p.LimitsEnforcement())
 	env := create(t, p, sandbox.Spec{SessionID: "lim", Workspace: filepath.Join(dir, "ws")})
-	o, _, _ := run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", `( i=0; while [ $i -lt 100 ]; do sleep 60 >/dev/null 2>&1 & i=$((i+1)); done; echo spawned $i ); echo rc=$?; kill -9 0`}})
+	o, _, _ := sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", `( i=0; while [ $i -lt 100 ]; do sleep 60 >/dev/null 2>&1 & i=$((i+1)); done; echo spawned $i ); echo rc=$?; kill -9 0`}})
 	if strings.Contains(o, "spawned 100") || !strings.Contains(o, "rc=2") {
 		t.Fatalf("fork storm: %q", o)
 	}
 	// The killed storm is reaped by the sandbox's init: soon room again.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		o, _, st := run(t, env, sandbox.Cmd{Argv: []string{"echo", "alive"}})
+		o, _, st := sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"echo", "alive"}})
 		if st.Success() && o == "alive\n" {
 			break
 		}
@@ -374,8 +326,8 @@ func TestRecover(t *testing.T) {
 // them back.
 func TestSurvivesServerDeath(t *testing.T) {
 	needBwrap(t)
-	dir := shortTempDir(t)
-	userBinary(dir)
+	dir := sandboxtest.ShortTempDir(t, "bw")
+	sandboxtest.UserBinary(t, dir)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "BWRAP_TEST_SERVER="+dir)
 	out, err := cmd.Output()
@@ -419,7 +371,7 @@ func TestTerminateKillsEverything(t *testing.T) {
 	p, dir := newProvider(t, nil)
 	env := create(t, p, sandbox.Spec{SessionID: "kill", Workspace: filepath.Join(dir, "ws")})
 	// A daemon in its own session inside the sandbox.
-	o, _, _ := run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", `setsid sh -c 'sleep 300 >/dev/null 2>&1 & echo $!' </dev/null`}})
+	o, _, _ := sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", `setsid sh -c 'sleep 300 >/dev/null 2>&1 & echo $!' </dev/null`}})
 	if strings.TrimSpace(o) == "" {
 		t.Fatal("no daemon")
 	}

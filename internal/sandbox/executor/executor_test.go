@@ -19,56 +19,10 @@ import (
 
 	rpc "github.com/agentd/agentd/internal/executor"
 	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
 )
 
 var bg = context.Background()
-
-// collect drains a process's output.
-func collect(t testing.TB, p sandbox.Process) (stdout, stderr string) {
-	t.Helper()
-	return collectFrom(t, p, sandbox.Offsets{})
-}
-
-func collectFrom(t testing.TB, p sandbox.Process, from sandbox.Offsets) (stdout, stderr string) {
-	t.Helper()
-	var o, e bytes.Buffer
-	next := [2]int64{from.Stdout, from.Stderr}
-	timeout := time.After(60 * time.Second)
-	for {
-		select {
-		case c, ok := <-p.Output():
-			if !ok {
-				return o.String(), e.String()
-			}
-			i := idx(c.Stream)
-			if c.Offset != next[i] {
-				t.Errorf("%s: chunk at %d, expected %d", c.Stream, c.Offset, next[i])
-			}
-			next[i] = c.Offset + int64(len(c.Data))
-			if i == 0 {
-				o.Write(c.Data)
-			} else {
-				e.Write(c.Data)
-			}
-		case <-timeout:
-			t.Fatal("output not closed")
-		}
-	}
-}
-
-func run(t testing.TB, env sandbox.Environment, cmd sandbox.Cmd) (string, string, sandbox.ExitStatus) {
-	t.Helper()
-	p, err := env.Exec(bg, cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, e := collect(t, p)
-	st, err := p.Wait(bg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return o, e, st
-}
 
 func TestCreateExecFilesTerminate(t *testing.T) {
 	var mu sync.Mutex
@@ -104,13 +58,13 @@ func TestCreateExecFilesTerminate(t *testing.T) {
 		t.Fatalf("workdir %q want %q", env.WorkDir(), ws)
 	}
 
-	o, e, st := run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", `echo "$FROM_SPEC $FROM_CMD $PWD"; echo err >&2; exit 2`}, Env: map[string]string{"FROM_CMD": "too"}})
+	o, e, st := sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", `echo "$FROM_SPEC $FROM_CMD $PWD"; echo err >&2; exit 2`}, Env: map[string]string{"FROM_CMD": "too"}})
 	if o != "yes too "+ws+"\n" || e != "err\n" || st.Code != 2 {
 		t.Fatalf("run: %q %q %+v", o, e, st)
 	}
 	// Nothing of the server's environment leaks in.
 	t.Setenv("SERVER_ONLY", "secret")
-	if o, _, _ := run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", `echo "[$SERVER_ONLY][$AGENTD_TEST_EXECUTOR]"`}}); o != "[][]\n" {
+	if o, _, _ := sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", `echo "[$SERVER_ONLY][$AGENTD_TEST_EXECUTOR]"`}}); o != "[][]\n" {
 		t.Fatalf("leaked environment: %q", o)
 	}
 
@@ -205,7 +159,7 @@ func TestExecErrorsKeepServing(t *testing.T) {
 	if _, err := env.Attach(bg, "never-started", sandbox.Offsets{}); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("attach unknown: %v", err)
 	}
-	if o, _, st := run(t, env, sandbox.Cmd{Argv: []string{"echo", "still here"}}); o != "still here\n" || !st.Success() {
+	if o, _, st := sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"echo", "still here"}}); o != "still here\n" || !st.Success() {
 		t.Fatalf("after errors: %q %+v", o, st)
 	}
 }
@@ -227,7 +181,7 @@ func TestStdinSignalPTY(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	o, _ := collect(t, proc)
+	o, _ := sandboxtest.Collect(t, proc)
 	if st, err := proc.Wait(bg); err != nil || !st.Success() || o != string(big) {
 		t.Fatalf("cat: %+v %v, %d bytes", st, err, len(o))
 	}
@@ -239,7 +193,7 @@ func TestStdinSignalPTY(t *testing.T) {
 	if err := proc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	collect(t, proc)
+	sandboxtest.Collect(t, proc)
 	if st, err := proc.Wait(bg); err != nil || st.Signal != "SIGTERM" {
 		t.Fatalf("sleep: %+v %v", st, err)
 	}
@@ -296,7 +250,7 @@ func TestWatchSecretsPermissions(t *testing.T) {
 	}
 
 	// The secret comes from Secrets, not from the (server's) Spec.Env.
-	o, _, _ := run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", `printf %s "$ANTHROPIC_API_KEY"`}, Env: map[string]string{"ANTHROPIC_API_KEY": "from-env"}})
+	o, _, _ := sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", `printf %s "$ANTHROPIC_API_KEY"`}, Env: map[string]string{"ANTHROPIC_API_KEY": "from-env"}})
 	if o != "sk-test" {
 		t.Fatalf("secret %q", o)
 	}
@@ -357,7 +311,7 @@ loop:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rest, _ := collectFrom(t, proc2, sandbox.Offsets{Stdout: int64(len(consumed))})
+	rest, _ := sandboxtest.CollectFrom(t, proc2, sandbox.Offsets{Stdout: int64(len(consumed))})
 	st, err := proc2.Wait(bg)
 	if err != nil || !st.Success() {
 		t.Fatalf("wait: %+v %v", st, err)
@@ -396,7 +350,7 @@ func checkLines(t testing.TB, all string) {
 // cleaning up. The executor survives it; this process recovers it from the
 // handle and attaches from the offset the dead server had consumed.
 func TestRecoverAfterServerExit(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := sandboxtest.ShortTempDir(t, "sx")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "AGENTD_TEST_SERVER="+dir)
 	var stderr bytes.Buffer
@@ -436,7 +390,7 @@ func TestRecoverAfterServerExit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rest, _ := collectFrom(t, proc, rep.Offsets)
+	rest, _ := sandboxtest.CollectFrom(t, proc, rep.Offsets)
 	if st, err := proc.Wait(bg); err != nil || !st.Success() {
 		t.Fatalf("wait %+v %v", st, err)
 	}
@@ -501,7 +455,7 @@ func TestRunAsUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := shortTempDir(t)
+	dir := sandboxtest.ShortTempDir(t, "sx")
 	// The user must be able to run the binary: copy it out of the build
 	// folder.
 	bin := filepath.Join(dir, "agentd.test")
@@ -525,7 +479,7 @@ func TestRunAsUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	env, _ := createEnv(t, p, dir)
-	o, _, st := run(t, env, sandbox.Cmd{Argv: []string{"id", "-u"}})
+	o, _, st := sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"id", "-u"}})
 	if !st.Success() || strings.TrimSpace(o) != u.Uid {
 		t.Fatalf("id -u: %q %+v, want %s", o, st, u.Uid)
 	}
@@ -549,14 +503,14 @@ func TestRunAsUser(t *testing.T) {
 	if err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("socket %v %v", fi, err)
 	}
-	o, _, _ = run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", "cat " + h.Socket + " 2>&1; echo rc=$?"}})
+	o, _, _ = sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", "cat " + h.Socket + " 2>&1; echo rc=$?"}})
 	if !strings.Contains(o, "rc=1") {
 		t.Fatalf("agent user reached the socket: %q", o)
 	}
 }
 
 func TestCreateFailures(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := sandboxtest.ShortTempDir(t, "sx")
 	// An "agentd" that dies at once: Create says why, from its log.
 	bad := filepath.Join(dir, "bad-agentd")
 	if err := os.WriteFile(bad, []byte("#!/bin/sh\necho boom: cannot start >&2\nexit 3\n"), 0o755); err != nil {
@@ -617,7 +571,7 @@ func TestWrap(t *testing.T) {
 	if !bytes.Contains(environ, []byte("WRAPPED_BY=test\x00")) {
 		t.Fatalf("executor not started through the wrapper: %q", environ)
 	}
-	if o, _, st := run(t, env, sandbox.Cmd{Argv: []string{"echo", "ok"}}); o != "ok\n" || !st.Success() {
+	if o, _, st := sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"echo", "ok"}}); o != "ok\n" || !st.Success() {
 		t.Fatalf("%q %+v", o, st)
 	}
 }

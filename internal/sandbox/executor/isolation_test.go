@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
 )
 
 func needRoot(t testing.TB) {
@@ -27,33 +26,15 @@ func needRoot(t testing.TB) {
 	}
 }
 
-// userBinary copies the test binary where any user may run it (the build
-// folder is the server's only).
-func userBinary(t testing.TB, dir string) string {
-	t.Helper()
-	bin := filepath.Join(dir, "agentd.test")
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	b, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return bin
-}
-
 // testUIDs are uids without a passwd entry, for pools.
 const testUIDBase = 59990
 
 func poolProvider(t *testing.T, dir string, size int, mod func(*Options)) *Provider {
 	t.Helper()
 	opts := testOptions(filepath.Join(dir, "run"))
-	opts.Binary = userBinary(t, dir)
+	opts.Binary = sandboxtest.UserBinary(t, dir)
 	opts.UserPool = []string{fmt.Sprintf("%d-%d", testUIDBase, testUIDBase+size-1)}
-	opts.CgroupParent = testCgroupParent
+	opts.CgroupParent = sandboxtest.CgroupParent()
 	if mod != nil {
 		mod(&opts)
 	}
@@ -94,7 +75,7 @@ func owner(t *testing.T, p string) (uint32, os.FileMode) {
 // folder (a restarted server) does not hand out a user still in use.
 func TestUserPool(t *testing.T) {
 	needRoot(t)
-	dir := shortTempDir(t)
+	dir := sandboxtest.ShortTempDir(t, "sx")
 	p := poolProvider(t, dir, 2, nil)
 	ws1, ws2 := filepath.Join(dir, "ws1"), filepath.Join(dir, "ws2")
 	e1 := createSpec(t, p, sandbox.Spec{SessionID: "s1", Workspace: ws1})
@@ -108,7 +89,7 @@ func TestUserPool(t *testing.T) {
 	if err := e1.WriteFile(bg, "secret.txt", []byte("s1 only"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o, _, st := run(t, e2, sandbox.Cmd{Argv: []string{"sh", "-c", "cat " + ws1 + "/secret.txt 2>&1; ls " + ws1 + " 2>&1"}})
+	o, _, st := sandboxtest.Run(t, e2, sandbox.Cmd{Argv: []string{"sh", "-c", "cat " + ws1 + "/secret.txt 2>&1; ls " + ws1 + " 2>&1"}})
 	if st.Success() || strings.Contains(o, "s1 only") || !strings.Contains(o, "Permission denied") {
 		t.Fatalf("session 2 read session 1's workspace: %q %+v", o, st)
 	}
@@ -136,7 +117,7 @@ func TestUserPool(t *testing.T) {
 		t.Fatalf("freed uid %d not reused: got %d", uid1, e3.ping.UID)
 	}
 	// The next session with that uid cannot reach session 1's files.
-	o, _, _ = run(t, e3, sandbox.Cmd{Argv: []string{"sh", "-c", "cat " + ws1 + "/secret.txt 2>&1"}})
+	o, _, _ = sandboxtest.Run(t, e3, sandbox.Cmd{Argv: []string{"sh", "-c", "cat " + ws1 + "/secret.txt 2>&1"}})
 	if strings.Contains(o, "s1 only") {
 		t.Fatalf("the uid's next session read the old workspace: %q", o)
 	}
@@ -145,7 +126,7 @@ func TestUserPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	e1b := createSpec(t, p, sandbox.Spec{SessionID: "s1", Workspace: ws1})
-	if o, _, st := run(t, e1b, sandbox.Cmd{Argv: []string{"cat", "secret.txt"}}); o != "s1 only" || !st.Success() {
+	if o, _, st := sandboxtest.Run(t, e1b, sandbox.Cmd{Argv: []string{"cat", "secret.txt"}}); o != "s1 only" || !st.Success() {
 		t.Fatalf("session 1 back: %q %+v", o, st)
 	}
 }
@@ -154,7 +135,7 @@ func TestUserPool(t *testing.T) {
 // handed out.
 func TestUserPoolSkipsBusyUser(t *testing.T) {
 	needRoot(t)
-	dir := shortTempDir(t)
+	dir := sandboxtest.ShortTempDir(t, "sx")
 	uid := testUIDBase + 5
 	cmd := execAs(uint32(uid), "sleep", "30")
 	if err := cmd.Start(); err != nil {
@@ -188,9 +169,9 @@ func TestParseUserPool(t *testing.T) {
 // process group and session (it would outlive a plain executor).
 func TestLimitsCgroup(t *testing.T) {
 	needRoot(t)
-	dir := shortTempDir(t)
+	dir := sandboxtest.ShortTempDir(t, "sx")
 	p, _ := newTestProvider(t, func(o *Options) {
-		o.CgroupParent = testCgroupParent
+		o.CgroupParent = sandboxtest.CgroupParent()
 		o.Limits = sandbox.Limits{Pids: 48, MemoryBytes: 512 << 20}
 	})
 	if p.cg == nil {
@@ -205,7 +186,7 @@ func TestLimitsCgroup(t *testing.T) {
 	}
 	// The storm's processes stay in its process group: kill 0 (a shell
 	// builtin, no fork needed) ends them.
-	o, _, st := run(t, e, sandbox.Cmd{Argv: []string{"sh", "-c", `( i=0; while [ $i -lt 100 ]; do sleep 60 >/dev/null 2>&1 & i=$((i+1)); done; echo spawned $i ); echo rc=$?; cat /proc/self/cgroup >/dev/null; kill -9 0`}})
+	o, _, st := sandboxtest.Run(t, e, sandbox.Cmd{Argv: []string{"sh", "-c", `( i=0; while [ $i -lt 100 ]; do sleep 60 >/dev/null 2>&1 & i=$((i+1)); done; echo spawned $i ); echo rc=$?; cat /proc/self/cgroup >/dev/null; kill -9 0`}})
 	if strings.Contains(o, "spawned 100") || !strings.Contains(o, "rc=2") {
 		t.Fatalf("100 forks under pids 40: %q %+v", o, st)
 	}
@@ -226,7 +207,7 @@ func TestLimitsCgroup(t *testing.T) {
 		}
 	}
 	// A daemon: own session, parent gone.
-	o, se, _ := run(t, e, sandbox.Cmd{Argv: []string{"sh", "-c", `setsid sh -c 'sleep 300 >/dev/null 2>&1 & echo $!' </dev/null`}})
+	o, se, _ := sandboxtest.Run(t, e, sandbox.Cmd{Argv: []string{"sh", "-c", `setsid sh -c 'sleep 300 >/dev/null 2>&1 & echo $!' </dev/null`}})
 	daemon, err := strconv.Atoi(strings.TrimSpace(o))
 	if err != nil {
 		t.Fatalf("daemon pid %q %q", o, se)
@@ -240,7 +221,7 @@ func TestLimitsCgroup(t *testing.T) {
 	if pidAlive(daemon) {
 		t.Fatal("a daemon outlived Terminate")
 	}
-	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/pids", testCgroupParent, h.Cgroup)); err == nil {
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/pids", sandboxtest.CgroupParent(), h.Cgroup)); err == nil {
 		t.Fatal("cgroup left")
 	}
 }
@@ -251,14 +232,14 @@ func TestLimitsCgroup(t *testing.T) {
 // workspace's grant to its user.
 func TestRecoverGoneCleansUp(t *testing.T) {
 	needRoot(t)
-	dir := shortTempDir(t)
+	dir := sandboxtest.ShortTempDir(t, "sx")
 	p := poolProvider(t, dir, 1, nil)
 	if p.cg == nil {
 		t.Skip("no cgroups")
 	}
 	spec := sandbox.Spec{SessionID: "gone", Workspace: filepath.Join(dir, "ws")}
 	e := createSpec(t, p, spec)
-	o, _, _ := run(t, e, sandbox.Cmd{Argv: []string{"sh", "-c", `setsid sh -c 'sleep 300 >/dev/null 2>&1 & echo $!' </dev/null`}})
+	o, _, _ := sandboxtest.Run(t, e, sandbox.Cmd{Argv: []string{"sh", "-c", `setsid sh -c 'sleep 300 >/dev/null 2>&1 & echo $!' </dev/null`}})
 	daemon, err := strconv.Atoi(strings.TrimSpace(o))
 	if err != nil {
 		t.Fatalf("daemon %q", o)
@@ -276,7 +257,7 @@ func TestRecoverGoneCleansUp(t *testing.T) {
 	if pidAlive(daemon) {
 		t.Fatal("daemon left running")
 	}
-	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/pids", testCgroupParent, h.Cgroup)); err == nil {
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/pids", sandboxtest.CgroupParent(), h.Cgroup)); err == nil {
 		t.Fatal("cgroup left")
 	}
 	if uid, mode := owner(t, spec.Workspace); uid != 0 || mode != 0o700 {
@@ -287,69 +268,18 @@ func TestRecoverGoneCleansUp(t *testing.T) {
 	}
 }
 
-// fakeProxy is a ModelProxy serving HTTP on the socket it is given; it
-// answers with what it saw.
-type fakeProxy struct {
-	mu      sync.Mutex
-	servers map[string]*http.Server
-	done    sync.WaitGroup
-	calls   int
-}
-
-func (f *fakeProxy) ServeSession(ctx context.Context, id, path string) (string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls++
-	if old := f.servers[id]; old != nil {
-		old.Close()
-	}
-	_ = os.Remove(path)
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return "", err
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "proxy for %s: %s %s key=%s", id, r.Method, r.URL.Path, r.Header.Get("x-api-key"))
-	})}
-	if f.servers == nil {
-		f.servers = map[string]*http.Server{}
-	}
-	f.servers[id] = srv
-	f.done.Add(1)
-	go func() { defer f.done.Done(); srv.Serve(ln) }()
-	return "tok-" + id, nil
-}
-
-func (f *fakeProxy) StopSession(id string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if s := f.servers[id]; s != nil {
-		s.Close()
-		delete(f.servers, id)
-	}
-}
-
-func (f *fakeProxy) close() {
-	f.mu.Lock()
-	for _, s := range f.servers {
-		s.Close()
-	}
-	f.mu.Unlock()
-	f.done.Wait()
-}
-
 // TestModelProxy: with a model proxy, the real keys passed by the server
 // never reach a process; the relay does, with the session's token; after a
 // restart (Recover) the same holds.
 func TestModelProxy(t *testing.T) {
-	fp := &fakeProxy{}
-	defer fp.close()
+	fp := &sandboxtest.FakeProxy{}
+	defer fp.Close()
 	p, dir := newTestProvider(t, func(o *Options) { o.ModelProxy = fp })
 	spec := sandbox.Spec{SessionID: "mp", Workspace: filepath.Join(dir, "ws"), Env: map[string]string{
 		"ANTHROPIC_API_KEY": "sk-ant-REAL", "OPENAI_API_KEY": "sk-REAL", "GOOGLE_API_KEY": "g-REAL", "OTHER": "kept",
 	}}
 	e := createSpec(t, p, spec)
-	o, _, st := run(t, e, sandbox.Cmd{Argv: []string{"sh", "-c", `env | sort; curl -s -H "x-api-key: $ANTHROPIC_API_KEY" "$ANTHROPIC_BASE_URL/v1/messages"`},
+	o, _, st := sandboxtest.Run(t, e, sandbox.Cmd{Argv: []string{"sh", "-c", `env | sort; curl -s -H "x-api-key: $ANTHROPIC_API_KEY" "$ANTHROPIC_BASE_URL/v1/messages"`},
 		Env: map[string]string{"ANTHROPIC_AUTH_TOKEN": "sk-ant-REAL2"}})
 	if !st.Success() || strings.Contains(o, "REAL") {
 		t.Fatalf("a real key reached the process: %q %+v", o, st)
@@ -377,20 +307,17 @@ func TestModelProxy(t *testing.T) {
 	}
 	e.closeConn()
 	r := env2.(*Environment)
-	if fp.calls != 2 || r.token != "tok-mp" {
-		t.Fatalf("recover: %d ServeSession calls, token %q", fp.calls, r.token)
+	if fp.Calls() != 2 || r.token != "tok-mp" {
+		t.Fatalf("recover: %d ServeSession calls, token %q", fp.Calls(), r.token)
 	}
-	o, _, _ = run(t, r, sandbox.Cmd{Argv: []string{"sh", "-c", `curl -s -H "x-api-key: $ANTHROPIC_API_KEY" "$ANTHROPIC_BASE_URL/v1/messages"`}})
+	o, _, _ = sandboxtest.Run(t, r, sandbox.Cmd{Argv: []string{"sh", "-c", `curl -s -H "x-api-key: $ANTHROPIC_API_KEY" "$ANTHROPIC_BASE_URL/v1/messages"`}})
 	if o != "proxy for mp: GET /v1/messages key=tok-mp" {
 		t.Fatalf("after recover: %q", o)
 	}
 	if err := r.Terminate(bg); err != nil {
 		t.Fatal(err)
 	}
-	fp.mu.Lock()
-	left := len(fp.servers)
-	fp.mu.Unlock()
-	if left != 0 {
+	if fp.Serving() != 0 {
 		t.Fatal("proxy still serves a terminated environment")
 	}
 	if _, err := os.Stat(proxyDir(e.handle.Dir)); !errors.Is(err, os.ErrNotExist) {
@@ -420,7 +347,7 @@ func TestModelProxyFailure(t *testing.T) {
 // hard link to a server file alone.
 func TestChownTreeStaysInside(t *testing.T) {
 	needRoot(t)
-	dir := shortTempDir(t)
+	dir := sandboxtest.ShortTempDir(t, "sx")
 	outside := filepath.Join(dir, "outside.txt")
 	os.WriteFile(outside, []byte("server"), 0o600)
 	ws := filepath.Join(dir, "ws")
@@ -451,7 +378,7 @@ func TestChownTreeStaysInside(t *testing.T) {
 }
 
 func TestProtectDataDir(t *testing.T) {
-	dir := filepath.Join(shortTempDir(t), "data")
+	dir := filepath.Join(sandboxtest.ShortTempDir(t, "sx"), "data")
 	os.Mkdir(dir, 0o755)
 	os.WriteFile(filepath.Join(dir, "agentd.db"), nil, 0o644)
 	os.WriteFile(filepath.Join(dir, "node-id"), nil, 0o644)
@@ -515,14 +442,14 @@ func TestLimitModes(t *testing.T) {
 // processes.
 func TestRlimitPool(t *testing.T) {
 	needRoot(t)
-	dir := shortTempDir(t)
+	dir := sandboxtest.ShortTempDir(t, "sx")
 	p := poolProvider(t, dir, 1, func(o *Options) {
 		o.UserPool = []string{strconv.Itoa(testUIDBase + 7)}
 		o.LimitMode = LimitsRlimit
 		o.Limits = sandbox.Limits{Pids: 40}
 	})
 	e := createSpec(t, p, sandbox.Spec{SessionID: "rl", Workspace: filepath.Join(dir, "ws")})
-	o, se, st := run(t, e, sandbox.Cmd{Argv: []string{"sh", "-c", `grep processes /proc/self/limits; ( i=0; while [ $i -lt 100 ]; do sleep 60 >/dev/null 2>&1 & i=$((i+1)); done; echo spawned $i ); echo rc=$?; kill -9 0`}})
+	o, se, st := sandboxtest.Run(t, e, sandbox.Cmd{Argv: []string{"sh", "-c", `grep processes /proc/self/limits; ( i=0; while [ $i -lt 100 ]; do sleep 60 >/dev/null 2>&1 & i=$((i+1)); done; echo spawned $i ); echo rc=$?; kill -9 0`}})
 	if !strings.Contains(o, "Max processes             40                   40") || strings.Contains(o, "spawned 100") || !strings.Contains(o, "rc=2") {
 		t.Fatalf("%q %q %+v", o, se, st)
 	}
@@ -549,11 +476,11 @@ func (w *recordingWrapper) Wrap(l Launch) ([]string, error) {
 
 func TestWrapper(t *testing.T) {
 	w := &recordingWrapper{}
-	fp := &fakeProxy{}
-	defer fp.close()
+	fp := &sandboxtest.FakeProxy{}
+	defer fp.Close()
 	p, dir := newTestProvider(t, func(o *Options) { o.Wrapper = w; o.ModelProxy = fp })
 	e := createSpec(t, p, sandbox.Spec{SessionID: "w", Workspace: filepath.Join(dir, "ws")})
-	if o, _, _ := run(t, e, sandbox.Cmd{Argv: []string{"echo", "hi"}}); o != "hi\n" {
+	if o, _, _ := sandboxtest.Run(t, e, sandbox.Cmd{Argv: []string{"echo", "hi"}}); o != "hi\n" {
 		t.Fatalf("%q", o)
 	}
 	l := w.seen[0]

@@ -4,76 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
-	rpc "github.com/agentd/agentd/internal/executor"
 	"github.com/agentd/agentd/internal/sandbox"
-	"github.com/agentd/agentd/internal/sandbox/executor/cgroup"
+	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
 )
 
-// The test binary doubles as the agentd binary: run with
-// AGENTD_TEST_EXECUTOR=1 as `<test binary> executor …` it is an executor,
-// and with AGENTD_TEST_SERVER set it plays a server that starts a session
-// and dies (see TestRecoverAfterServerExit).
-func TestMain(m *testing.M) {
-	if os.Getenv("AGENTD_TEST_EXECUTOR") == "1" && len(os.Args) > 1 && os.Args[1] == "executor" {
-		if err := rpc.Main(context.Background(), os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "executor:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	if dir := os.Getenv("AGENTD_TEST_SERVER"); dir != "" {
-		os.Exit(playServer(dir))
-	}
-	if os.Getenv("AGENTD_TEST_LOG") == "" {
-		slog.SetDefault(slog.New(slog.DiscardHandler))
-	}
-	code := m.Run()
-	// The tests' parent cgroup (their own groups are gone with them).
-	if cg, err := cgroup.Detect(cgroup.Options{Parent: testCgroupParent}); err == nil {
-		cg.RemoveParent()
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// testCgroupParent holds the cgroups of this test process's environments
-// (and of its children's, which inherit it).
-var testCgroupParent = func() string {
-	if v := os.Getenv("AGENTD_TEST_CGROUP_PARENT"); v != "" {
-		return v
-	}
-	v := fmt.Sprintf("agentd-test-%d", os.Getpid())
-	os.Setenv("AGENTD_TEST_CGROUP_PARENT", v)
-	return v
-}()
-
-// shortTempDir is a temporary folder with a short path (socket paths are
-// limited to 107 bytes) that other users may traverse.
-func shortTempDir(t testing.TB) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "sx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
+// The test binary doubles as the agentd binary (an executor) and, with
+// AGENTD_TEST_SERVER set, plays a server that starts a session and dies
+// (see TestRecoverAfterServerExit).
+func TestMain(m *testing.M) { sandboxtest.Main(m, "AGENTD_TEST_SERVER", playServer) }
 
 func testOptions(runDir string) Options {
 	return Options{
@@ -81,13 +24,13 @@ func testOptions(runDir string) Options {
 		RunDir:       runDir,
 		ExecutorEnv:  []string{"AGENTD_TEST_EXECUTOR=1"},
 		StartTimeout: 20 * time.Second,
-		CgroupParent: testCgroupParent,
+		CgroupParent: sandboxtest.CgroupParent(),
 	}
 }
 
 func newTestProvider(t testing.TB, mod func(*Options)) (*Provider, string) {
 	t.Helper()
-	dir := shortTempDir(t)
+	dir := sandboxtest.ShortTempDir(t, "sx")
 	opts := testOptions(filepath.Join(dir, "run"))
 	if mod != nil {
 		mod(&opts)
