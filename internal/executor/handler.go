@@ -175,6 +175,28 @@ func (e *Executor) lookup(tag string) (*execState, error) {
 	return x, nil
 }
 
+// lookupParams decodes req's TagParams and returns the process they name.
+func (e *Executor) lookupParams(req *Request) (*execState, error) {
+	var p TagParams
+	if err := req.Decode(&p); err != nil {
+		return nil, err
+	}
+	return e.lookup(p.Tag)
+}
+
+// takeSub removes x's subscription and returns it (nil when there is
+// none), only when it is of connection only if that is not nil.
+func (x *execState) takeSub(only *Conn) *subscription {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	sub := x.sub
+	if sub == nil || (only != nil && sub.c != only) {
+		return nil
+	}
+	x.sub = nil
+	return sub
+}
+
 func (e *Executor) execStart(ctx context.Context, c *Conn, req *Request) (any, error) {
 	var p ExecStartParams
 	if err := req.Decode(&p); err != nil {
@@ -386,23 +408,11 @@ func (e *Executor) execAttach(c *Conn, req *Request) (any, error) {
 }
 
 func (e *Executor) execDetach(c *Conn, req *Request) (any, error) {
-	var p TagParams
-	if err := req.Decode(&p); err != nil {
-		return nil, err
-	}
-	x, err := e.lookup(p.Tag)
+	x, err := e.lookupParams(req)
 	if err != nil {
 		return nil, err
 	}
-	x.mu.Lock()
-	sub := x.sub
-	if sub != nil && sub.c == c {
-		x.sub = nil
-	} else {
-		sub = nil
-	}
-	x.mu.Unlock()
-	if sub != nil {
+	if sub := x.takeSub(c); sub != nil {
 		<-sub.stop() // nothing of it is sent after the reply
 	}
 	return OKResult{OK: true}, nil
@@ -443,23 +453,19 @@ func isClosed(ch <-chan struct{}) bool {
 }
 
 func (e *Executor) execRelease(c *Conn, req *Request) (any, error) {
-	var p TagParams
-	if err := req.Decode(&p); err != nil {
-		return nil, err
-	}
-	x, err := e.lookup(p.Tag)
+	x, err := e.lookupParams(req)
 	if err != nil {
 		return nil, err
 	}
 	if x.exitStatus() == nil {
-		return nil, Errorf(CodeRunning, "exec.release: process %q is still running", p.Tag)
+		return nil, Errorf(CodeRunning, "exec.release: process %q is still running", x.tag)
 	}
 	e.mu.Lock()
-	if e.execs[p.Tag] != x {
+	if e.execs[x.tag] != x {
 		e.mu.Unlock()
-		return nil, Errorf(CodeNotFound, "no process with tag %q", p.Tag)
+		return nil, Errorf(CodeNotFound, "no process with tag %q", x.tag)
 	}
-	delete(e.execs, p.Tag)
+	delete(e.execs, x.tag)
 	e.mu.Unlock()
 	e.forget(x, c)
 	return OKResult{OK: true}, nil
@@ -468,11 +474,7 @@ func (e *Executor) execRelease(c *Conn, req *Request) (any, error) {
 // forget stops an exited process's subscription and frees its spools. It
 // is no longer in e.execs. c is the connection asking.
 func (e *Executor) forget(x *execState, c *Conn) {
-	x.mu.Lock()
-	sub := x.sub
-	x.sub = nil
-	x.mu.Unlock()
-	if sub != nil {
+	if sub := x.takeSub(nil); sub != nil {
 		exited := sub.stop()
 		if sub.c == c {
 			<-exited // nothing of it follows the reply
