@@ -81,30 +81,13 @@ func (h harness) concurrency(t *testing.T) {
 	t.Run("RacingAppendsOfTheSameSeqs", func(t *testing.T) {
 		s := h.store(t)
 		createSession(t, s, "s1")
-		const racers = 12
-		var wg sync.WaitGroup
-		var won, lost atomic.Int32
-		for r := range racers {
-			wg.Go(func() {
-				batch := events("s1", 1, 5)
-				for i := range batch {
-					batch[i].Context.ConversationID = fmt.Sprintf("racer-%d", r)
-				}
-				err := s.AppendEvents(ctx(t), batch)
-				switch {
-				case err == nil:
-					won.Add(1)
-				case errors.Is(err, store.ErrSeqConflict):
-					lost.Add(1)
-				default:
-					t.Errorf("racer %d: %v", r, err)
-				}
-			})
-		}
-		wg.Wait()
-		if won.Load() != 1 || lost.Load() != racers-1 {
-			t.Fatalf("%d racers stored seqs 1..5, %d got ErrSeqConflict; want exactly 1 and %d", won.Load(), lost.Load(), racers-1)
-		}
+		raceOne(t, store.ErrSeqConflict, "ErrSeqConflict", "racers stored seqs 1..5", func(r int) error {
+			batch := events("s1", 1, 5)
+			for i := range batch {
+				batch[i].Context.ConversationID = fmt.Sprintf("racer-%d", r)
+			}
+			return s.AppendEvents(ctx(t), batch)
+		})
 		evs := readAll(t, s, "s1")
 		if len(evs) != 5 {
 			t.Fatalf("stored %d events, want 5", len(evs))
@@ -118,52 +101,47 @@ func (h harness) concurrency(t *testing.T) {
 
 	t.Run("RacingCreatesOfOneID", func(t *testing.T) {
 		s := h.store(t)
-		const racers = 12
-		var wg sync.WaitGroup
-		var won, lost atomic.Int32
-		for r := range racers {
-			wg.Go(func() {
-				sess := minimalSession("contested", baseTime)
-				sess.Name = fmt.Sprintf("racer-%d", r)
-				err := s.CreateSession(ctx(t), sess)
-				switch {
-				case err == nil:
-					won.Add(1)
-				case errors.Is(err, store.ErrExists):
-					lost.Add(1)
-				default:
-					t.Errorf("racer %d: %v", r, err)
-				}
-			})
-		}
-		wg.Wait()
-		if won.Load() != 1 || lost.Load() != racers-1 {
-			t.Fatalf("%d racers created the session, %d got ErrExists; want exactly 1 and %d", won.Load(), lost.Load(), racers-1)
-		}
+		raceOne(t, store.ErrExists, "ErrExists", "racers created the session", func(r int) error {
+			sess := minimalSession("contested", baseTime)
+			sess.Name = fmt.Sprintf("racer-%d", r)
+			return s.CreateSession(ctx(t), sess)
+		})
 	})
 
 	t.Run("RacingLeaseHolders", func(t *testing.T) {
 		s := h.store(t)
 		createSession(t, s, "s1")
-		const racers = 12
-		var wg sync.WaitGroup
-		var won, lost atomic.Int32
-		for r := range racers {
-			wg.Go(func() {
-				err := s.AcquireLease(ctx(t), "s1", fmt.Sprintf("server-%d", r), longTTL)
-				switch {
-				case err == nil:
-					won.Add(1)
-				case errors.Is(err, store.ErrLeaseHeld):
-					lost.Add(1)
-				default:
-					t.Errorf("racer %d: %v", r, err)
-				}
-			})
-		}
-		wg.Wait()
-		if won.Load() != 1 || lost.Load() != racers-1 {
-			t.Fatalf("%d holders got the lease, %d got ErrLeaseHeld; want exactly 1 and %d", won.Load(), lost.Load(), racers-1)
-		}
+		raceOne(t, store.ErrLeaseHeld, "ErrLeaseHeld", "holders got the lease", func(r int) error {
+			return s.AcquireLease(ctx(t), "s1", fmt.Sprintf("server-%d", r), longTTL)
+		})
 	})
+}
+
+// racers is how many goroutines race for one thing.
+const racers = 12
+
+// raceOne runs try(0) … try(racers-1) at once: exactly one must succeed
+// and every other fail with lose (named loseName in the failure message);
+// any other error fails t. won says what the winners did.
+func raceOne(t *testing.T, lose error, loseName, won string, try func(r int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var nWon, nLost atomic.Int32
+	for r := range racers {
+		wg.Go(func() {
+			err := try(r)
+			switch {
+			case err == nil:
+				nWon.Add(1)
+			case errors.Is(err, lose):
+				nLost.Add(1)
+			default:
+				t.Errorf("racer %d: %v", r, err)
+			}
+		})
+	}
+	wg.Wait()
+	if nWon.Load() != 1 || nLost.Load() != racers-1 {
+		t.Fatalf("%d %s, %d got %s; want exactly 1 and %d", nWon.Load(), won, nLost.Load(), loseName, racers-1)
+	}
 }
