@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -88,7 +89,7 @@ func parseChat(body []byte) (*Request, error) {
 				r.System += t
 			}
 		case "user":
-			r.Messages = append(r.Messages, Message{Role: RoleUser, Parts: chatContent(m.Content)})
+			r.Messages = append(r.Messages, Message{Role: RoleUser, Parts: textParts(m.Content, "text")})
 		case "assistant":
 			msg := Message{Role: RoleAssistant}
 			if m.ReasoningContent != "" {
@@ -112,7 +113,10 @@ func parseChat(body []byte) (*Request, error) {
 	return r, nil
 }
 
-func chatContent(raw json.RawMessage) []Part {
+// textParts reads message content that is a string or an array of typed
+// parts: parts of the given text types become text, others PartOther.
+// (Chat Completions says "text"; Responses "input_text" or "output_text".)
+func textParts(raw json.RawMessage, textTypes ...string) []Part {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		return []Part{{Type: PartText, Text: s}}
@@ -124,7 +128,7 @@ func chatContent(raw json.RawMessage) []Part {
 	_ = json.Unmarshal(raw, &parts)
 	var out []Part
 	for _, p := range parts {
-		if p.Type == "text" {
+		if slices.Contains(textTypes, p.Type) {
 			out = append(out, Part{Type: PartText, Text: p.Text})
 		} else {
 			out = append(out, Part{Type: PartOther})

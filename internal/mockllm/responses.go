@@ -98,9 +98,9 @@ func parseResponses(body []byte) (*Request, error) {
 		case it.Type == "" || it.Type == "message":
 			switch it.Role {
 			case "user":
-				r.Messages = append(r.Messages, Message{Role: RoleUser, Parts: responsesContent(it.Content)})
+				r.Messages = append(r.Messages, Message{Role: RoleUser, Parts: textParts(it.Content, responsesTextTypes...)})
 			case "assistant":
-				r.Messages = append(r.Messages, Message{Role: RoleAssistant, Parts: responsesContent(it.Content)})
+				r.Messages = append(r.Messages, Message{Role: RoleAssistant, Parts: textParts(it.Content, responsesTextTypes...)})
 			case "system", "developer":
 				if t := rawText(it.Content); t != "" {
 					if r.System != "" {
@@ -147,27 +147,8 @@ var failedExitRe = regexp.MustCompile(`(?m)^(?:Process exited with code|Exit cod
 
 func exitCodeFailed(out string) bool { return failedExitRe.MatchString(out) }
 
-func responsesContent(raw json.RawMessage) []Part {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return []Part{{Type: PartText, Text: s}}
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	_ = json.Unmarshal(raw, &parts)
-	var out []Part
-	for _, p := range parts {
-		switch p.Type {
-		case "input_text", "output_text", "text":
-			out = append(out, Part{Type: PartText, Text: p.Text})
-		default:
-			out = append(out, Part{Type: PartOther})
-		}
-	}
-	return out
-}
+// responsesTextTypes are the Responses API's text part types.
+var responsesTextTypes = []string{"input_text", "output_text", "text"}
 
 // Response shapes.
 
