@@ -429,58 +429,7 @@ func TestBwrapTurnSurvivesKill9(t *testing.T) {
 	p := testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + run}, append([]string{"--data-dir", t.TempDir(), "--no-ui"}, args...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	created, err := p.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := created.SessionID
-	t.Cleanup(func() {
-		dctx, dcancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer dcancel()
-		p.Client.DeleteSession(dctx, id, true)
-	})
-	stream := p.Client.Stream(ctx, id, 0)
-	defer stream.Close()
-	sent, err := p.Client.Send(ctx, id, "for i in $(seq 1 30); do echo line $i; sleep 0.1; done")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var output strings.Builder
-	killed := false
-	for {
-		ev, err := stream.Next(ctx)
-		if err != nil {
-			t.Fatalf("stream (output so far %q): %v\n%s", output.String(), err, p.Logs())
-		}
-		if ev.Type == conversation.TypeBlockDelta {
-			var d conversation.BlockDelta
-			json.Unmarshal(ev.Payload, &d)
-			output.WriteString(d.Delta)
-			if !killed && strings.Contains(output.String(), "line 5\n") {
-				killed = true
-				p.Restart() // SIGKILL, then a new server on the same data and port
-			}
-		}
-		var q struct {
-			QueryID string `json:"queryId"`
-		}
-		if ev.Type == conversation.TypeQueryCompleted || ev.Type == conversation.TypeQueryFailed {
-			json.Unmarshal(ev.Payload, &q)
-			if q.QueryID == sent.QueryID {
-				if ev.Type == conversation.TypeQueryFailed {
-					t.Fatalf("turn failed after the restart: %s\n%s", ev.Payload, p.Logs())
-				}
-				break
-			}
-		}
-	}
-	var want strings.Builder
-	for i := 1; i <= 30; i++ {
-		fmt.Fprintf(&want, "line %d\n", i)
-	}
-	if !killed || output.String() != want.String() {
-		t.Fatalf("killed=%v output across the restart:\n%q", killed, output.String())
-	}
+	shellTurnAcrossKill9(ctx, t, p, 30, 5)
 }
 
 // TestBwrapClaudeCode: the pinned Claude Code CLI runs inside bubblewrap
