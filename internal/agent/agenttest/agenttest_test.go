@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -151,6 +154,54 @@ func TestNoPending(t *testing.T) {
 	}
 	if f := failure(t, func(tb testing.TB) { NoPending(tb, bs) }); !strings.Contains(f, "left pending") {
 		t.Fatalf("a pending block passed: %q", f)
+	}
+}
+
+// lineConv refuses lines starting with "!" and turns the others into
+// upserts of a block with the line as id.
+type lineConv struct{}
+
+func (lineConv) Convert(l []byte) ([]conversation.Event, error) {
+	if strings.HasPrefix(string(l), "!") {
+		return nil, errors.New("refused")
+	}
+	return []conversation.Event{upsert(string(l), conversation.BlockAssistantText, "")}, nil
+}
+
+func TestConvertLines(t *testing.T) {
+	var evs []conversation.Event
+	if f := failure(t, func(tb testing.TB) { evs = ConvertLines(tb, lineConv{}, "a", "b") }); f != "" || len(evs) != 2 {
+		t.Fatalf("failure %q, %d events", f, len(evs))
+	}
+	if f := failure(t, func(tb testing.TB) { ConvertLines(tb, lineConv{}, "a", "!b") }); !strings.Contains(f, "line 2: refused") {
+		t.Fatalf("a refused line: %q", f)
+	}
+}
+
+func TestBlockKinds(t *testing.T) {
+	got := BlockKinds([]conversation.Block{{Type: conversation.BlockUserMessage, Content: "hi"}, {Type: conversation.BlockAssistantText, Content: "Done."}})
+	if !slices.Equal(got, []string{"user_message", "assistant_text:Done."}) {
+		t.Fatalf("kinds %q", got)
+	}
+}
+
+func TestWaitForAndReadFile(t *testing.T) {
+	n := 0
+	if f := failure(t, func(tb testing.TB) { WaitFor(tb, time.Minute, "three polls", func() bool { n++; return n == 3 }) }); f != "" || n != 3 {
+		t.Fatalf("failure %q after %d polls", f, n)
+	}
+	if f := failure(t, func(tb testing.TB) { WaitFor(tb, 0, "never", func() bool { return false }) }); f != "timed out waiting for never" {
+		t.Fatalf("failure %q", f)
+	}
+	name := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(name, []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := ReadFile(t, name); got != "data" {
+		t.Fatalf("read %q", got)
+	}
+	if f := failure(t, func(tb testing.TB) { ReadFile(tb, name+"-missing") }); f == "" {
+		t.Fatal("a missing file read fine")
 	}
 }
 

@@ -107,3 +107,32 @@ func NoPending(t testing.TB, bs []conversation.Block) {
 		}
 	}
 }
+
+// ConvertLines converts lines with c, in order; a line the converter
+// refuses fails the test.
+func ConvertLines(t testing.TB, c LineConverter, lines ...string) []conversation.Event {
+	t.Helper()
+	var events []conversation.Event
+	for i, l := range lines {
+		ev, err := c.Convert([]byte(l))
+		if err != nil {
+			t.Fatalf("line %d: %v\n%s", i+1, err, l)
+		}
+		events = append(events, ev...)
+	}
+	return events
+}
+
+// BlockKinds lists blocks as their types, with the content after a colon
+// for assistant text ("assistant_text:Done.").
+func BlockKinds(bs []conversation.Block) []string {
+	var kinds []string
+	for _, b := range bs {
+		k := string(b.Type)
+		if b.Type == conversation.BlockAssistantText {
+			k += ":" + b.Content
+		}
+		kinds = append(kinds, k)
+	}
+	return kinds
+}

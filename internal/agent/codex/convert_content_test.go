@@ -2,7 +2,6 @@ package codex_test
 
 import (
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 
@@ -76,15 +75,8 @@ func TestExecIDsScopedPerTurnAndPrefix(t *testing.T) {
 		`{"type":"error","message":"quota exceeded"}`,
 		`{"type":"turn.failed","error":{"message":"quota exceeded"}}`,
 	}
-	var events []conversation.Event
 	c := codex.NewExecJSONConverter()
-	for _, l := range lines {
-		ev, err := c.Convert([]byte(l))
-		if err != nil {
-			t.Fatal(err)
-		}
-		events = append(events, ev...)
-	}
+	events := agenttest.ConvertLines(t, c, lines...)
 	st := agenttest.CheckEvents(t, events)
 	texts := agenttest.BlocksOf(st.Blocks, conversation.BlockAssistantText)
 	if len(texts) != 2 || texts[0].ID != "th-1-item_0" || texts[1].ID != "th-2-item_0" || texts[1].Content != "two" {
@@ -172,7 +164,7 @@ func TestRolloutFailedCommands(t *testing.T) {
 	}
 	// The last token_count's totals: every increment adds up to them.
 	var lastTotal struct{ in, cached, out int64 }
-	for _, line := range strings.Split(readFile(t, rollout), "\n") {
+	for _, line := range strings.Split(agenttest.ReadFile(t, rollout), "\n") {
 		var l struct {
 			Payload struct {
 				Type string
@@ -215,14 +207,7 @@ func TestRolloutNewerShapes(t *testing.T) {
 		`{"timestamp":"2026-01-01T00:00:09Z","type":"event_msg","payload":{"type":"turn_aborted","reason":"interrupted"}}`,
 	}
 	c := codex.NewRolloutConverter()
-	var events []conversation.Event
-	for _, l := range lines {
-		ev, err := c.Convert([]byte(l))
-		if err != nil {
-			t.Fatalf("%s: %v", l, err)
-		}
-		events = append(events, ev...)
-	}
+	events := agenttest.ConvertLines(t, c, lines...)
 	st := agenttest.CheckEvents(t, events)
 	if u := agenttest.FindBlock(t, st.Blocks, "u1"); u.Content != "fix it" || u.Type != conversation.BlockUserMessage {
 		t.Fatalf("user %+v", u)
@@ -242,15 +227,6 @@ func TestRolloutNewerShapes(t *testing.T) {
 	if events[len(events)-1].Context.Timestamp.IsZero() {
 		t.Fatal("events should carry the line's timestamp")
 	}
-}
-
-func readFile(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 func TestAppServerHandmadeTurns(t *testing.T) {
@@ -327,7 +303,7 @@ func TestAppServerHandmadeTurns(t *testing.T) {
 func TestAppServerOptions(t *testing.T) {
 	c := codex.NewAppServerConverter(codex.WithoutPermissionEvents(), codex.WithoutUserMessages())
 	var events []conversation.Event
-	for _, l := range strings.Split(strings.TrimSpace(readFile(t, appTurns)), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(agenttest.ReadFile(t, appTurns)), "\n") {
 		ev, err := c.Convert([]byte(l))
 		if err != nil {
 			t.Fatal(err)

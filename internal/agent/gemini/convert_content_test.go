@@ -69,14 +69,7 @@ func TestStreamJSONDeltas(t *testing.T) {
 		`{"type":"result","timestamp":"2026-01-01T00:00:04.000Z","status":"error","error":{"type":"FatalCancellationError","message":"Operation cancelled."},"stats":{"total_tokens":30,"input_tokens":20,"output_tokens":10,"cached":5,"input":15,"duration_ms":0,"tool_calls":1}}`,
 	}
 	c := gemini.NewStreamJSONConverter(gemini.WithIDPrefix("q2"), gemini.WithoutUserMessages())
-	var events []conversation.Event
-	for _, l := range lines {
-		ev, err := c.Convert([]byte(l))
-		if err != nil {
-			t.Fatal(err)
-		}
-		events = append(events, ev...)
-	}
+	events := agenttest.ConvertLines(t, c, lines...)
 	st := agenttest.CheckEvents(t, events)
 	texts := agenttest.BlocksOf(st.Blocks, conversation.BlockAssistantText)
 	if len(texts) != 2 || texts[0].Content != "Let me look." || texts[1].Content != "It failed." || texts[0].ID != "q2-1" || texts[1].ID != "q2-2" {
@@ -249,7 +242,7 @@ func TestCapturedTwoProcesses(t *testing.T) {
 	var events []conversation.Event
 	for i, f := range []string{"testdata/captured/gemini-stream-list.jsonl", "testdata/captured/gemini-stream-resume.jsonl"} {
 		c := gemini.NewStreamJSONConverter(gemini.WithIDPrefix(fmt.Sprintf("q%d", i+1)))
-		for _, l := range strings.Split(strings.TrimSpace(readFile(t, f)), "\n") {
+		for _, l := range strings.Split(strings.TrimSpace(agenttest.ReadFile(t, f)), "\n") {
 			ev, err := c.Convert([]byte(l))
 			if err != nil {
 				t.Fatal(err)
@@ -296,15 +289,6 @@ func TestCapturedSession(t *testing.T) {
 	if len(results) != 2 || results[0] != "There are two files: a.txt and b.txt." || results[1] != "Hello from the mock." {
 		t.Fatalf("turn ends %q", results)
 	}
-}
-
-func readFile(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // TestSessionRewrittenHistory: a history rewritten on resume holds tool

@@ -59,7 +59,7 @@ func TestEventsSubagentsAndTools(t *testing.T) {
 	// Usage: every step-finish once, in whichever session.
 	var want conversation.Usage
 	seen := map[string]bool{}
-	for _, line := range strings.Split(readFile(t, sseEvents), "\n") {
+	for _, line := range strings.Split(agenttest.ReadFile(t, sseEvents), "\n") {
 		var ev struct {
 			Properties struct {
 				Part struct {
@@ -158,14 +158,7 @@ func TestEventsNewerProtocol(t *testing.T) {
 		`{"type":"lsp.updated","properties":{}}`,
 	}
 	c := opencode.NewEventsConverter(opencode.WithSessionID("ses_main"))
-	var events []conversation.Event
-	for _, l := range lines {
-		ev, err := c.Convert([]byte(l))
-		if err != nil {
-			t.Fatalf("%s: %v", l, err)
-		}
-		events = append(events, ev...)
-	}
+	events := agenttest.ConvertLines(t, c, lines...)
 	st := agenttest.CheckEvents(t, events)
 	if th := agenttest.FindBlock(t, st.Blocks, "prt_r"); th.Type != conversation.BlockThinking || th.Content != "thinking" {
 		t.Fatalf("reasoning %+v", th)

@@ -70,14 +70,7 @@ func TestChildSessionLinking(t *testing.T) {
 		`{"type":"message.part.updated","properties":{"part":{"id":"prt_task","sessionID":"ses_p","messageID":"m1","type":"tool","callID":"call_t","tool":"task","state":{"status":"error","input":{"prompt":"p","description":"d","subagent_type":"general"},"error":"boom","time":{"start":1,"end":9}}}}}`,
 	}
 	c := opencode.NewEventsConverter()
-	var events []conversation.Event
-	for _, l := range lines {
-		ev, err := c.Convert([]byte(l))
-		if err != nil {
-			t.Fatal(err)
-		}
-		events = append(events, ev...)
-	}
+	events := agenttest.ConvertLines(t, c, lines...)
 	st := agenttest.CheckEvents(t, events)
 	if len(st.Subagents) != 2 || st.Subagents[0].ID != "call_t" || st.Subagents[0].Blocks[0].Content != "child says hi" ||
 		st.Subagents[0].Status != conversation.StatusError || st.Subagents[0].AgentID != "ses_c" {

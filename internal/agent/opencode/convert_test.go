@@ -2,7 +2,6 @@ package opencode_test
 
 import (
 	"flag"
-	"os"
 	"testing"
 
 	"github.com/agentd/agentd/internal/agent/agenttest/formattest"
@@ -25,13 +24,4 @@ func TestFormatsConvertTestdata(t *testing.T) {
 // it; every shared file must have an identical copy that a format converts.
 func TestCopiesMatchSharedTestdata(t *testing.T) {
 	formattest.CheckSharedCopies(t, "opencode", formatFiles)
-}
-
-func readFile(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }

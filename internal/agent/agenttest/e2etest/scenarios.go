@@ -254,16 +254,7 @@ func RecallAfterRestart(t testing.TB, srv *testenv.Server, mock *mockllm.Server,
 	q, after := Send(t, c, id, "what did I ask first?")
 	seen, end := Turn(t, c, id, after, q, nil)
 	Completed(t, end, seen)
-	reqs := mock.ModelRequests(mockllm.KindMain)
-	if len(reqs) != n+1 {
-		t.Fatalf("%d model requests for the resumed turn, want 1", len(reqs)-n)
-	}
-	body := string(reqs[n].Body)
-	for _, want := range wants {
-		if !strings.Contains(body, want) {
-			t.Fatalf("the resumed session's request lacks %q: %s", want, body)
-		}
-	}
+	oneRequest(t, mock, n, wants)
 	after2, _ := c.Session(ctx, id)
 	if after2.Runtime.AgentSessionID != before.Runtime.AgentSessionID {
 		t.Fatalf("agent session changed across restart: %s -> %s", before.Runtime.AgentSessionID, after2.Runtime.AgentSessionID)
@@ -295,16 +286,7 @@ func ResumeInAFreshWorkspace(t testing.TB, srv *testenv.Server, mock *mockllm.Se
 			t.Fatalf("the conversation was lost: %s", e.Payload)
 		}
 	}
-	reqs := mock.ModelRequests(mockllm.KindMain)
-	if len(reqs) != n+1 {
-		t.Fatalf("%d model requests for the resumed turn, want 1", len(reqs)-n)
-	}
-	body := string(reqs[n].Body)
-	for _, want := range wants {
-		if !strings.Contains(body, want) {
-			t.Fatalf("the request lacks %q: %s", want, body)
-		}
-	}
+	oneRequest(t, mock, n, wants)
 }
 
 // Missing starts a server whose PATH has no agent CLIs: arch is listed as
@@ -359,4 +341,20 @@ func Crash(t *testing.T, arch, cli, script string, wants ...string) (*testenv.Se
 		t.Fatalf("turn end %s %s", end.Type, end.Payload)
 	}
 	return srv, created.SessionID
+}
+
+// oneRequest checks that mock had one model request after the first n, and
+// that it carries each of wants.
+func oneRequest(t testing.TB, mock *mockllm.Server, n int, wants []string) {
+	t.Helper()
+	reqs := mock.ModelRequests(mockllm.KindMain)
+	if len(reqs) != n+1 {
+		t.Fatalf("%d model requests for the resumed turn, want 1", len(reqs)-n)
+	}
+	body := string(reqs[n].Body)
+	for _, want := range wants {
+		if !strings.Contains(body, want) {
+			t.Fatalf("the resumed session's request lacks %q: %s", want, body)
+		}
+	}
 }
