@@ -16,6 +16,7 @@ import (
 	"github.com/agentd/agentd"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/internal/agent/claudecode"
 	"github.com/agentd/agentd/internal/mockllm"
 	"github.com/agentd/agentd/internal/sandbox"
@@ -315,7 +316,7 @@ func TestE2EBashAndWriteCreateFiles(t *testing.T) {
 		}
 	}
 	// file:created may come just after the turn: the watcher debounces.
-	waitFor(t, 10*time.Second, "file:created events", func() bool {
+	agenttest.WaitFor(t, 10*time.Second, "file:created events", func() bool {
 		page, _ := e.c.Events(context.Background(), id, 0, 0)
 		created := map[string]bool{}
 		for _, ev := range page.Events {
@@ -456,7 +457,7 @@ func TestE2EInterruptLongBash(t *testing.T) {
 	default:
 		t.Fatal("the turn ended before the interrupt")
 	}
-	waitFor(t, 5*time.Second, "sleep to stop", func() bool { return !sleepRunning() })
+	agenttest.WaitFor(t, 5*time.Second, "sleep to stop", func() bool { return !sleepRunning() })
 	// The session stays usable.
 	end, evs = e.turn(id, "say hello", nil)
 	if done := mustComplete(t, end, evs); done.Result != "Hello from mock-llm, streamed in pieces." {
@@ -495,14 +496,7 @@ func TestE2ESubagentAndTranscriptParity(t *testing.T) {
 		sa.Prompt != "SUBTASK: write sub.txt using Bash" || sa.SubagentType != "general-purpose" {
 		t.Fatalf("subagent %+v", sa)
 	}
-	var kinds []string
-	for _, b := range sa.Blocks {
-		k := string(b.Type)
-		if b.Type == conversation.BlockAssistantText {
-			k += ":" + b.Content
-		}
-		kinds = append(kinds, k)
-	}
+	kinds := agenttest.BlockKinds(sa.Blocks)
 	want := []string{"user_message", "assistant_text:Subagent writing the file.", "tool_use", "tool_result", "assistant_text:Subagent finished: sub-ran."}
 	if !slices.Equal(kinds, want) {
 		t.Fatalf("subagent blocks %q\nwant %q", kinds, want)
@@ -712,17 +706,6 @@ func TestE2EProbeRealCLI(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestServerPermissionOpenAtTurnEnd: a CLI that ends its turn while a
 // permission request is open (fake CLI, real server). The request is
 // resolved, the next turn runs and the session closes cleanly.
@@ -734,7 +717,7 @@ func TestServerPermissionOpenAtTurnEnd(t *testing.T) {
 	if len(ofType(evs, conversation.TypePermissionRequest)) != 1 {
 		t.Fatalf("events %s", types(evs))
 	}
-	waitFor(t, 5*time.Second, "the request to be resolved", func() bool { return len(e.state(id).PendingPermissions) == 0 })
+	agenttest.WaitFor(t, 5*time.Second, "the request to be resolved", func() bool { return len(e.state(id).PendingPermissions) == 0 })
 	end, evs = e.turn(id, "hello", nil)
 	if done := mustComplete(t, end, evs); done.Result != "turn 2" {
 		t.Fatalf("next turn: %q", done.Result)

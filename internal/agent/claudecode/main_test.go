@@ -6,9 +6,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/agentd/agentd/internal/agent/agenttest"
 	rpc "github.com/agentd/agentd/internal/executor"
-
-	"go.uber.org/goleak"
 )
 
 // TestMain runs the tests under goleak, or, when the binary was started as
@@ -26,9 +25,5 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/zishang520/socket.io/v3/pkg/queue.(*Queue).run"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-	)
+	agenttest.VerifyTestMain(m)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor"
 )
@@ -382,7 +383,7 @@ func TestDetachAndResumeMidTurn(t *testing.T) {
 	r := startOn(t, h)
 	errc := make(chan error, 1)
 	go func() { _, err := userTurn(t, h, r, "q1", "slow 40"); errc <- err }()
-	waitFor(t, 10*time.Second, "ten lines", func() bool {
+	agenttest.WaitFor(t, 10*time.Second, "ten lines", func() bool {
 		return strings.Count(textOf(h.allEvents()), "\n") >= 10
 	})
 	start := time.Now()
@@ -490,7 +491,7 @@ func TestResumeAsksAgainForAnOpenPermission(t *testing.T) {
 	r := startOn(t, h)
 	errc := make(chan error, 1)
 	go func() { _, err := userTurn(t, h, r, "q1", "tool Bash"); errc <- err }()
-	waitFor(t, 10*time.Second, "the permission request", func() bool { return len(h.ofType(conversation.TypePermissionRequest)) == 1 })
+	agenttest.WaitFor(t, 10*time.Second, "the permission request", func() bool { return len(h.ofType(conversation.TypePermissionRequest)) == 1 })
 	r.Detach()
 	if err := <-errc; !errors.Is(err, agent.ErrDetached) {
 		t.Fatal(err)
@@ -535,7 +536,7 @@ func TestResumeFailsWhenTheSpoolDroppedTheTurn(t *testing.T) {
 	r := startOn(t, h)
 	errc := make(chan error, 1)
 	go func() { _, err := userTurn(t, h, r, "q1", "big 3000"); errc <- err }()
-	waitFor(t, 10*time.Second, "the big text", func() bool { return len(textOf(h.allEvents())) >= 3000 })
+	agenttest.WaitFor(t, 10*time.Second, "the big text", func() bool { return len(textOf(h.allEvents())) >= 3000 })
 	r.Detach()
 	<-errc
 	next := w.successor(h, -1)
@@ -686,13 +687,13 @@ func TestInterruptAResumedTurn(t *testing.T) {
 	r := startOn(t, h)
 	errc := make(chan error, 1)
 	go func() { _, err := userTurn(t, h, r, "q1", "hang"); errc <- err }()
-	waitFor(t, 10*time.Second, "the tool call", func() bool { return len(h.ofType(conversation.TypeBlockUpsert)) > 1 })
+	agenttest.WaitFor(t, 10*time.Second, "the tool call", func() bool { return len(h.ofType(conversation.TypeBlockUpsert)) > 1 })
 	r.Detach()
 	<-errc
 	next := w.successor(h, -1)
 	r2 := startOn(t, next)
 	go func() { _, err := resume(t, next, r2, "q1", "hang"); errc <- err }()
-	waitFor(t, 10*time.Second, "the re-attach", func() bool { return len(next.logs("re-attached")) == 1 })
+	agenttest.WaitFor(t, 10*time.Second, "the re-attach", func() bool { return len(next.logs("re-attached")) == 1 })
 	time.Sleep(100 * time.Millisecond)
 	if err := r2.Interrupt(context.Background()); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/agent/agenttest"
 )
 
 // Runner tests against the fake CLI (fakecli_test.go): the control
@@ -108,7 +109,7 @@ func TestTurnStreamsTextAndRecordsTheSession(t *testing.T) {
 	}
 	// The transcript is saved after the turn, including the line the CLI
 	// wrote late.
-	waitFor(t, 3*time.Second, "transcript", func() bool {
+	agenttest.WaitFor(t, 3*time.Second, "transcript", func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		return strings.Count(string(h.transcripts[transcriptName(saved.ClaudeSessionID)]), `"type":"assistant"`) == 2
@@ -178,7 +179,7 @@ func TestInterruptByControlKeepsTheProcess(t *testing.T) {
 	r := startRunner(t, h, fastOpts)
 	errc := make(chan error, 1)
 	go func() { _, err := turn(t, r, "q1", "hang"); errc <- err }()
-	waitFor(t, 10*time.Second, "the tool call", func() bool { return len(h.ofType(conversation.TypeBlockUpsert)) > 0 })
+	agenttest.WaitFor(t, 10*time.Second, "the tool call", func() bool { return len(h.ofType(conversation.TypeBlockUpsert)) > 0 })
 	start := time.Now()
 	if err := r.Interrupt(context.Background()); err != nil {
 		t.Fatal(err)
@@ -214,7 +215,7 @@ func TestInterruptEscalates(t *testing.T) {
 			mustTurn(t, r, "q1", "hello")
 			errc := make(chan error, 1)
 			go func() { _, err := turn(t, r, "q2", tc.scenario); errc <- err }()
-			waitFor(t, 10*time.Second, "the tool call", func() bool {
+			agenttest.WaitFor(t, 10*time.Second, "the tool call", func() bool {
 				return slices.ContainsFunc(h.reduce(t).Blocks, func(b conversation.Block) bool { return b.Type == conversation.BlockToolUse })
 			})
 			if err := r.Interrupt(context.Background()); err != nil {
@@ -258,7 +259,7 @@ func TestTurnContextCancelStopsTheCLI(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { _, err := r.Turn(ctx, agent.Turn{QueryID: "q1", Content: "immortal"}); errc <- err }()
-	waitFor(t, 10*time.Second, "the tool call", func() bool { return len(h.ofType(conversation.TypeBlockUpsert)) > 0 })
+	agenttest.WaitFor(t, 10*time.Second, "the tool call", func() bool { return len(h.ofType(conversation.TypeBlockUpsert)) > 0 })
 	cancel()
 	select {
 	case err := <-errc:
@@ -456,14 +457,7 @@ func TestSubagentBlocksFollowItsTranscript(t *testing.T) {
 			if sa.Status != conversation.StatusComplete || sa.Output != "Sub done." || sa.AgentID == "" || sa.Prompt != "SUB: work" {
 				t.Fatalf("subagent %+v", sa)
 			}
-			var kinds []string
-			for _, b := range sa.Blocks {
-				k := string(b.Type)
-				if b.Type == conversation.BlockAssistantText {
-					k += ":" + b.Content
-				}
-				kinds = append(kinds, k)
-			}
+			kinds := agenttest.BlockKinds(sa.Blocks)
 			want := []string{"user_message", "assistant_text:Sub thinking aloud.", "tool_use", "tool_result", "assistant_text:Sub done."}
 			if !withFile {
 				want = []string{"user_message", "tool_use", "tool_result"}
@@ -512,7 +506,7 @@ func TestCLIDyingBetweenTurnsIsRestarted(t *testing.T) {
 	p := rr.proc
 	rr.mu.Unlock()
 	_ = p.proc.Kill()
-	waitFor(t, 5*time.Second, "the exit log", func() bool { return len(h.logs("exited between turns")) == 1 })
+	agenttest.WaitFor(t, 5*time.Second, "the exit log", func() bool { return len(h.logs("exited between turns")) == 1 })
 	if res := mustTurn(t, r, "q2", "hello"); res.Result != "turn 2" {
 		t.Fatalf("after the CLI died: %q", res.Result)
 	}

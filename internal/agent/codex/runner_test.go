@@ -256,19 +256,11 @@ func TestRunnerInterruptStuckProcess(t *testing.T) {
 	}()
 	// Wait for the turn to be running, then interrupt: the fake ignores
 	// turn/interrupt, so the session's backstop (ctx) ends it.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	agenttest.WaitFor(t, 20*time.Second, "the turn to start", func() bool {
 		r.mu.Lock()
-		started := r.cur != nil && r.cur.turnID != ""
-		r.mu.Unlock()
-		if started {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("turn did not start")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer r.mu.Unlock()
+		return r.cur != nil && r.cur.turnID != ""
+	})
 	if err := r.Interrupt(context.Background()); err != nil {
 		t.Fatal(err)
 	}

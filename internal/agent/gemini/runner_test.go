@@ -193,11 +193,7 @@ func TestRunnerNoResultLine(t *testing.T) {
 	if agent.CodeOf(err) != agent.CodeAgentProtocol || !strings.Contains(err.Error(), "without a result line") {
 		t.Fatalf("err %v", err)
 	}
-	for _, b := range h.Blocks(t) {
-		if b.Status == conversation.StatusPending {
-			t.Fatalf("block left pending: %+v", b)
-		}
-	}
+	agenttest.NoPending(t, h.Blocks(t))
 }
 
 func TestRunnerNonJSONOutputIsLogged(t *testing.T) {
@@ -219,24 +215,14 @@ func TestRunnerInterrupt(t *testing.T) {
 		_, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
 		errc <- err
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for lastText(t, h) == "" {
-		if time.Now().After(deadline) {
-			t.Fatal("no output")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	agenttest.WaitFor(t, 20*time.Second, "output", func() bool { return lastText(t, h) != "" })
 	if err := r.Interrupt(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-errc; !errors.Is(err, agent.ErrInterrupted) {
 		t.Fatalf("err %v", err)
 	}
-	for _, b := range h.Blocks(t) {
-		if b.Status == conversation.StatusPending {
-			t.Fatalf("block left pending: %+v", b)
-		}
-	}
+	agenttest.NoPending(t, h.Blocks(t))
 }
 
 func TestRunnerMissingCLI(t *testing.T) {

@@ -277,13 +277,9 @@ func TestRunnerInterrupt(t *testing.T) {
 				_, err := r.Turn(agenttest.TurnCtx(t), agent.Turn{QueryID: "q1", Content: "hi"})
 				errc <- err
 			}()
-			deadline := time.Now().Add(20 * time.Second)
-			for len(h.Texts()) == 0 && len(h.Find(conversation.TypeBlockUpsert)) == 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("turn did not start")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			agenttest.WaitFor(t, 20*time.Second, "the turn to start", func() bool {
+				return len(h.Texts()) != 0 || len(h.Find(conversation.TypeBlockUpsert)) != 0
+			})
 			if err := r.Interrupt(context.Background()); err != nil {
 				t.Fatal(err)
 			}
