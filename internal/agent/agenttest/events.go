@@ -86,15 +86,20 @@ func FindBlock(t testing.TB, bs []conversation.Block, id string) conversation.Bl
 	return conversation.Block{}
 }
 
-// CountType counts the events of type typ.
-func CountType(events []conversation.Event, typ conversation.EventType) int {
-	n := 0
+// OfType returns the events of type typ, in order.
+func OfType(events []conversation.Event, typ conversation.EventType) []conversation.Event {
+	var out []conversation.Event
 	for _, e := range events {
 		if e.Type == typ {
-			n++
+			out = append(out, e)
 		}
 	}
-	return n
+	return out
+}
+
+// CountType counts the events of type typ.
+func CountType(events []conversation.Event, typ conversation.EventType) int {
+	return len(OfType(events, typ))
 }
 
 // NoPending fails the test when a block is still pending (a turn that

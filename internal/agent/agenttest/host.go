@@ -141,13 +141,7 @@ func (h *FakeHost) ResetEvents() {
 func (h *FakeHost) Find(typ conversation.EventType) []conversation.Event {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var out []conversation.Event
-	for _, e := range h.events {
-		if e.Type == typ {
-			out = append(out, e)
-		}
-	}
-	return out
+	return OfType(h.events, typ)
 }
 
 // Texts returns the non-empty assistant texts, from the block upserts.

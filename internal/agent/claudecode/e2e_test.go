@@ -233,16 +233,6 @@ func payload[T any](t *testing.T, e conversation.Event) T {
 	return v
 }
 
-func ofType(evs []conversation.Event, typ conversation.EventType) []conversation.Event {
-	var out []conversation.Event
-	for _, e := range evs {
-		if e.Type == typ {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 func mustComplete(t *testing.T, end conversation.Event, evs []conversation.Event) conversation.QueryCompleted {
 	t.Helper()
 	if end.Type != conversation.TypeQueryCompleted {
@@ -272,7 +262,7 @@ func TestE2EStreamingText(t *testing.T) {
 	if done.Result != "Hello from mock-llm, streamed in pieces." {
 		t.Fatalf("result %q", done.Result)
 	}
-	if n := len(ofType(evs, conversation.TypeBlockDelta)); n < 5 {
+	if n := len(agenttest.OfType(evs, conversation.TypeBlockDelta)); n < 5 {
 		t.Errorf("%d block:delta events; the text should stream in pieces", n)
 	}
 	st := e.state(id)
@@ -375,7 +365,7 @@ func TestE2EPermissionsAllowDenyAndLateAnswer(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(e.workspace(id), "guarded.txt")); err != nil || string(b) != "guarded\n" {
 		t.Fatalf("guarded.txt %q %v", b, err)
 	}
-	res := ofType(evs, conversation.TypePermissionResolved)
+	res := agenttest.OfType(evs, conversation.TypePermissionResolved)
 	if len(res) != 1 || payload[conversation.PermissionResolved](t, res[0]).By != conversation.ByUser {
 		t.Fatalf("resolved %v", res)
 	}
@@ -406,7 +396,7 @@ func TestE2EPermissionTimeout(t *testing.T) {
 	id := e.session("")
 	end, evs := e.turn(id, "run guarded", nil)
 	done := mustComplete(t, end, evs)
-	res := ofType(evs, conversation.TypePermissionResolved)
+	res := agenttest.OfType(evs, conversation.TypePermissionResolved)
 	if len(res) != 1 {
 		t.Fatalf("resolved events: %d", len(res))
 	}
@@ -484,7 +474,7 @@ func TestE2ESubagentAndTranscriptParity(t *testing.T) {
 	if done := mustComplete(t, end, evs); done.Result != "All done: the subagent reported." {
 		t.Fatalf("result %q", done.Result)
 	}
-	if len(ofType(evs, conversation.TypeSubagentSpawned)) != 1 || len(ofType(evs, conversation.TypeSubagentCompleted)) != 1 {
+	if len(agenttest.OfType(evs, conversation.TypeSubagentSpawned)) != 1 || len(agenttest.OfType(evs, conversation.TypeSubagentCompleted)) != 1 {
 		t.Fatalf("subagent events: %s", types(evs))
 	}
 	st := e.state(id)
@@ -614,7 +604,7 @@ func TestE2EModelErrors(t *testing.T) {
 		t.Fatalf("result %q", done.Result)
 	}
 	retried := false
-	for _, ev := range ofType(evs, conversation.TypeLog) {
+	for _, ev := range agenttest.OfType(evs, conversation.TypeLog) {
 		p := payload[conversation.LogEvent](t, ev)
 		retried = retried || (p.Level == conversation.LevelWarn && strings.Contains(p.Message, "429"))
 	}
@@ -629,7 +619,7 @@ func TestE2EModelErrors(t *testing.T) {
 	if f := payload[conversation.QueryFailed](t, end); f.Code != "MODEL_ERROR" || !strings.Contains(f.Error, "500") {
 		t.Fatalf("failure %+v", f)
 	}
-	errs := ofType(evs, conversation.TypeError)
+	errs := agenttest.OfType(evs, conversation.TypeError)
 	if len(errs) != 1 || payload[conversation.ErrorEvent](t, errs[0]).Code != "MODEL_ERROR" {
 		t.Fatalf("error events: %v", errs)
 	}
@@ -714,7 +704,7 @@ func TestServerPermissionOpenAtTurnEnd(t *testing.T) {
 	id := e.session("")
 	end, evs := e.turn(id, "askthenresult", nil)
 	mustComplete(t, end, evs)
-	if len(ofType(evs, conversation.TypePermissionRequest)) != 1 {
+	if len(agenttest.OfType(evs, conversation.TypePermissionRequest)) != 1 {
 		t.Fatalf("events %s", types(evs))
 	}
 	agenttest.WaitFor(t, 5*time.Second, "the request to be resolved", func() bool { return len(e.state(id).PendingPermissions) == 0 })
@@ -743,7 +733,7 @@ func TestE2EInterruptWhileAskingPermission(t *testing.T) {
 	if done := mustComplete(t, end, evs); !done.Interrupted {
 		t.Fatalf("turn %+v", done)
 	}
-	res := ofType(evs, conversation.TypePermissionResolved)
+	res := agenttest.OfType(evs, conversation.TypePermissionResolved)
 	if len(res) != 1 || payload[conversation.PermissionResolved](t, res[0]).Behavior != conversation.Deny {
 		t.Fatalf("resolutions: %v", res)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/profile"
@@ -194,13 +195,7 @@ func (h *testHost) logs(s string) []string {
 }
 
 func (h *testHost) ofType(typ conversation.EventType) []conversation.Event {
-	var out []conversation.Event
-	for _, e := range h.allEvents() {
-		if e.Type == typ {
-			out = append(out, e)
-		}
-	}
-	return out
+	return agenttest.OfType(h.allEvents(), typ)
 }
 
 // fakeStarts reads the fake CLI's start records.

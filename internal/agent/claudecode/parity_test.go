@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/agenttest"
 )
 
 // TestStreamTranscriptParity converts the live stream-json output of one run
@@ -125,7 +126,7 @@ func TestPartialMessagesDoNotChangeBlocks(t *testing.T) {
 			t.Fatal(err)
 		}
 		all = append(all, ev...)
-		deltas += len(ofType(ev, conversation.TypeBlockDelta))
+		deltas += len(agenttest.OfType(ev, conversation.TypeBlockDelta))
 		var l wireLine
 		var s scanner
 		if decodeLine(&s, ln.b, &l) == nil && l.Type == "stream_event" {
@@ -242,7 +243,7 @@ func TestStreamTranscriptParityCurrentCLI(t *testing.T) {
 			}
 			if run == "subagent-retry" {
 				var retried bool
-				for _, e := range ofType(live.events, conversation.TypeLog) {
+				for _, e := range agenttest.OfType(live.events, conversation.TypeLog) {
 					p := payload[conversation.LogEvent](t, e)
 					retried = retried || (p.Level == conversation.LevelWarn && strings.Contains(p.Message, "HTTP 529"))
 				}

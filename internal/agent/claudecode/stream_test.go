@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/agenttest"
 )
 
 // convertLines runs lines through one StreamConverter; any skipped line
@@ -43,16 +44,6 @@ func payload[T any](t *testing.T, e conversation.Event) T {
 		t.Fatalf("decode %s payload %s: %v", e.Type, e.Payload, err)
 	}
 	return v
-}
-
-func ofType(events []conversation.Event, typ conversation.EventType) []conversation.Event {
-	var out []conversation.Event
-	for _, e := range events {
-		if e.Type == typ {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 func blockByID(t *testing.T, blocks []conversation.Block, id string) conversation.Block {
@@ -96,7 +87,7 @@ const (
 
 func TestStreamTextDeltasThenCompleteBlock(t *testing.T) {
 	events := convertLines(t, lineMsgStart, lineTextStart, lineDelta1, lineDelta2, lineText, lineTextStop)
-	ups := ofType(events, conversation.TypeBlockUpsert)
+	ups := agenttest.OfType(events, conversation.TypeBlockUpsert)
 	if len(ups) != 2 {
 		t.Fatalf("want a pending and a complete upsert, got %d", len(ups))
 	}
@@ -104,7 +95,7 @@ func TestStreamTextDeltasThenCompleteBlock(t *testing.T) {
 	if first.ID != "msg_1-0" || first.Status != conversation.StatusPending || first.Type != conversation.BlockAssistantText {
 		t.Fatalf("opening upsert = %+v", first)
 	}
-	deltas := ofType(events, conversation.TypeBlockDelta)
+	deltas := agenttest.OfType(events, conversation.TypeBlockDelta)
 	if len(deltas) != 2 || payload[conversation.BlockDelta](t, deltas[1]).Delta != "lo <b>" {
 		t.Fatalf("deltas = %v", deltas)
 	}
@@ -235,7 +226,7 @@ const (
 
 func TestStreamSubagent(t *testing.T) {
 	events := convertLines(t, lineTask, lineSubPrompt, lineSubTool, lineSubResult, lineTaskDone)
-	spawned := ofType(events, conversation.TypeSubagentSpawned)
+	spawned := agenttest.OfType(events, conversation.TypeSubagentSpawned)
 	if len(spawned) != 1 {
 		t.Fatalf("spawned events: %d", len(spawned))
 	}
@@ -243,7 +234,7 @@ func TestStreamSubagent(t *testing.T) {
 	if sp != (conversation.SubagentSpawned{ToolUseID: "toolu_task", Prompt: "Write hello.txt", SubagentType: "general-purpose", Description: "Write file"}) {
 		t.Fatalf("spawned = %+v", sp)
 	}
-	done := ofType(events, conversation.TypeSubagentCompleted)
+	done := agenttest.OfType(events, conversation.TypeSubagentCompleted)
 	if len(done) != 1 {
 		t.Fatalf("completed events: %d", len(done))
 	}
@@ -282,7 +273,7 @@ func TestStreamAgentToolAndFailedSubagent(t *testing.T) {
 	if b.Type != conversation.BlockSubagent || b.Status != conversation.StatusError || b.Output != "prompt missing" {
 		t.Fatalf("failed subagent block = %+v", b)
 	}
-	if c := payload[conversation.SubagentCompleted](t, ofType(events, conversation.TypeSubagentCompleted)[0]); c.Status != conversation.StatusError {
+	if c := payload[conversation.SubagentCompleted](t, agenttest.OfType(events, conversation.TypeSubagentCompleted)[0]); c.Status != conversation.StatusError {
 		t.Fatalf("completed = %+v", c)
 	}
 }
@@ -294,7 +285,7 @@ func TestStreamBackgroundSubagent(t *testing.T) {
 		`{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"toolu_task","content":"Async agent launched successfully."}]},"tool_use_result":{"isAsync":true,"status":"async_launched","agentId":"bg1"}}`,
 		`{"type":"system","subtype":"task_progress","task_id":"bg1","description":"working"}`,
 	)
-	if n := len(ofType(events, conversation.TypeSubagentCompleted)); n != 0 {
+	if n := len(agenttest.OfType(events, conversation.TypeSubagentCompleted)); n != 0 {
 		t.Fatalf("a background launch completed the subagent (%d events)", n)
 	}
 	st := mustReduce(t, events)
@@ -313,7 +304,7 @@ func TestStreamBackgroundSubagent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := ofType(ev, conversation.TypeSubagentCompleted)
+	done := agenttest.OfType(ev, conversation.TypeSubagentCompleted)
 	if len(done) != 1 {
 		t.Fatalf("notification did not complete the subagent: %v", ev)
 	}
@@ -401,7 +392,7 @@ func TestStreamAPIErrorMessage(t *testing.T) {
 	if b.Type != conversation.BlockError || b.Message != "API Error: 529 overloaded" || b.Code != "overloaded" || b.Status != conversation.StatusError {
 		t.Fatalf("api error block = %+v", b)
 	}
-	if n := len(ofType(events, conversation.TypeMetadataUpdate)); n != 0 {
+	if n := len(agenttest.OfType(events, conversation.TypeMetadataUpdate)); n != 0 {
 		t.Fatalf("the synthetic model was reported as the session's model")
 	}
 }
@@ -472,7 +463,7 @@ func TestStreamSystemLines(t *testing.T) {
 		`{"type":"system","subtype":"compact_boundary","compact_metadata":{"trigger":"auto","pre_tokens":1234},"uuid":"cb"}`,
 		`{"type":"system","subtype":"brand_new","detail":1}`,
 	)
-	logs := ofType(events, conversation.TypeLog)
+	logs := agenttest.OfType(events, conversation.TypeLog)
 	want := []struct {
 		level conversation.LogLevel
 		msg   string
@@ -554,7 +545,7 @@ func TestStreamUnknownTypesAreLogged(t *testing.T) {
 		`{"type":"assistant","message":{"id":"m","content":[{"type":"hologram","beam":true},{"type":"text","text":"after"}]}}`,
 		`{"type":"keep_alive"}`,
 	)
-	logs := ofType(events, conversation.TypeLog)
+	logs := agenttest.OfType(events, conversation.TypeLog)
 	if len(logs) != 2 {
 		t.Fatalf("logs = %d, want 2", len(logs))
 	}
@@ -593,7 +584,7 @@ func TestStreamErrorLines(t *testing.T) {
 
 func TestStreamDuplicateLinesConvertOnce(t *testing.T) {
 	events := convertLines(t, lineText, lineText)
-	if n := len(ofType(events, conversation.TypeBlockUpsert)); n != 1 {
+	if n := len(agenttest.OfType(events, conversation.TypeBlockUpsert)); n != 1 {
 		t.Fatalf("a repeated line (same uuid) was converted %d times", n)
 	}
 }

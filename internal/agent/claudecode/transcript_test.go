@@ -12,6 +12,7 @@ import (
 	"testing/iotest"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/agenttest"
 )
 
 type warning struct {
@@ -231,7 +232,7 @@ func TestTranscriptBadAndDuplicateLines(t *testing.T) {
 		t.Fatalf("usage = %+v", st.Usage)
 	}
 	var retry string
-	for _, e := range ofType(s.events, conversation.TypeLog) {
+	for _, e := range agenttest.OfType(s.events, conversation.TypeLog) {
 		if p := payload[conversation.LogEvent](t, e); strings.HasPrefix(p.Message, "API request failed") {
 			retry = p.Message
 		}
@@ -351,7 +352,7 @@ func TestTranscriptBackgroundSubagentNotification(t *testing.T) {
 	if b := blockByID(t, st.Blocks, "u2-0"); b.Type != conversation.BlockSystem || b.Subtype != "task_notification" || b.Message != `Agent "scan" completed` {
 		t.Fatalf("notification block = %+v", b)
 	}
-	if n := len(ofType(s.events, conversation.TypeLog)); n != 1 { // the background launch note; progress lines give nothing
+	if n := len(agenttest.OfType(s.events, conversation.TypeLog)); n != 1 { // the background launch note; progress lines give nothing
 		t.Fatalf("logs = %d", n)
 	}
 }

@@ -124,7 +124,8 @@ func SharedRoot() string {
 // without it. When the shared folder is there, every file in it must have
 // an identical copy here that some pattern of formats converts; without it
 // the test is skipped.
-func CheckSharedCopies(t *testing.T, cli string, formats Formats) {
+func CheckSharedCopies(t testing.TB, cli string, formats Formats) {
+	t.Helper()
 	root := SharedRoot()
 	shared, _ := filepath.Glob(filepath.Join(root, cli, "*"))
 	if len(shared) == 0 {
