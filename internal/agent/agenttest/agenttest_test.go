@@ -294,3 +294,30 @@ func TestLocalEnvAndTurnCtx(t *testing.T) {
 		t.Fatalf("read a missing file: %q", out)
 	}
 }
+
+type stubArch struct {
+	run agent.Runner
+	err error
+}
+
+func (stubArch) Name() string { return "stub" }
+func (a stubArch) Start(context.Context, agent.Host) (agent.Runner, error) {
+	return a.run, a.err
+}
+
+type stubRunner struct{ agent.Runner }
+
+type otherRunner struct{ agent.Runner }
+
+func TestStart(t *testing.T) {
+	h := &FakeHost{}
+	if r := Start[*stubRunner](t, stubArch{run: &stubRunner{}}, h); r == nil {
+		t.Fatal("no runner")
+	}
+	if f := failure(t, func(tb testing.TB) { Start[*stubRunner](tb, stubArch{err: errors.New("no CLI")}, h) }); f != "no CLI" {
+		t.Fatalf("a failed start: %q", f)
+	}
+	if f := failure(t, func(tb testing.TB) { Start[*stubRunner](tb, stubArch{run: &otherRunner{}}, h) }); !strings.Contains(f, "want *agenttest.stubRunner") {
+		t.Fatalf("a runner of another type: %q", f)
+	}
+}

@@ -47,6 +47,21 @@ func newEnv(t testing.TB, h *FakeHost, vars map[string]string) {
 	h.Environment = env
 }
 
+// Start starts a runner of arch for h, failing the test on an error, and
+// returns it as R (the architecture's own runner type, or agent.Runner).
+func Start[R agent.Runner](t testing.TB, arch agent.Architecture, h *FakeHost) R {
+	t.Helper()
+	run, err := arch.Start(context.Background(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, ok := run.(R)
+	if !ok {
+		t.Fatalf("runner %T, want %T", run, r)
+	}
+	return r
+}
+
 // TurnCtx is the context of one turn in a runner test: 30 seconds at most.
 func TurnCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

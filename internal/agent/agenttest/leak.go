@@ -1,6 +1,7 @@
 package agenttest
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -15,4 +16,14 @@ func VerifyTestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 	)
+}
+
+// Main is a TestMain for a package whose test binary also plays an agent
+// CLI: when fake (the package's Fake…Main) played it, the process exits;
+// otherwise the tests run under VerifyTestMain.
+func Main(m *testing.M, fake func() bool) {
+	if fake() {
+		os.Exit(0)
+	}
+	VerifyTestMain(m)
 }

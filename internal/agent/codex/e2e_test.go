@@ -3,7 +3,6 @@ package codex_test
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"testing"
 
 	"github.com/agentd/agentd"
@@ -16,16 +15,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if codex.FakeAppServerMain() {
-		os.Exit(0)
-	}
-	agenttest.VerifyTestMain(m)
+	agenttest.Main(m, codex.FakeAppServerMain)
 }
 
 // The model's side of every e2e turn. exec_command is the shell tool Codex
 // offers gpt-5.5.
-const e2eScript = `
-rules:
+var e2eScript = e2etest.Script(`
   - name: write-proof
     match: {noToolResult: true, userContains: "write the proof"}
     reply:
@@ -47,17 +42,7 @@ rules:
       content:
         - name: exec_command
           input: {cmd: "for i in 1 2 3 4; do echo tick $i; sleep 0.5; done"}
-  - name: after-tool
-    match: {toolResult: {}}
-    reply: {text: "The command said: {{toolResult}}"}
-  - name: recall
-    match: {userContains: "what did I ask first"}
-    reply: {text: "You asked me to say hello."}
-  - name: slow
-    match: {userContains: "count slowly"}
-    reply: {text: "one two three four five six seven eight nine ten eleven twelve", chunkSize: 4, delayMs: 400}
-default: {text: "Hello from mock-llm: {{lastUserText}}"}
-`
+`)
 
 func TestE2ECodex(t *testing.T) {
 	testenv.WithPath(t, testenv.AgentBin(t, "codex"))

@@ -2,7 +2,6 @@ package gemini_test
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 
@@ -19,16 +18,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if gemini.FakeGeminiMain() {
-		os.Exit(0)
-	}
-	agenttest.VerifyTestMain(m)
+	agenttest.Main(m, gemini.FakeGeminiMain)
 }
 
 // The model's side of every e2e turn (Gemini offers run_shell_command only
 // in yolo mode or when allowed).
-const e2eScript = `
-rules:
+var e2eScript = e2etest.Script(`
   - name: write-proof
     match: {noToolResult: true, userContains: "write the proof", tool: run_shell_command}
     reply:
@@ -43,17 +38,7 @@ rules:
         - text: "Trying anyway."
         - name: run_shell_command
           input: {command: "echo nope > forbidden.txt", description: "write"}
-  - name: after-tool
-    match: {toolResult: {}}
-    reply: {text: "The command said: {{toolResult}}"}
-  - name: recall
-    match: {userContains: "what did I ask first"}
-    reply: {text: "You asked me to say hello."}
-  - name: slow
-    match: {userContains: "count slowly"}
-    reply: {text: "one two three four five six seven eight nine ten eleven twelve", chunkSize: 4, delayMs: 400}
-default: {text: "Hello from mock-llm: {{lastUserText}}"}
-`
+`)
 
 func newServer(t *testing.T) (*testenv.Server, *mockllm.Server) {
 	testenv.WithPath(t, testenv.AgentBin(t, "gemini"))

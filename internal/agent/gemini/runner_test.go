@@ -66,11 +66,7 @@ func FakeGeminiMain() bool {
 func fakeRunner(t *testing.T, scenario string, h *agenttest.FakeHost) *runner {
 	t.Helper()
 	bin := agenttest.FakeEnv(t, h, fakeEnv, scenario)
-	run, err := Architecture{Command: bin, StopGrace: 200 * time.Millisecond}.Start(context.Background(), h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := run.(*runner)
+	r := agenttest.Start[*runner](t, Architecture{Command: bin, StopGrace: 200 * time.Millisecond}, h)
 	t.Cleanup(func() { _ = r.Close(context.Background()) })
 	return r
 }
@@ -293,10 +289,7 @@ func TestParseVersion(t *testing.T) {
 func BenchmarkRunnerTurn(b *testing.B) {
 	h := &agenttest.FakeHost{}
 	bin := agenttest.FakeEnv(b, h, fakeEnv, "ok")
-	run, err := Architecture{Command: bin}.Start(context.Background(), h)
-	if err != nil {
-		b.Fatal(err)
-	}
+	run := agenttest.Start[agent.Runner](b, Architecture{Command: bin}, h)
 	defer run.Close(context.Background())
 	agenttest.BenchTurns(b, run, h, false)
 }

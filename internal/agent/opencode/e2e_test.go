@@ -3,7 +3,6 @@ package opencode_test
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 
@@ -19,15 +18,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if opencode.FakeServeMain() {
-		os.Exit(0)
-	}
-	agenttest.VerifyTestMain(m)
+	agenttest.Main(m, opencode.FakeServeMain)
 }
 
 // The model's side of every e2e turn (OpenCode's shell tool is bash).
-const e2eScript = `
-rules:
+var e2eScript = e2etest.Script(`
   - name: write-proof
     match: {noToolResult: true, userContains: "write the proof"}
     reply:
@@ -65,17 +60,7 @@ rules:
   - name: subagent
     match: {noToolResult: true, userContains: "subtask: greet the user"}
     reply: {text: "Greetings from the subagent."}
-  - name: after-tool
-    match: {toolResult: {}}
-    reply: {text: "The command said: {{toolResult}}"}
-  - name: recall
-    match: {userContains: "what did I ask first"}
-    reply: {text: "You asked me to say hello."}
-  - name: slow
-    match: {userContains: "count slowly"}
-    reply: {text: "one two three four five six seven eight nine ten eleven twelve", chunkSize: 4, delayMs: 400}
-default: {text: "Hello from mock-llm: {{lastUserText}}"}
-`
+`)
 
 func TestE2EOpenCode(t *testing.T) {
 	testenv.WithPath(t, testenv.AgentBin(t, "opencode"))

@@ -158,11 +158,7 @@ func FakeServeMain() bool {
 func fakeRunner(t *testing.T, scenario string, h *agenttest.FakeHost) *runner {
 	t.Helper()
 	bin := agenttest.FakeEnv(t, h, fakeEnv, scenario)
-	run, err := Architecture{Command: bin, StopGrace: 200 * time.Millisecond, StartTimeout: 20 * time.Second}.Start(context.Background(), h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := run.(*runner)
+	r := agenttest.Start[*runner](t, Architecture{Command: bin, StopGrace: 200 * time.Millisecond, StartTimeout: 20 * time.Second}, h)
 	agenttest.CloseAtEnd(t, r)
 	return r
 }
@@ -431,10 +427,7 @@ func FuzzReadSSE(f *testing.F) {
 func BenchmarkRunnerTurn(b *testing.B) {
 	h := &agenttest.FakeHost{}
 	bin := agenttest.FakeEnv(b, h, fakeEnv, "many")
-	run, err := Architecture{Command: bin, StopGrace: 200 * time.Millisecond}.Start(context.Background(), h)
-	if err != nil {
-		b.Fatal(err)
-	}
+	run := agenttest.Start[agent.Runner](b, Architecture{Command: bin, StopGrace: 200 * time.Millisecond}, h)
 	defer run.Close(context.Background())
 	agenttest.BenchTurns(b, run, h, true)
 }

@@ -1,9 +1,11 @@
 package e2etest
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/mockllm"
 )
 
 func TestDumpAndPayload(t *testing.T) {
@@ -17,5 +19,30 @@ func TestDumpAndPayload(t *testing.T) {
 	// A payload of another shape decodes to the zero value, not a panic.
 	if u := Payload[conversation.MetadataUpdate](conversation.Event{Payload: []byte(`[1]`)}); u.Usage != nil {
 		t.Fatalf("payload %+v", u)
+	}
+}
+
+func TestScript(t *testing.T) {
+	s := Script(`
+  - name: mine
+    match: {userContains: "mine"}
+    reply: {text: "first"}
+`)
+	parsed, err := mockllm.Parse([]byte(s))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, s)
+	}
+	var names []string
+	for _, r := range parsed.Rules {
+		names = append(names, r.Name)
+	}
+	if strings.Join(names, ",") != "mine,after-tool,recall,slow" {
+		t.Fatalf("rules %v", names)
+	}
+	if parsed.Default == nil {
+		t.Fatal("no default answer")
+	}
+	if _, err := mockllm.Parse([]byte(Script("  - name: [broken\n"))); err == nil {
+		t.Fatal("a broken rule parsed")
 	}
 }

@@ -23,6 +23,27 @@ import (
 // with a slow answer ending in "twelve" and "what did I ask first" with
 // "You asked me to say hello.".
 
+// commonRules answer what the shared scenarios need once the
+// architecture's own rules did not match: a tool result, the recall and
+// the slow answer; anything else is greeted.
+const commonRules = `  - name: after-tool
+    match: {toolResult: {}}
+    reply: {text: "The command said: {{toolResult}}"}
+  - name: recall
+    match: {userContains: "what did I ask first"}
+    reply: {text: "You asked me to say hello."}
+  - name: slow
+    match: {userContains: "count slowly"}
+    reply: {text: "one two three four five six seven eight nine ten eleven twelve", chunkSize: 4, delayMs: 400}
+default: {text: "Hello from mock-llm: {{lastUserText}}"}
+`
+
+// Script is a mock-llm script: the architecture's own rules (YAML list
+// items, matched first), then the rules the shared scenarios rely on.
+func Script(rules string) string {
+	return "rules:\n" + strings.TrimPrefix(rules, "\n") + commonRules
+}
+
 // Listed checks that the server lists the architecture name as available
 // in version.
 func Listed(t testing.TB, c *client.Client, name, version string) {
