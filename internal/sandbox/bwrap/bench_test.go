@@ -36,6 +36,6 @@ func BenchmarkCreateUserPool(b *testing.B) {
 // BenchmarkExecTrue: `true` → exit → Wait inside bubblewrap.
 func BenchmarkExecTrue(b *testing.B) {
 	p, dir := newProvider(b, nil)
-	env := create(b, p, sandbox.Spec{SessionID: "bench", Workspace: filepath.Join(dir, "ws")})
+	env := sandboxtest.Create(b, p, sandbox.Spec{SessionID: "bench", Workspace: filepath.Join(dir, "ws")})
 	sandboxtest.BenchExecTrue(b, env, time.Millisecond, "ms")
 }

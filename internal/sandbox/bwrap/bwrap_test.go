@@ -148,7 +148,7 @@ func TestSandboxView(t *testing.T) {
 	os.WriteFile(filepath.Join(data, "workspaces", "other", "f"), []byte("OTHER SESSION"), 0o644)
 	ws := filepath.Join(data, "workspaces", "me")
 	host := hostHTTP(t)
-	env := create(t, p, sandbox.Spec{SessionID: "view", Workspace: ws, Env: map[string]string{"ANTHROPIC_API_KEY": "sk-ant-REAL-1"}})
+	env := sandboxtest.Create(t, p, sandbox.Spec{SessionID: "view", Workspace: ws, Env: map[string]string{"ANTHROPIC_API_KEY": "sk-ant-REAL-1"}})
 	if env.WorkDir() != ws {
 		t.Fatalf("workdir %q", env.WorkDir())
 	}
@@ -226,8 +226,8 @@ func TestPoolUsers(t *testing.T) {
 	}
 	p, dir := newProvider(t, func(o *Options) { o.UserPool = []string{"59980-59981"} })
 	ws1, ws2 := filepath.Join(dir, "ws1"), filepath.Join(dir, "ws2")
-	e1 := create(t, p, sandbox.Spec{SessionID: "u1", Workspace: ws1})
-	e2 := create(t, p, sandbox.Spec{SessionID: "u2", Workspace: ws2})
+	e1 := sandboxtest.Create(t, p, sandbox.Spec{SessionID: "u1", Workspace: ws1})
+	e2 := sandboxtest.Create(t, p, sandbox.Spec{SessionID: "u2", Workspace: ws2})
 	if err := e1.WriteFile(bg, "mine.txt", []byte("1"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestLimits(t *testing.T) {
 		t.Skipf("no limits here: %s", p.LimitsEnforcement())
 	}
 	t.Logf("limits: %s", p.LimitsEnforcement())
-	env := create(t, p, sandbox.Spec{SessionID: "lim", Workspace: filepath.Join(dir, "ws")})
+	env := sandboxtest.Create(t, p, sandbox.Spec{SessionID: "lim", Workspace: filepath.Join(dir, "ws")})
 	o, _, _ := sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", `( i=0; while [ $i -lt 100 ]; do sleep 60 >/dev/null 2>&1 & i=$((i+1)); done; echo spawned $i ); echo rc=$?; kill -9 0`}})
 	if strings.Contains(o, "spawned 100") || !strings.Contains(o, "rc=2") {
 		t.Fatalf("fork storm: %q", o)
@@ -285,7 +285,7 @@ func TestLimits(t *testing.T) {
 func TestRecover(t *testing.T) {
 	p, dir := newProvider(t, nil)
 	spec := sandbox.Spec{SessionID: "rec", Workspace: filepath.Join(dir, "ws")}
-	env := create(t, p, spec)
+	env := sandboxtest.Create(t, p, spec)
 	if _, err := env.Exec(bg, sandbox.Cmd{Tag: "count", Argv: []string{"sh", "-c", `for i in 1 2 3 4 5; do echo line $i; sleep 0.1; done`}}); err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +369,7 @@ func alive(pid int) bool {
 
 func TestTerminateKillsEverything(t *testing.T) {
 	p, dir := newProvider(t, nil)
-	env := create(t, p, sandbox.Spec{SessionID: "kill", Workspace: filepath.Join(dir, "ws")})
+	env := sandboxtest.Create(t, p, sandbox.Spec{SessionID: "kill", Workspace: filepath.Join(dir, "ws")})
 	// A daemon in its own session inside the sandbox.
 	o, _, _ := sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", `setsid sh -c 'sleep 300 >/dev/null 2>&1 & echo $!' </dev/null`}})
 	if strings.TrimSpace(o) == "" {

@@ -59,20 +59,6 @@ func newProvider(t testing.TB, mod func(*Options)) (*Provider, string) {
 	return p, dir
 }
 
-func create(t testing.TB, p *Provider, spec sandbox.Spec) sandbox.Environment {
-	t.Helper()
-	env, err := p.Create(bg, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		env.Terminate(ctx)
-	})
-	return env
-}
-
 func handleOf(t testing.TB, env sandbox.Environment) executor.Handle {
 	t.Helper()
 	var h executor.Handle

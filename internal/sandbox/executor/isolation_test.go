@@ -47,17 +47,7 @@ func poolProvider(t *testing.T, dir string, size int, mod func(*Options)) *Provi
 
 func createSpec(t *testing.T, p *Provider, spec sandbox.Spec) *Environment {
 	t.Helper()
-	env, err := p.Create(bg, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := env.(*Environment)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		e.Terminate(ctx)
-	})
-	return e
+	return sandboxtest.Create(t, p, spec).(*Environment)
 }
 
 func owner(t *testing.T, p string) (uint32, os.FileMode) {

@@ -118,6 +118,22 @@ func CopyBinary(dir string) (string, error) {
 	return bin, nil
 }
 
+// Create creates an environment of p, terminated (within 30 s, its error
+// not checked) at the test's end.
+func Create(t testing.TB, p sandbox.Provider, spec sandbox.Spec) sandbox.Environment {
+	t.Helper()
+	env, err := p.Create(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		env.Terminate(ctx)
+	})
+	return env
+}
+
 // Collect drains a process's output, failing the test when a chunk's
 // offset is not where the previous one ended or the output is not closed
 // within a minute.
