@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -21,36 +19,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// recorder is a testing.TB whose Fatal ends only the goroutine it runs
-// in, so a test can check that a helper fails, and why.
-type recorder struct {
-	testing.TB
-	failure string
-}
-
-func (r *recorder) Helper() {}
-func (r *recorder) Fatalf(format string, args ...any) {
-	r.failure = fmt.Sprintf(format, args...)
-	runtime.Goexit()
-}
-func (r *recorder) Fatal(args ...any) {
-	r.failure = fmt.Sprint(args...)
-	runtime.Goexit()
-}
-
-// failure runs fn with a recorder and returns what it failed with ("" when
-// it did not fail).
-func failure(t *testing.T, fn func(tb testing.TB)) string {
-	r := &recorder{TB: t}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fn(r)
-	}()
-	<-done
-	return r.failure
-}
-
 func upsert(id string, typ conversation.BlockType, conv string) conversation.Event {
 	return conversation.NewEvent(conversation.BlockUpsert{Block: conversation.Block{ID: id, Type: typ, Content: "x"}}).In(conv)
 }
@@ -63,7 +31,7 @@ func TestCheckEvents(t *testing.T) {
 	good := []conversation.Event{upsert("a", conversation.BlockAssistantText, ""), delta("a", ""),
 		upsert("a", conversation.BlockAssistantText, ""), upsert("b", conversation.BlockThinking, "sub")}
 	var st conversation.State
-	if f := failure(t, func(tb testing.TB) { st = CheckEvents(tb, good) }); f != "" {
+	if f := Outcome(t, func(tb testing.TB) { st = CheckEvents(tb, good) }); f != "" {
 		t.Fatalf("a good log failed: %s", f)
 	}
 	if len(st.Blocks) != 1 || st.Blocks[0].ID != "a" {
@@ -83,7 +51,7 @@ func TestCheckEvents(t *testing.T) {
 		"delta first":          {[]conversation.Event{delta("a", "")}, "unknown block"},
 		"delta elsewhere":      {[]conversation.Event{upsert("a", conversation.BlockAssistantText, ""), delta("a", "c")}, "in conversation"},
 	} {
-		if f := failure(t, func(tb testing.TB) { CheckEvents(tb, tc.events) }); !strings.Contains(f, tc.want) {
+		if f := Outcome(t, func(tb testing.TB) { CheckEvents(tb, tc.events) }); !strings.Contains(f, tc.want) {
 			t.Errorf("%s: failure %q, want %q", name, f, tc.want)
 		}
 	}
@@ -97,7 +65,7 @@ func TestBlockHelpers(t *testing.T) {
 	if b := FindBlock(t, bs, "b"); b.Type != conversation.BlockAssistantText {
 		t.Fatalf("FindBlock %+v", b)
 	}
-	if f := failure(t, func(tb testing.TB) { FindBlock(tb, bs, "z") }); !strings.Contains(f, `no block "z"`) {
+	if f := Outcome(t, func(tb testing.TB) { FindBlock(tb, bs, "z") }); !strings.Contains(f, `no block "z"`) {
 		t.Fatalf("FindBlock of a missing id: %q", f)
 	}
 	evs := []conversation.Event{delta("a", ""), upsert("a", conversation.BlockThinking, ""), delta("a", "")}
@@ -133,26 +101,26 @@ func (liar) Convert([]byte) ([]conversation.Event, error) {
 
 func TestFuzzLines(t *testing.T) {
 	// The flushed delta has no block: FuzzLines must have flushed to see it.
-	if f := failure(t, func(tb testing.TB) { FuzzLines(tb, &flusher{}, []byte("x")) }); !strings.Contains(f, "unknown block") {
+	if f := Outcome(t, func(tb testing.TB) { FuzzLines(tb, &flusher{}, []byte("x")) }); !strings.Contains(f, "unknown block") {
 		t.Fatalf("flush not checked: %q", f)
 	}
-	if f := failure(t, func(tb testing.TB) { FuzzLines(tb, liar{}, []byte("x")) }); !strings.Contains(f, "with 1 events") {
+	if f := Outcome(t, func(tb testing.TB) { FuzzLines(tb, liar{}, []byte("x")) }); !strings.Contains(f, "with 1 events") {
 		t.Fatalf("events with an error: %q", f)
 	}
-	if f := failure(t, func(tb testing.TB) { FuzzDocument(tb, []conversation.Event{delta("a", "")}, errors.New("bad")) }); !strings.Contains(f, "with events") {
+	if f := Outcome(t, func(tb testing.TB) { FuzzDocument(tb, []conversation.Event{delta("a", "")}, errors.New("bad")) }); !strings.Contains(f, "with events") {
 		t.Fatalf("document events with an error: %q", f)
 	}
-	if f := failure(t, func(tb testing.TB) { FuzzDocument(tb, nil, errors.New("bad")) }); f != "" {
+	if f := Outcome(t, func(tb testing.TB) { FuzzDocument(tb, nil, errors.New("bad")) }); f != "" {
 		t.Fatalf("an error alone failed: %q", f)
 	}
 }
 
 func TestNoPending(t *testing.T) {
 	bs := []conversation.Block{{ID: "a", Status: conversation.StatusComplete}, {ID: "b", Status: conversation.StatusPending}}
-	if f := failure(t, func(tb testing.TB) { NoPending(tb, bs[:1]) }); f != "" {
+	if f := Outcome(t, func(tb testing.TB) { NoPending(tb, bs[:1]) }); f != "" {
 		t.Fatalf("settled blocks failed: %q", f)
 	}
-	if f := failure(t, func(tb testing.TB) { NoPending(tb, bs) }); !strings.Contains(f, "left pending") {
+	if f := Outcome(t, func(tb testing.TB) { NoPending(tb, bs) }); !strings.Contains(f, "left pending") {
 		t.Fatalf("a pending block passed: %q", f)
 	}
 }
@@ -170,10 +138,10 @@ func (lineConv) Convert(l []byte) ([]conversation.Event, error) {
 
 func TestConvertLines(t *testing.T) {
 	var evs []conversation.Event
-	if f := failure(t, func(tb testing.TB) { evs = ConvertLines(tb, lineConv{}, "a", "b") }); f != "" || len(evs) != 2 {
+	if f := Outcome(t, func(tb testing.TB) { evs = ConvertLines(tb, lineConv{}, "a", "b") }); f != "" || len(evs) != 2 {
 		t.Fatalf("failure %q, %d events", f, len(evs))
 	}
-	if f := failure(t, func(tb testing.TB) { ConvertLines(tb, lineConv{}, "a", "!b") }); !strings.Contains(f, "line 2: refused") {
+	if f := Outcome(t, func(tb testing.TB) { ConvertLines(tb, lineConv{}, "a", "!b") }); !strings.Contains(f, "line 2: refused") {
 		t.Fatalf("a refused line: %q", f)
 	}
 }
@@ -187,10 +155,10 @@ func TestBlockKinds(t *testing.T) {
 
 func TestWaitForAndReadFile(t *testing.T) {
 	n := 0
-	if f := failure(t, func(tb testing.TB) { WaitFor(tb, time.Minute, "three polls", func() bool { n++; return n == 3 }) }); f != "" || n != 3 {
+	if f := Outcome(t, func(tb testing.TB) { WaitFor(tb, time.Minute, "three polls", func() bool { n++; return n == 3 }) }); f != "" || n != 3 {
 		t.Fatalf("failure %q after %d polls", f, n)
 	}
-	if f := failure(t, func(tb testing.TB) { WaitFor(tb, 0, "never", func() bool { return false }) }); f != "timed out waiting for never" {
+	if f := Outcome(t, func(tb testing.TB) { WaitFor(tb, 0, "never", func() bool { return false }) }); f != "timed out waiting for never" {
 		t.Fatalf("failure %q", f)
 	}
 	name := filepath.Join(t.TempDir(), "f")
@@ -200,7 +168,7 @@ func TestWaitForAndReadFile(t *testing.T) {
 	if got := ReadFile(t, name); got != "data" {
 		t.Fatalf("read %q", got)
 	}
-	if f := failure(t, func(tb testing.TB) { ReadFile(tb, name+"-missing") }); f == "" {
+	if f := Outcome(t, func(tb testing.TB) { ReadFile(tb, name+"-missing") }); f == "" {
 		t.Fatal("a missing file read fine")
 	}
 }
@@ -314,10 +282,25 @@ func TestStart(t *testing.T) {
 	if r := Start[*stubRunner](t, stubArch{run: &stubRunner{}}, h); r == nil {
 		t.Fatal("no runner")
 	}
-	if f := failure(t, func(tb testing.TB) { Start[*stubRunner](tb, stubArch{err: errors.New("no CLI")}, h) }); f != "no CLI" {
+	if f := Outcome(t, func(tb testing.TB) { Start[*stubRunner](tb, stubArch{err: errors.New("no CLI")}, h) }); f != "no CLI" {
 		t.Fatalf("a failed start: %q", f)
 	}
-	if f := failure(t, func(tb testing.TB) { Start[*stubRunner](tb, stubArch{run: &otherRunner{}}, h) }); !strings.Contains(f, "want *agenttest.stubRunner") {
+	if f := Outcome(t, func(tb testing.TB) { Start[*stubRunner](tb, stubArch{run: &otherRunner{}}, h) }); !strings.Contains(f, "want *agenttest.stubRunner") {
 		t.Fatalf("a runner of another type: %q", f)
+	}
+}
+
+func TestOutcome(t *testing.T) {
+	if got := Outcome(t, func(testing.TB) {}); got != "" {
+		t.Fatalf("a clean run: %q", got)
+	}
+	if got := Outcome(t, func(tb testing.TB) { tb.Fatalf("bad %d", 1); panic("not reached") }); got != "bad 1" {
+		t.Fatalf("Fatalf: %q", got)
+	}
+	if got := Outcome(t, func(tb testing.TB) { tb.Fatal("bad") }); got != "bad" {
+		t.Fatalf("Fatal: %q", got)
+	}
+	if got := Outcome(t, func(tb testing.TB) { tb.Skip("later") }); got != "skip: later" {
+		t.Fatalf("Skip: %q", got)
 	}
 }

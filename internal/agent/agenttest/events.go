@@ -65,13 +65,7 @@ func CheckEvents(t testing.TB, events []conversation.Event) conversation.State {
 
 // BlocksOf returns the blocks of type typ, in order.
 func BlocksOf(bs []conversation.Block, typ conversation.BlockType) []conversation.Block {
-	var out []conversation.Block
-	for _, b := range bs {
-		if b.Type == typ {
-			out = append(out, b)
-		}
-	}
-	return out
+	return filter(bs, func(b conversation.Block) bool { return b.Type == typ })
 }
 
 // FindBlock returns the block with id, failing the test without one.
@@ -88,13 +82,7 @@ func FindBlock(t testing.TB, bs []conversation.Block, id string) conversation.Bl
 
 // OfType returns the events of type typ, in order.
 func OfType(events []conversation.Event, typ conversation.EventType) []conversation.Event {
-	var out []conversation.Event
-	for _, e := range events {
-		if e.Type == typ {
-			out = append(out, e)
-		}
-	}
-	return out
+	return filter(events, func(e conversation.Event) bool { return e.Type == typ })
 }
 
 // CountType counts the events of type typ.
@@ -140,4 +128,15 @@ func BlockKinds(bs []conversation.Block) []string {
 		kinds = append(kinds, k)
 	}
 	return kinds
+}
+
+// filter returns the xs keep accepts, in order (nil for none).
+func filter[T any](xs []T, keep func(T) bool) []T {
+	var out []T
+	for _, x := range xs {
+		if keep(x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }

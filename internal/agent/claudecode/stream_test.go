@@ -16,16 +16,7 @@ import (
 // fails the test.
 func convertLines(t *testing.T, lines ...string) []conversation.Event {
 	t.Helper()
-	c := NewStreamConverter()
-	var out []conversation.Event
-	for i, l := range lines {
-		ev, err := c.Convert([]byte(l))
-		if err != nil {
-			t.Fatalf("line %d skipped: %v\n%s", i+1, err, l)
-		}
-		out = append(out, ev...)
-	}
-	return out
+	return agenttest.ConvertLines(t, NewStreamConverter(), lines...)
 }
 
 func mustReduce(t *testing.T, events []conversation.Event) conversation.State {
