@@ -34,6 +34,9 @@ func (f *FakeProxy) ServeSession(_ context.Context, id, path string) (string, er
 	if err != nil {
 		return "", err
 	}
+	// The old server may close its listener late (Serve closes it once it
+	// runs): that must not unlink the path the new one listens on.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "proxy for %s: %s %s key=%s", id, r.Method, r.URL.Path, r.Header.Get("x-api-key"))
 	})}
