@@ -40,6 +40,7 @@ type planBlock struct {
 	name      string
 	input     string // tool input: JSON, or free text for custom tools
 	custom    bool
+	namespace string // OpenAI Responses tool namespace, if declared in one
 }
 
 func (p *plan) toolID(i int, ids *idGen, prefix string, n int) string {
@@ -269,6 +270,9 @@ func buildPlan(req *Request, reply *Reply, tc *tmplCtx, ids *idGen, now time.Tim
 		case BlockToolUse:
 			hasTool = true
 			pb.input, pb.custom, err = toolInput(req, b, tc)
+			if t := req.tool(b.Name); t != nil {
+				pb.namespace = t.Namespace
+			}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("content[%d]: %w", i, err)

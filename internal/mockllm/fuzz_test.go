@@ -93,6 +93,7 @@ func FuzzResponsesRequest(f *testing.F) {
 		`{"model":"m","stream":true,"input":"use a tool","tools":[{"type":"custom","name":"Bash"}]}`,
 		`{"model":"m","stream":true,"input":[{"type":"function_call","call_id":"c","name":"Bash","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"Exit code: 1"}]}`,
 		`{"model":"m","stream":true,"text":{"format":{"type":"json_schema","schema":{"type":"object"}}},"input":"x"}`,
+		`{"model":"m","stream":true,"tools":[{"type":"namespace","name":"collaboration","tools":[{"type":"function","name":"spawn_agent"}]}],"input":[{"type":"agent_message","author":"/root","content":[{"type":"input_text","text":"t"},{"type":"encrypted_content","encrypted_content":"spawn_agent"}]}]}`,
 	)
 }
 

@@ -419,3 +419,54 @@ func TestChatErrorsAndModels(t *testing.T) {
 		t.Errorf("openai models %+v", list)
 	}
 }
+
+// Codex's multi-agent v2: a call to a tool declared in a namespace names
+// the namespace (Codex answers "unsupported call" otherwise), and the
+// child's task arrives as an agent_message item whose payload is an
+// encrypted_content part (plain text when mock-llm wrote it).
+func TestResponsesNamespacedCallAndAgentMessage(t *testing.T) {
+	s, ts := newTestServer(t, `
+rules:
+  - name: child
+    match: {userContains: "subtask: greet", noToolResult: true}
+    reply: {text: "hello from the child"}
+  - name: spawn
+    match: {userContains: "delegate"}
+    reply:
+      content:
+        - {name: spawn_agent, input: {task_name: greeter, message: "subtask: greet"}}
+        - {name: exec_command, input: {cmd: "true"}}
+`)
+	user := func(text string) []map[string]any {
+		return []map[string]any{{"type": "message", "role": "user", "content": []map[string]any{{"type": "input_text", "text": text}}}}
+	}
+	_, body := post(t, ts.URL+"/v1/responses", responsesBody(true, user("please delegate")))
+	res, err := checkResponsesStream(mustSSE(t, body))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, body)
+	}
+	if len(res.Items) != 2 || res.Items[0]["name"] != "spawn_agent" || res.Items[0]["namespace"] != "multi_agent_v1" {
+		t.Fatalf("namespaced call %v", res.Items)
+	}
+	if _, ok := res.Items[1]["namespace"]; ok {
+		t.Fatalf("a top-level tool's call names a namespace: %v", res.Items[1])
+	}
+	child := []map[string]any{{"type": "agent_message", "author": "/root", "recipient": "/root/greeter", "content": []map[string]any{
+		{"type": "input_text", "text": "Message Type: NEW_TASK\nPayload:\n"},
+		{"type": "encrypted_content", "encrypted_content": "subtask: greet the user"},
+		{"type": "input_image", "image_url": "data:"},
+	}}}
+	_, body = post(t, ts.URL+"/v1/responses", responsesBody(true, child))
+	if res, err = checkResponsesStream(mustSSE(t, body)); err != nil || res.Text != "hello from the child" {
+		t.Fatalf("child answer %+v, %v\n%s", res, err, body)
+	}
+	rec := s.Requests()[1]
+	if !reflect.DeepEqual(rec.UserTexts, []string{"Message Type: NEW_TASK\nPayload:", "subtask: greet the user"}) || rec.Rule != "child" {
+		t.Fatalf("recorded %+v", rec)
+	}
+	// An agent_message whose content is not a list is no text, not an error.
+	resp, _ := post(t, ts.URL+"/v1/responses", responsesBody(true, []map[string]any{{"type": "agent_message", "content": "oops"}}))
+	if resp.StatusCode != 200 {
+		t.Fatalf("malformed agent_message: status %d", resp.StatusCode)
+	}
+}

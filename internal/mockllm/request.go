@@ -38,6 +38,10 @@ type ToolDecl struct {
 	// Custom is an OpenAI Responses freeform tool ("type":"custom"), whose
 	// calls carry a string input instead of JSON arguments.
 	Custom bool
+	// Namespace is the OpenAI Responses namespace the tool was declared in
+	// (Codex groups its multi-agent tools under "collaboration"); calls to
+	// it name the namespace, or the client does not find the tool.
+	Namespace string
 }
 
 // Role is who wrote a message.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -51,13 +52,13 @@ type responsesItem struct {
 	Tools []responsesTool `json:"tools"`
 }
 
-func addResponsesTools(r *Request, tools []responsesTool) {
+func addResponsesTools(r *Request, tools []responsesTool, namespace string) {
 	for _, t := range tools {
 		switch {
 		case t.Type == "namespace":
-			addResponsesTools(r, t.Tools)
+			addResponsesTools(r, t.Tools, t.Name)
 		case t.Name != "":
-			r.Tools = append(r.Tools, ToolDecl{Name: t.Name, Custom: t.Type == "custom"})
+			r.Tools = append(r.Tools, ToolDecl{Name: t.Name, Custom: t.Type == "custom", Namespace: namespace})
 		case t.Type != "":
 			// Hosted tools (web_search, local_shell, …) are named by type.
 			r.Tools = append(r.Tools, ToolDecl{Name: t.Type})
@@ -75,7 +76,7 @@ func parseResponses(body []byte) (*Request, error) {
 	}
 	r := &Request{Provider: ProviderOpenAI, API: APIResponses, Model: rr.Model, Stream: rr.Stream,
 		MaxTokens: rr.MaxOutputTokens, System: rr.Instructions}
-	addResponsesTools(r, rr.Tools)
+	addResponsesTools(r, rr.Tools, "")
 	if rr.Text != nil && rr.Text.Format != nil && rr.Text.Format.Type == "json_schema" {
 		r.Schema = rr.Text.Format.Schema
 		if len(r.Schema) == 0 {
@@ -112,7 +113,12 @@ func parseResponses(body []byte) (*Request, error) {
 				return nil, fmt.Errorf("input[%d].role: unexpected role %q", i, it.Role)
 			}
 		case it.Type == "additional_tools":
-			addResponsesTools(r, it.Tools)
+			addResponsesTools(r, it.Tools, "")
+		case it.Type == "agent_message":
+			// Codex's multi-agent messages between threads (a subagent's
+			// task, a child's final answer): input the model reads, so
+			// part of the user turn.
+			r.Messages = append(r.Messages, Message{Role: RoleUser, Parts: agentMessageParts(it.Content)})
 		case it.Type == "reasoning":
 			var b strings.Builder
 			for _, s := range it.Summary {
@@ -138,6 +144,30 @@ func parseResponses(body []byte) (*Request, error) {
 	}
 	r.resolveToolNames()
 	return r, nil
+}
+
+// agentMessageParts reads a Codex agent_message's content: text parts and
+// "encrypted_content" parts, whose payload a client cannot read but which
+// mock-llm's own replies fill with plain text (the spawn_agent message).
+func agentMessageParts(raw json.RawMessage) []Part {
+	var parts []struct {
+		Type             string `json:"type"`
+		Text             string `json:"text"`
+		EncryptedContent string `json:"encrypted_content"`
+	}
+	_ = json.Unmarshal(raw, &parts)
+	var out []Part
+	for _, p := range parts {
+		switch {
+		case slices.Contains(responsesTextTypes, p.Type):
+			out = append(out, Part{Type: PartText, Text: p.Text})
+		case p.Type == "encrypted_content":
+			out = append(out, Part{Type: PartText, Text: p.EncryptedContent})
+		default:
+			out = append(out, Part{Type: PartOther})
+		}
+	}
+	return out
 }
 
 // failedExitRe finds the exit status Codex writes into a command's output
@@ -219,6 +249,7 @@ type respFunctionCall struct {
 	Arguments string `json:"arguments"`
 	CallID    string `json:"call_id"`
 	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
 }
 
 type respCustomCall struct {
@@ -253,8 +284,8 @@ func (p *plan) responsesItems(ids *idGen) (started, done []any) {
 				done = append(done, respCustomCall{id, "custom_tool_call", "completed", callID, b.name, b.input})
 			} else {
 				id := ids.hex("fc_", 48, salt)
-				started = append(started, respFunctionCall{id, "function_call", "in_progress", "", callID, b.name})
-				done = append(done, respFunctionCall{id, "function_call", "completed", b.input, callID, b.name})
+				started = append(started, respFunctionCall{id, "function_call", "in_progress", "", callID, b.name, b.namespace})
+				done = append(done, respFunctionCall{id, "function_call", "completed", b.input, callID, b.name, b.namespace})
 			}
 		}
 	}
