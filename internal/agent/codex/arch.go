@@ -116,7 +116,7 @@ type configParams struct {
 // for the environment's OpenAI endpoint (Codex ignores OPENAI_BASE_URL,
 // and speaks only the Responses API) whose key Codex reads from
 // OPENAI_API_KEY itself, so the key is never written down or put in argv;
-// the profile's MCP servers.
+// the multi-agent tools; the profile's MCP servers.
 func renderConfig(p configParams) string {
 	var b strings.Builder
 	b.WriteString("# Written by agentd at every start of the session's environment; edits are lost.\n")
@@ -135,6 +135,11 @@ func renderConfig(p configParams) string {
 	b.WriteString("env_key = \"OPENAI_API_KEY\"\n")
 	b.WriteString("wire_api = \"responses\"\n")
 	b.WriteString("\n[analytics]\nenabled = false\n")
+	// Codex's multi-agent tools (spawn_agent, wait_agent, …) are off by
+	// default for most models; agentd maps subagents for every
+	// architecture, so they are always on. Codex's own prompt tells the
+	// model to spawn only when the user asks for delegation.
+	b.WriteString("\n[features]\nmulti_agent_v2 = true\n")
 	names := make([]string, 0, len(p.MCP))
 	for n := range p.MCP {
 		names = append(names, n)

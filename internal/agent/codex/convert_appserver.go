@@ -201,6 +201,7 @@ type asItem struct {
 	} `json:"agentsStates"`
 	Kind          string `json:"kind"`
 	AgentThreadID string `json:"agentThreadId"`
+	AgentPath     string `json:"agentPath"`
 
 	Query   string          `json:"query"`
 	Action  json.RawMessage `json:"action"`
@@ -623,10 +624,12 @@ func (c *AppServerConverter) item(o *convkit.Out, p *asParams, done bool, line [
 	case "collabAgentToolCall":
 		c.collab(o, conv, id, done, it)
 	case "subAgentActivity":
-		if sub, ok := c.threadConv[it.AgentThreadID]; ok && (it.Kind == "completed" || it.Kind == "interrupted") {
-			c.subagentDone(o, sub, it.Kind == "completed", "")
-		}
 		o.Log(conversation.LevelDebug, "codex subagent "+it.Kind+": "+it.AgentThreadID, line)
+		if it.Kind == "started" {
+			c.subagentStarted(o, conv, id, it)
+		} else if sub, ok := c.threadConv[it.AgentThreadID]; ok && (it.Kind == "completed" || it.Kind == "interrupted") {
+			c.subagentDone(o, sub, it.Kind == "completed", c.lastText[sub])
+		}
 	case "webSearch":
 		in := map[string]any{"query": it.Query}
 		if len(it.Action) > 0 && string(it.Action) != "null" {
@@ -730,6 +733,31 @@ func (c *AppServerConverter) collab(o *convkit.Out, conv, id string, done bool, 
 			c.subagentDone(o, sub, false, msg)
 		}
 	}
+}
+
+// subagentStarted handles the multi-agent v2 spawn (features.multi_agent_v2,
+// which the runner enables): no collab spawnAgent item, but a
+// subAgentActivity "started" item in the parent thread whose id is the
+// spawn_agent call's. The child thread sends no thread/started; its
+// turn and items just name its id, so linking it here routes them to the
+// subagent's conversation. The app-server does not report the spawn's
+// message, so the prompt is empty; the agent's path (/root/<task_name>)
+// is the description.
+func (c *AppServerConverter) subagentStarted(o *convkit.Out, conv, id string, it *asItem) {
+	if it.AgentThreadID == "" {
+		return
+	}
+	if _, known := c.threadConv[it.AgentThreadID]; known {
+		return // item/completed repeats item/started
+	}
+	c.threadConv[it.AgentThreadID] = id
+	b := conversation.Block{ID: id, Type: conversation.BlockSubagent, Status: conversation.StatusPending,
+		SubagentID: id, ToolUseID: id, Input: convkit.MustJSON(""), Metadata: map[string]any{"agentPath": it.AgentPath}}
+	if it.Model != nil {
+		b.Metadata["model"] = *it.Model
+	}
+	c.blocks.Put(o, conv, b)
+	o.Emit(conv, conversation.SubagentSpawned{ToolUseID: id, AgentID: it.AgentThreadID, Description: it.AgentPath})
 }
 
 func (c *AppServerConverter) subagentDone(o *convkit.Out, conv string, ok bool, output string) {

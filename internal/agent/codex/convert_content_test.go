@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent/agenttest"
+	"github.com/agentd/agentd/internal/agent/agenttest/e2etest"
 	"github.com/agentd/agentd/internal/agent/agenttest/formattest"
 	"github.com/agentd/agentd/internal/agent/codex"
 )
@@ -382,5 +383,52 @@ func TestCapturedExecFailure(t *testing.T) {
 	// error item, before the turn starts.
 	if e := agenttest.BlocksOf(st.Blocks, conversation.BlockError); len(e) != 1 || !strings.Contains(e[0].Message, "Model metadata") {
 		t.Fatalf("errors %+v", e)
+	}
+}
+
+// Codex's multi-agent v2 (features.multi_agent_v2, which the runner turns
+// on) reports a spawn as subAgentActivity items in the parent thread, and
+// the child thread's items under its own thread id with no thread/started.
+func TestCapturedAppServerSubagent(t *testing.T) {
+	st, events := formattest.Reduce(t, "codex-app-server", "testdata/captured/codex-app-server-subagent.jsonl")
+	const call = "call_hFiBInKDUpmcrAPg6dItJn0P"
+	spawned := agenttest.OfType(events, conversation.TypeSubagentSpawned)
+	if len(spawned) != 1 {
+		t.Fatalf("%d subagent:spawned, want 1 (item/started and item/completed both report the spawn)", len(spawned))
+	}
+	if p := e2etest.Payload[conversation.SubagentSpawned](spawned[0]); p.ToolUseID != call || p.AgentID != "01a20231-bec6-79c0-a419-01dd0a997cd0" || p.Description != "/root/greeter" {
+		t.Fatalf("spawned %+v", p)
+	}
+	sub := agenttest.FindBlock(t, st.Blocks, call)
+	if sub.Type != conversation.BlockSubagent || sub.Status != conversation.StatusComplete || sub.Output != "Greetings from the subagent." || sub.Metadata["agentPath"] != "/root/greeter" {
+		t.Fatalf("subagent block %+v", sub)
+	}
+	if len(st.Subagents) != 1 || len(st.Subagents[0].Blocks) != 1 || st.Subagents[0].Blocks[0].Content != "Greetings from the subagent." {
+		t.Fatalf("subagents %+v", st.Subagents)
+	}
+	for _, b := range st.Blocks {
+		if b.Content == "Greetings from the subagent." {
+			t.Fatalf("the child's message is in the parent's conversation: %+v", b)
+		}
+	}
+	if n := agenttest.CountType(events, conversation.TypeSubagentCompleted); n != 1 {
+		t.Fatalf("%d subagent:completed, want 1", n)
+	}
+	if n := agenttest.CountType(events, conversation.TypeQueryCompleted); n != 1 {
+		t.Fatalf("%d query:completed, want 1 (the child's turn/completed ends no query)", n)
+	}
+}
+
+// A subAgentActivity without a thread id links nothing, and a "completed"
+// one for an unknown thread completes nothing.
+func TestAppServerSubagentActivityWithoutThread(t *testing.T) {
+	c := codex.NewAppServerConverter()
+	events := agenttest.ConvertLines(t, c,
+		`{"method":"thread/started","params":{"thread":{"id":"main","parentThreadId":null}}}`,
+		`{"method":"item/started","params":{"threadId":"main","turnId":"t1","item":{"type":"subAgentActivity","id":"call_1","kind":"started","agentThreadId":"","agentPath":"/root/x"}}}`,
+		`{"method":"item/completed","params":{"threadId":"main","turnId":"t1","item":{"type":"subAgentActivity","id":"done-1","kind":"completed","agentThreadId":"other","agentPath":"/root/y"}}}`,
+	)
+	if n := agenttest.CountType(events, conversation.TypeSubagentSpawned) + agenttest.CountType(events, conversation.TypeSubagentCompleted); n != 0 {
+		t.Fatalf("%d subagent events:%s", n, e2etest.Dump(events))
 	}
 }

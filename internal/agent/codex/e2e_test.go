@@ -3,9 +3,11 @@ package codex_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/agentd/agentd"
+	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/internal/agent/agenttest/e2etest"
@@ -36,6 +38,25 @@ var e2eScript = e2etest.Script(`
         - text: "Trying."
         - name: exec_command
           input: {cmd: "echo nope > forbidden.txt"}
+  - name: subagent-child
+    match: {noToolResult: true, userContains: "subtask: greet the user"}
+    reply: {text: "Greetings from the subagent."}
+  - name: subagent-spawn
+    match: {noToolResult: true, userContains: "delegate the greeting"}
+    reply:
+      content:
+        - text: "Delegating."
+        - name: spawn_agent
+          input: {task_name: "greeter", message: "subtask: greet the user", fork_turns: "none"}
+  - name: subagent-wait
+    match: {toolResult: {name: spawn_agent}}
+    reply:
+      content:
+        - name: wait_agent
+          input: {timeout_ms: 30000}
+  - name: subagent-done
+    match: {toolResult: {name: wait_agent}}
+    reply: {text: "The greeter is done: {{toolResult}}"}
   - name: ticks
     match: {noToolResult: true, userContains: "stream the ticks"}
     reply:
@@ -76,6 +97,7 @@ func TestE2ECodex(t *testing.T) {
 		e2etest.ShellAfterApproval(t, c, id, "shell", "codex-proof")
 	})
 	ok = ok && t.Run("ToolOutputStreams", func(t *testing.T) { e2etest.ToolOutputStreams(t, c, id) })
+	ok = ok && t.Run("Subagent", func(t *testing.T) { subagent(t, c, id) })
 	ok = ok && t.Run("ApprovalDenied", func(t *testing.T) { e2etest.ApprovalDenied(t, c, id, false) })
 	ok = ok && t.Run("Interrupt", func(t *testing.T) { e2etest.Interrupt(t, c, id) })
 
@@ -116,5 +138,71 @@ func TestE2ECodexCrash(t *testing.T) {
 	q, after := e2etest.Send(t, srv.Client, id, "again")
 	if _, end := e2etest.Turn(t, srv.Client, id, after, q, nil); end.Type != conversation.TypeQueryFailed {
 		t.Fatalf("second turn %s", end.Payload)
+	}
+}
+
+// subagent plays "delegate the greeting": the parent calls spawn_agent (a
+// tool Codex offers because the runner enables multi_agent_v2), the child
+// thread answers on its own Responses request, the parent waits for it
+// (wait_agent) and ends the turn.
+func subagent(t *testing.T, c *client.Client, id string) {
+	q, after := e2etest.Send(t, c, id, "please delegate the greeting")
+	seen, end := e2etest.Turn(t, c, id, after, q, nil)
+	e2etest.Completed(t, end, seen)
+	var spawned conversation.SubagentSpawned
+	var finished conversation.SubagentCompleted
+	for _, e := range seen {
+		switch e.Type {
+		case conversation.TypeSubagentSpawned:
+			spawned = e2etest.Payload[conversation.SubagentSpawned](e)
+		case conversation.TypeSubagentCompleted:
+			finished = e2etest.Payload[conversation.SubagentCompleted](e)
+		}
+	}
+	// The app-server does not report spawn_agent's message: no prompt,
+	// but the agent's path.
+	if spawned.ToolUseID == "" || spawned.AgentID == "" || spawned.Description != "/root/greeter" ||
+		finished.ToolUseID != spawned.ToolUseID || finished.Status != conversation.StatusComplete ||
+		finished.Output != "Greetings from the subagent." {
+		t.Fatalf("spawned %+v completed %+v:%s", spawned, finished, e2etest.Dump(seen))
+	}
+	// The child's streamed text is in its own conversation's events.
+	var childText strings.Builder
+	for _, e := range seen {
+		if e.Type == conversation.TypeBlockDelta && e.Context.ConversationID == spawned.ToolUseID {
+			childText.WriteString(e2etest.Payload[conversation.BlockDelta](e).Delta)
+		}
+	}
+	st, err := c.Session(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sub *conversation.Subagent
+	for i := range st.Subagents {
+		if st.Subagents[i].ToolUseID == spawned.ToolUseID {
+			sub = &st.Subagents[i]
+		}
+	}
+	if sub == nil {
+		t.Fatalf("no subagent %s in %+v", spawned.ToolUseID, st.Subagents)
+	}
+	found := false
+	for _, b := range sub.Blocks {
+		if b.Type == conversation.BlockAssistantText && b.Content == "Greetings from the subagent." && b.Status == conversation.StatusComplete {
+			found = true
+		}
+	}
+	if !found || childText.String() != "Greetings from the subagent." {
+		t.Fatalf("the child's text is not in its own conversation (deltas %q): %+v:%s", childText.String(), sub, e2etest.Dump(seen))
+	}
+	last := st.Blocks[len(st.Blocks)-1]
+	if last.Type != conversation.BlockAssistantText || !strings.HasPrefix(last.Content, "The greeter is done:") || last.Status != conversation.StatusComplete {
+		t.Fatalf("the parent's last block %+v", last)
+	}
+	// The child's greeting stays out of the parent's conversation.
+	for _, b := range st.Blocks {
+		if strings.Contains(b.Content, "Greetings from the subagent.") && b.Type == conversation.BlockAssistantText {
+			t.Fatalf("the child's text leaked into the parent: %+v", b)
+		}
 	}
 }

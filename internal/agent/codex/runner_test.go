@@ -363,7 +363,7 @@ func TestRenderConfig(t *testing.T) {
 	}})
 	for _, want := range []string{
 		`model = "gpt\"5"`, `model_provider = "agentd"`, `base_url = "http://127.0.0.1:1/v1"`, `env_key = "OPENAI_API_KEY"`,
-		`wire_api = "responses"`, `[mcp_servers."files"]`, `command = "mcp-files"`, `args = ["--root", "."]`, `env = { "A" = "b" }`,
+		`wire_api = "responses"`, "[features]\nmulti_agent_v2 = true", `[mcp_servers."files"]`, `command = "mcp-files"`, `args = ["--root", "."]`, `env = { "A" = "b" }`,
 		`[mcp_servers."web"]`, `url = "https://mcp.example/x"`, `http_headers = { "Authorization" = "Bearer t" }`,
 	} {
 		if !strings.Contains(cfg, want) {
