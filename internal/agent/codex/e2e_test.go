@@ -146,19 +146,7 @@ func TestE2ECodexCrash(t *testing.T) {
 // thread answers on its own Responses request, the parent waits for it
 // (wait_agent) and ends the turn.
 func subagent(t *testing.T, c *client.Client, id string) {
-	q, after := e2etest.Send(t, c, id, "please delegate the greeting")
-	seen, end := e2etest.Turn(t, c, id, after, q, nil)
-	e2etest.Completed(t, end, seen)
-	var spawned conversation.SubagentSpawned
-	var finished conversation.SubagentCompleted
-	for _, e := range seen {
-		switch e.Type {
-		case conversation.TypeSubagentSpawned:
-			spawned = e2etest.Payload[conversation.SubagentSpawned](e)
-		case conversation.TypeSubagentCompleted:
-			finished = e2etest.Payload[conversation.SubagentCompleted](e)
-		}
-	}
+	seen, spawned, finished := e2etest.SubagentTurn(t, c, id, "please delegate the greeting")
 	// The app-server does not report spawn_agent's message: no prompt,
 	// but the agent's path.
 	if spawned.ToolUseID == "" || spawned.AgentID == "" || spawned.Description != "/root/greeter" ||

@@ -111,19 +111,7 @@ func TestE2EOpenCode(t *testing.T) {
 	ok = ok && t.Run("ToolOutputStreams", func(t *testing.T) { e2etest.ToolOutputStreams(t, c, id) })
 
 	ok = ok && t.Run("Subagent", func(t *testing.T) {
-		q, after := e2etest.Send(t, c, id, "delegate the greeting")
-		seen, end := e2etest.Turn(t, c, id, after, q, nil)
-		e2etest.Completed(t, end, seen)
-		var spawned conversation.SubagentSpawned
-		var finished conversation.SubagentCompleted
-		for _, e := range seen {
-			switch e.Type {
-			case conversation.TypeSubagentSpawned:
-				spawned = e2etest.Payload[conversation.SubagentSpawned](e)
-			case conversation.TypeSubagentCompleted:
-				finished = e2etest.Payload[conversation.SubagentCompleted](e)
-			}
-		}
+		seen, spawned, finished := e2etest.SubagentTurn(t, c, id, "delegate the greeting")
 		if spawned.ToolUseID == "" || !strings.Contains(spawned.Prompt, "subtask: greet the user") || finished.ToolUseID != spawned.ToolUseID ||
 			finished.Status != conversation.StatusComplete {
 			t.Fatalf("spawned %+v completed %+v:%s", spawned, finished, e2etest.Dump(seen))

@@ -127,3 +127,24 @@ func Payload[T any](e conversation.Event) T {
 	_ = json.Unmarshal(e.Payload, &v)
 	return v
 }
+
+// SubagentTurn sends content, expects the turn to complete, and returns its
+// events with the turn's subagent:spawned and subagent:completed payloads
+// (zero when absent; the caller checks what its CLI reports).
+func SubagentTurn(t testing.TB, c *client.Client, id, content string) ([]conversation.Event, conversation.SubagentSpawned, conversation.SubagentCompleted) {
+	t.Helper()
+	q, after := Send(t, c, id, content)
+	seen, end := Turn(t, c, id, after, q, nil)
+	Completed(t, end, seen)
+	var spawned conversation.SubagentSpawned
+	var finished conversation.SubagentCompleted
+	for _, e := range seen {
+		switch e.Type {
+		case conversation.TypeSubagentSpawned:
+			spawned = Payload[conversation.SubagentSpawned](e)
+		case conversation.TypeSubagentCompleted:
+			finished = Payload[conversation.SubagentCompleted](e)
+		}
+	}
+	return seen, spawned, finished
+}
