@@ -27,7 +27,8 @@ step "go test -race (core packages)"
 go test -count=1 -race -timeout 20m ./conversation/... ./internal/eventlog/... ./internal/session/... ./internal/api/... ./store/...
 
 step "TypeScript client and UI unit tests"
-npm test --prefix web --silent
+# AGENTD_BIN lets the TS client also check its schema against a live server.
+AGENTD_BIN="$PWD/bin/agentd" npm test --prefix web --silent
 
 step "Socket.IO compatibility (real socket.io-client)"
 AGENTD_BIN="$PWD/bin/agentd" npm test --prefix tests/socketio --silent
