@@ -161,19 +161,7 @@ func subagent(t *testing.T, c *client.Client, id string) {
 			childText.WriteString(e2etest.Payload[conversation.BlockDelta](e).Delta)
 		}
 	}
-	st, err := c.Session(context.Background(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sub *conversation.Subagent
-	for i := range st.Subagents {
-		if st.Subagents[i].ToolUseID == spawned.ToolUseID {
-			sub = &st.Subagents[i]
-		}
-	}
-	if sub == nil {
-		t.Fatalf("no subagent %s in %+v", spawned.ToolUseID, st.Subagents)
-	}
+	st, sub := e2etest.SubagentOf(t, c, id, spawned.ToolUseID)
 	found := false
 	for _, b := range sub.Blocks {
 		if b.Type == conversation.BlockAssistantText && b.Content == "Greetings from the subagent." && b.Status == conversation.StatusComplete {

@@ -116,16 +116,7 @@ func TestE2EOpenCode(t *testing.T) {
 			finished.Status != conversation.StatusComplete {
 			t.Fatalf("spawned %+v completed %+v:%s", spawned, finished, e2etest.Dump(seen))
 		}
-		st, _ := c.Session(ctx, id)
-		var sub *conversation.Subagent
-		for i := range st.Subagents {
-			if st.Subagents[i].ToolUseID == spawned.ToolUseID {
-				sub = &st.Subagents[i]
-			}
-		}
-		if sub == nil {
-			t.Fatalf("no subagent %s in %+v", spawned.ToolUseID, st.Subagents)
-		}
+		_, sub := e2etest.SubagentOf(t, c, id, spawned.ToolUseID)
 		found := false
 		for _, b := range sub.Blocks {
 			if b.Type == conversation.BlockAssistantText && strings.Contains(b.Content, "Greetings from the subagent.") {

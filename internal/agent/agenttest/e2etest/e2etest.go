@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/restapi"
 )
 
 // Turn follows a session's events from after until the end of query,
@@ -147,4 +148,21 @@ func SubagentTurn(t testing.TB, c *client.Client, id, content string) ([]convers
 		}
 	}
 	return seen, spawned, finished
+}
+
+// SubagentOf returns session id's state and its subagent spawned by
+// toolUseID; the test fails when there is none.
+func SubagentOf(t testing.TB, c *client.Client, id, toolUseID string) (restapi.SessionState, conversation.Subagent) {
+	t.Helper()
+	st, err := c.Session(context.Background(), id)
+	if err != nil {
+		t.Fatalf("session %s: %v", id, err)
+	}
+	for _, sub := range st.Subagents {
+		if sub.ToolUseID == toolUseID {
+			return st, sub
+		}
+	}
+	t.Fatalf("no subagent %s in %+v", toolUseID, st.Subagents)
+	return st, conversation.Subagent{}
 }
