@@ -113,7 +113,7 @@ func Attach(ctx context.Context, at sandbox.Attacher, name, tag string, from int
 // chunks' offsets: bytes before from (an overlap the backend did not trim)
 // are skipped, and a gap (output that starts after the expected byte)
 // kills the process, since nothing after it can be converted faithfully;
-// Gap and ExitError report it and no further line is delivered.
+// Gap reports it and no further line is delivered.
 func New(name string, p sandbox.Process, from int64) *Proc {
 	return newProc(name, p, from, true)
 }

@@ -49,10 +49,6 @@ func newPipe(name string, p sandbox.Process, from int64) *pipe {
 	return &pipe{agentproc.New(name, p, from)}
 }
 
-// abandon stops delivering: the process keeps running in the sandbox
-// (Detach).
-func (pr *pipe) abandon() { pr.Abandon() }
-
 // ExitError describes an unexpected exit as agentproc.Proc does, or, when
 // a re-attach found the output it needed gone, as
 // agent.CodeServerRestarted.

@@ -92,8 +92,8 @@ type process struct {
 // cliProc is the running CLI as the process uses it (*pipe).
 type cliProc interface {
 	Lines() <-chan cliLine
-	// abandon stops delivering lines; the CLI keeps running (Detach).
-	abandon()
+	// Abandon stops delivering lines; the CLI keeps running (Detach).
+	Abandon()
 	Write(b []byte) error
 	CloseStdin() error
 	Signal(sig syscall.Signal) error
@@ -363,7 +363,7 @@ func (p *process) read() {
 // with the environment for a later server.
 func (p *process) endDetached() {
 	p.out = nil
-	p.proc.abandon()
+	p.proc.Abandon()
 	close(p.saveCh)
 	<-p.saverDone
 	close(p.done)

@@ -17,7 +17,7 @@ import (
 type stubProc struct{ writes bytes.Buffer }
 
 func (s *stubProc) Lines() <-chan cliLine { return nil }
-func (s *stubProc) abandon()              {}
+func (s *stubProc) Abandon()              {}
 func (s *stubProc) Write(b []byte) error {
 	if !json.Valid(bytes.TrimSpace(b)) {
 		panic("agentd wrote invalid JSON to the CLI: " + string(b))
