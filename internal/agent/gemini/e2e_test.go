@@ -86,7 +86,7 @@ func TestE2EGemini(t *testing.T) {
 		seen, end := e2etest.Turn(t, c, id, after, q, nil)
 		e2etest.Completed(t, end, seen)
 		e2etest.ProofWritten(t, c, id, after, "gemini-proof\n")
-		st, _ := c.Session(ctx, id)
+		st := e2etest.State(t, c, id)
 		var use, result *conversation.Block
 		for i := range st.Blocks {
 			b := &st.Blocks[i]
@@ -139,7 +139,7 @@ func TestE2EGeminiDefaultModeNeverWaits(t *testing.T) {
 	q, after := e2etest.Send(t, c, id, "please write the proof")
 	seen, end := e2etest.Turn(t, c, id, after, q, nil)
 	e2etest.Completed(t, end, seen)
-	st, _ := c.Session(ctx, id)
+	st := e2etest.State(t, c, id)
 	failed := false
 	for _, b := range st.Blocks {
 		if b.Type == conversation.BlockToolResult && b.IsError {

@@ -150,14 +150,31 @@ func SubagentTurn(t testing.TB, c *client.Client, id, content string) ([]convers
 	return seen, spawned, finished
 }
 
-// SubagentOf returns session id's state and its subagent spawned by
-// toolUseID; the test fails when there is none.
-func SubagentOf(t testing.TB, c *client.Client, id, toolUseID string) (restapi.SessionState, conversation.Subagent) {
+// State returns session id's reduced state; the test fails when it
+// cannot be read (an empty state would let later checks pass vacuously).
+func State(t testing.TB, c *client.Client, id string) restapi.SessionState {
 	t.Helper()
 	st, err := c.Session(context.Background(), id)
 	if err != nil {
 		t.Fatalf("session %s: %v", id, err)
 	}
+	return st
+}
+
+// Answer answers permission request reqID of session id; a refused answer
+// fails the test (it may be called from a Turn callback).
+func Answer(t testing.TB, c *client.Client, id, reqID string, a restapi.PermissionAnswer) {
+	t.Helper()
+	if err := c.AnswerPermission(context.Background(), id, reqID, a); err != nil {
+		t.Errorf("answer %s (%s): %v", reqID, a.Behavior, err)
+	}
+}
+
+// SubagentOf returns session id's state and its subagent spawned by
+// toolUseID; the test fails when there is none.
+func SubagentOf(t testing.TB, c *client.Client, id, toolUseID string) (restapi.SessionState, conversation.Subagent) {
+	t.Helper()
+	st := State(t, c, id)
 	for _, sub := range st.Subagents {
 		if sub.ToolUseID == toolUseID {
 			return st, sub

@@ -88,7 +88,7 @@ func StreamedText(t testing.TB, c *client.Client, id string, minDeltas int) rest
 	if deltas < minDeltas || !usage {
 		t.Fatalf("want streamed deltas and usage; got %d deltas, usage %v:%s", deltas, usage, Dump(seen))
 	}
-	st, _ := c.Session(context.Background(), id)
+	st := State(t, c, id)
 	return st
 }
 
@@ -111,15 +111,12 @@ func ProofWritten(t testing.TB, c *client.Client, id string, after int64, want s
 // thinking before are blocks. It returns the turn's events.
 func ShellAfterApproval(t testing.TB, c *client.Client, id, tool, proof string) []conversation.Event {
 	t.Helper()
-	ctx := context.Background()
 	q, after := Send(t, c, id, "please write the proof")
 	var req conversation.PermissionRequested
 	seen, end := Turn(t, c, id, after, q, func(e conversation.Event) {
 		if e.Type == conversation.TypePermissionRequest {
 			req = Payload[conversation.PermissionRequested](e)
-			if err := c.AnswerPermission(ctx, id, req.RequestID, restapi.PermissionAnswer{Behavior: conversation.Allow}); err != nil {
-				t.Errorf("answer: %v", err)
-			}
+			Answer(t, c, id, req.RequestID, restapi.PermissionAnswer{Behavior: conversation.Allow})
 		}
 	})
 	Completed(t, end, seen)
@@ -127,7 +124,7 @@ func ShellAfterApproval(t testing.TB, c *client.Client, id, tool, proof string) 
 		t.Fatalf("permission request %+v", req)
 	}
 	ProofWritten(t, c, id, after, proof+"\n")
-	st, _ := c.Session(ctx, id)
+	st := State(t, c, id)
 	var use, result, thinking *conversation.Block
 	for i := range st.Blocks {
 		b := &st.Blocks[i]
@@ -151,7 +148,6 @@ func ShellAfterApproval(t testing.TB, c *client.Client, id, tool, proof string) 
 // the result holds all four ticks.
 func ToolOutputStreams(t testing.TB, c *client.Client, id string) {
 	t.Helper()
-	ctx := context.Background()
 	q, after := Send(t, c, id, "stream the ticks")
 	var resultID string
 	deltasBeforeEnd := 0
@@ -161,7 +157,7 @@ func ToolOutputStreams(t testing.TB, c *client.Client, id string) {
 		case conversation.TypePermissionRequest:
 			req := Payload[conversation.PermissionRequested](e)
 			resultID = conversation.ToolResultID(req.ToolUseID)
-			_ = c.AnswerPermission(ctx, id, req.RequestID, restapi.PermissionAnswer{Behavior: conversation.Allow})
+			Answer(t, c, id, req.RequestID, restapi.PermissionAnswer{Behavior: conversation.Allow})
 		case conversation.TypeBlockDelta:
 			if p := Payload[conversation.BlockDelta](e); p.BlockID == resultID && !done {
 				deltasBeforeEnd++
@@ -176,7 +172,7 @@ func ToolOutputStreams(t testing.TB, c *client.Client, id string) {
 	if resultID == "" || deltasBeforeEnd < 2 {
 		t.Fatalf("tool output not streamed (%d deltas before the result completed):%s", deltasBeforeEnd, Dump(seen))
 	}
-	st, _ := c.Session(ctx, id)
+	st := State(t, c, id)
 	for _, b := range st.Blocks {
 		if b.ID == resultID && !strings.Contains(b.Output, "tick 1\ntick 2\ntick 3\ntick 4") {
 			t.Fatalf("result %+v", b)
@@ -196,7 +192,7 @@ func ApprovalDenied(t testing.TB, c *client.Client, id string, mayFail bool) {
 	seen, end := Turn(t, c, id, after, q, func(e conversation.Event) {
 		if e.Type == conversation.TypePermissionRequest {
 			req = Payload[conversation.PermissionRequested](e)
-			_ = c.AnswerPermission(ctx, id, req.RequestID, restapi.PermissionAnswer{Behavior: conversation.Deny, Message: "not that"})
+			Answer(t, c, id, req.RequestID, restapi.PermissionAnswer{Behavior: conversation.Deny, Message: "not that"})
 		}
 	})
 	if !mayFail {
@@ -217,7 +213,7 @@ func ApprovalDenied(t testing.TB, c *client.Client, id string, mayFail bool) {
 	if _, err := c.File(ctx, id, "forbidden.txt"); !client.IsCode(err, "FILE_NOT_FOUND") {
 		t.Fatalf("a denied command ran: %v", err)
 	}
-	st, _ := c.Session(ctx, id)
+	st := State(t, c, id)
 	for _, b := range st.Blocks {
 		if b.Type == conversation.BlockToolResult && b.ToolUseID == req.ToolUseID && !b.IsError {
 			t.Fatalf("denied command's result is not an error: %+v", b)
@@ -244,7 +240,7 @@ func Interrupt(t testing.TB, c *client.Client, id string) restapi.SessionState {
 	if q := Completed(t, end, seen); !q.Interrupted {
 		t.Fatalf("turn end %s", end.Payload)
 	}
-	st, _ := c.Session(ctx, id)
+	st := State(t, c, id)
 	for _, b := range st.Blocks {
 		if strings.Contains(b.Content, "twelve") {
 			t.Fatalf("the interrupted answer ran to the end: %+v", b)
@@ -267,8 +263,7 @@ type Recall struct {
 // recall.
 func RecallAfterRestart(t testing.TB, srv *testenv.Server, mock *mockllm.Server, id string, wants ...string) Recall {
 	t.Helper()
-	ctx := context.Background()
-	before, _ := srv.Client.Session(ctx, id)
+	before := State(t, srv.Client, id)
 	srv.Restart()
 	c := srv.Client
 	n := len(mock.ModelRequests(mockllm.KindMain))
@@ -276,7 +271,7 @@ func RecallAfterRestart(t testing.TB, srv *testenv.Server, mock *mockllm.Server,
 	seen, end := Turn(t, c, id, after, q, nil)
 	Completed(t, end, seen)
 	oneRequest(t, mock, n, wants)
-	after2, _ := c.Session(ctx, id)
+	after2 := State(t, c, id)
 	if after2.Runtime.AgentSessionID != before.Runtime.AgentSessionID {
 		t.Fatalf("agent session changed across restart: %s -> %s", before.Runtime.AgentSessionID, after2.Runtime.AgentSessionID)
 	}
