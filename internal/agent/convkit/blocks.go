@@ -145,10 +145,6 @@ func (bs *Blocks) Put(o *Out, conv string, b conversation.Block) {
 	st.last = merged
 	switch {
 	case full == "" || full == st.text:
-	case strings.HasPrefix(full, st.text) && !any:
-		o.Emit(st.conv, conversation.BlockDelta{BlockID: b.ID, Delta: full[len(st.text):]})
-		st.text = full
-		return
 	case strings.HasPrefix(full, st.text):
 		o.Emit(st.conv, conversation.BlockDelta{BlockID: b.ID, Delta: full[len(st.text):]})
 		st.text = full
