@@ -11,6 +11,7 @@ package agenttest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/agentd/agentd/conversation"
 )
@@ -139,4 +140,31 @@ func filter[T any](xs []T, keep func(T) bool) []T {
 		}
 	}
 	return out
+}
+
+// LateUpdateRace races update (a runner handling one line of its CLI that
+// opens a pending block) against endTurn (the runner's end of turn),
+// runs times, with the update's head start varied from 0 to 300µs. Each
+// run gets a fresh runner from newRunner, whose host must be h. It fails
+// the test unless each run's log holds one block and leaves it settled:
+// an update converted as the turn ends must be settled either by the
+// turn's end or right after it, and never be emitted after the settle.
+func LateUpdateRace(t testing.TB, runs int, newRunner func(run int, h *FakeHost) (update, endTurn func())) {
+	t.Helper()
+	for i := range runs {
+		h := &FakeHost{EmitDelay: 200 * time.Microsecond}
+		update, endTurn := newRunner(i, h)
+		ready, done := make(chan struct{}), make(chan struct{})
+		go func() { defer close(done); close(ready); update() }()
+		<-ready
+		for start := time.Now(); time.Since(start) < time.Duration(i%61)*5*time.Microsecond; {
+		}
+		endTurn()
+		<-done
+		st := CheckEvents(t, h.Events())
+		if len(st.Blocks) != 1 {
+			t.Fatalf("run %d: blocks %+v", i, st.Blocks)
+		}
+		NoPending(t, st.Blocks)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
@@ -29,6 +30,9 @@ type FakeHost struct {
 	// KeepTranscripts makes SaveTranscript keep what it is given for
 	// LoadTranscript; without it nothing is kept and LoadTranscript fails.
 	KeepTranscripts bool
+	// EmitDelay is how long Emit takes before it records, as a real
+	// event log's append does: a runner's ordering races show up.
+	EmitDelay time.Duration
 
 	mu          sync.Mutex
 	events      []conversation.Event
@@ -72,6 +76,9 @@ func (h *FakeHost) SaveTranscript(_ context.Context, name string, b []byte) erro
 }
 
 func (h *FakeHost) Emit(_ context.Context, evs ...conversation.Event) error {
+	if h.EmitDelay > 0 {
+		time.Sleep(h.EmitDelay)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.events = append(h.events, evs...)

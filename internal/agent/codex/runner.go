@@ -39,9 +39,13 @@ type runner struct {
 	host agent.Host
 	appr approval
 
-	// Lock order: mu and convMu are never held together.
-	convMu sync.Mutex // serialises conv and turns between read loops of successive processes
-	conv   *AppServerConverter
+	// Lock order: mu and convMu are never held together. What the
+	// converter returns is emitted while convMu is held, so the log's
+	// order is the converter's: a turn's settled blocks cannot be
+	// overtaken by a late update of the same block converted just before.
+	convMu   sync.Mutex // serialises conv, turns and turnOpen between read loops of successive processes
+	conv     *AppServerConverter
+	turnOpen bool // a Turn runs; cleared before its pending blocks settle
 	// turns are the Codex turn ids started while this runner ran, from
 	// turn/started: token counts for other turns are what a resumed thread
 	// replays, already counted by an earlier runner.
@@ -97,15 +101,10 @@ func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 	}
 	r.cur = tr
 	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		r.cur = nil
-		r.mu.Unlock()
-		r.convMu.Lock()
-		evs := r.conv.blocks.SettlePending(time.Now().UTC().Truncate(time.Millisecond))
-		r.convMu.Unlock()
-		r.emit(evs...)
-	}()
+	r.convMu.Lock()
+	r.turnOpen = true
+	r.convMu.Unlock()
+	defer r.endTurn()
 
 	srv, err := r.ensureServer(ctx)
 	if err != nil {
@@ -157,6 +156,17 @@ func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 		}
 		return agent.TurnResult{}, ctx.Err()
 	}
+}
+
+// endTurn ends the running turn: nothing it started stays pending.
+func (r *runner) endTurn() {
+	r.mu.Lock()
+	r.cur = nil
+	r.mu.Unlock()
+	r.convMu.Lock()
+	defer r.convMu.Unlock()
+	r.turnOpen = false
+	r.emit(r.conv.blocks.SettlePending(time.Now().UTC().Truncate(time.Millisecond))...)
 }
 
 func (r *runner) interrupted(tr *turnState) bool {
@@ -507,24 +517,23 @@ func (r *runner) convert(line []byte, m *wireMessage) {
 	case "turn/started", "thread/tokenUsage/updated":
 		_ = json.Unmarshal(m.Params, &p)
 	}
-	r.mu.Lock()
-	between := r.cur == nil
-	r.mu.Unlock()
 	r.convMu.Lock()
 	if m.Method == "turn/started" && p.Turn.ID != "" {
 		r.turns[p.Turn.ID] = true
 	}
 	replayedUsage := m.Method == "thread/tokenUsage/updated" && !r.turns[p.TurnID]
 	evs, err := r.conv.Convert(line)
-	if err == nil && between {
-		// A late notification of a turn that has ended: nothing of it
-		// may stay pending.
-		evs = append(evs, r.conv.blocks.SettlePending(time.Now().UTC().Truncate(time.Millisecond))...)
-	}
-	r.convMu.Unlock()
 	if err != nil {
 		r.invalidLine(line, err)
+		r.convMu.Unlock()
 		return
+	}
+	if !r.turnOpen {
+		// A late notification of a turn that has ended: nothing of it
+		// may stay pending. turnOpen is read under convMu, so a
+		// notification converted as the turn ends is settled either
+		// here or by the turn's own settle, which then comes after it.
+		evs = append(evs, r.conv.blocks.SettlePending(time.Now().UTC().Truncate(time.Millisecond))...)
 	}
 	evs, end := agentcli.SplitEnd(evs) // the session writes the turn's end itself
 	out := evs[:0]
@@ -537,6 +546,7 @@ func (r *runner) convert(line []byte, m *wireMessage) {
 		out = append(out, e)
 	}
 	r.emit(out...)
+	r.convMu.Unlock()
 	if end != nil {
 		r.mu.Lock()
 		tr := r.cur

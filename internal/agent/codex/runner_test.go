@@ -438,3 +438,20 @@ func BenchmarkRunnerTurn(b *testing.B) {
 	defer run.Close(context.Background())
 	agenttest.BenchTurns(b, run, h, true)
 }
+
+// TestLateDeltaNeverStaysPending races a notification's delta, which opens
+// a pending text block, against the end of the turn.
+func TestLateDeltaNeverStaysPending(t *testing.T) {
+	agenttest.LateUpdateRace(t, 300, func(i int, h *agenttest.FakeHost) (func(), func()) {
+		r := newRunner(Architecture{}, h, approval{})
+		r.cur = &turnState{end: make(chan conversation.Payload, 1), asked: map[string]bool{}}
+		r.turnOpen = true
+		line, _ := json.Marshal(map[string]any{"method": "item/agentMessage/delta", "params": map[string]any{
+			"threadId": "t1", "turnId": "u1", "itemId": fmt.Sprint("m", i), "delta": "one "}})
+		var m wireMessage
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatal(err)
+		}
+		return func() { r.convert(line, &m) }, r.endTurn
+	})
+}

@@ -30,9 +30,13 @@ type runner struct {
 	host   agent.Host
 	system string
 
-	// mu and convMu are never held together.
-	convMu sync.Mutex       // guards conv
-	conv   *EventsConverter // for the current server's session; nil before it is known
+	// mu and convMu are never held together. What the converter returns
+	// is emitted while convMu is held, so the log's order is the
+	// converter's: a turn's settled blocks cannot be overtaken by a late
+	// update of the same block converted just before.
+	convMu   sync.Mutex       // guards conv and turnOpen
+	conv     *EventsConverter // for the current server's session; nil before it is known
+	turnOpen bool             // a Turn runs; cleared before its pending blocks settle
 
 	mu        sync.Mutex // guards the fields below
 	srv       *server
@@ -66,18 +70,10 @@ func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 	}
 	r.cur = tr
 	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		r.cur = nil
-		r.mu.Unlock()
-		r.convMu.Lock()
-		var evs []conversation.Event
-		if r.conv != nil {
-			evs = r.conv.blocks.SettlePending(time.Now().UTC().Truncate(time.Millisecond))
-		}
-		r.convMu.Unlock()
-		r.emit(evs...)
-	}()
+	r.convMu.Lock()
+	r.turnOpen = true
+	r.convMu.Unlock()
+	defer r.endTurn()
 
 	srv, err := r.ensureServer(ctx)
 	if err != nil {
@@ -109,6 +105,19 @@ func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 		return agent.TurnResult{}, r.failed(ctx, tr, srv, nil)
 	case <-ctx.Done():
 		return agent.TurnResult{}, r.failed(ctx, tr, srv, nil)
+	}
+}
+
+// endTurn ends the running turn: nothing it started stays pending.
+func (r *runner) endTurn() {
+	r.mu.Lock()
+	r.cur = nil
+	r.mu.Unlock()
+	r.convMu.Lock()
+	defer r.convMu.Unlock()
+	r.turnOpen = false
+	if r.conv != nil {
+		r.emit(r.conv.blocks.SettlePending(time.Now().UTC().Truncate(time.Millisecond))...)
 	}
 }
 
@@ -400,21 +409,21 @@ func (r *runner) onEvent(srv *server, data []byte) {
 	}
 	r.mu.Lock()
 	aborting := r.cur != nil && r.cur.interrupted
-	between := r.cur == nil
 	r.mu.Unlock()
 	r.convMu.Lock()
-	conv := r.conv
 	var evs []conversation.Event
 	var err error
-	if conv != nil {
-		evs, err = conv.Convert(data)
-		if between {
+	if r.conv != nil {
+		evs, err = r.conv.Convert(data)
+		if !r.turnOpen {
 			// A late event of a turn that has ended (an aborted part's
-			// last update): nothing of it may stay pending.
-			evs = append(evs, conv.blocks.SettlePending(time.Now().UTC().Truncate(time.Millisecond))...)
+			// last update): nothing of it may stay pending. turnOpen is
+			// read under convMu, so an event converted as the turn ends
+			// is settled either here or by the turn's own settle, which
+			// then comes after it.
+			evs = append(evs, r.conv.blocks.SettlePending(time.Now().UTC().Truncate(time.Millisecond))...)
 		}
 	}
-	r.convMu.Unlock()
 	if err != nil {
 		r.logData(conversation.LevelWarn, err.Error(), data)
 	}
@@ -429,6 +438,7 @@ func (r *runner) onEvent(srv *server, data []byte) {
 		out = append(out, e)
 	}
 	r.emit(out...)
+	r.convMu.Unlock()
 	if end != nil {
 		r.mu.Lock()
 		tr := r.cur

@@ -447,3 +447,17 @@ func BenchmarkReadSSE(b *testing.B) {
 		}
 	}
 }
+
+// TestLateDeltaNeverStaysPending races an event stream's delta, which
+// opens a pending text block, against the end of the turn.
+func TestLateDeltaNeverStaysPending(t *testing.T) {
+	agenttest.LateUpdateRace(t, 300, func(i int, h *agenttest.FakeHost) (func(), func()) {
+		r := newRunner(Architecture{}, h)
+		r.conv = NewEventsConverter(WithSessionID("ses_1"), WithoutUserMessages(), WithoutPermissionEvents())
+		r.cur = &turnState{end: make(chan conversation.Payload, 1), asked: map[string]bool{}}
+		r.turnOpen = true
+		delta, _ := json.Marshal(map[string]any{"type": "message.part.delta", "properties": map[string]any{
+			"sessionID": "ses_1", "messageID": "msg_a", "partID": fmt.Sprint("prt_", i), "field": "text", "delta": "one "}})
+		return func() { r.onEvent(nil, delta) }, r.endTurn
+	})
+}
