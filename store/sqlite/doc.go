@@ -26,6 +26,20 @@
 // costs one commit (and, with synchronous=FULL, one fsync) per batch, not
 // per event.
 //
+// # The event tail
+//
+// events is clustered by (session_id, seq), so a session's replay is one
+// range scan, but a commit carrying one event of each of k sessions would
+// dirty k leaf pages and write k WAL frames. A session's events therefore
+// go to events_tail, an unindexed table in arrival order, unless the batch
+// carries eight or more of them (they fill a page of events' own). A
+// background compactor (compact.go) moves the tail into events, sorted by
+// session, once it holds WithCompactAt rows (default 1024). Reads merge
+// both tables; a reader's snapshot sees a compaction whole or not at all.
+// (session_id, seq) stays unique across both tables through a cache of
+// each session's highest stored seq (seqs.go), dropped whenever SQLite's
+// data_version shows another connection has committed.
+//
 // # Durability: synchronous NORMAL (default) or FULL
 //
 // With NORMAL, a commit is written to the WAL but the WAL is fsynced only at

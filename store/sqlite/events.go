@@ -14,21 +14,45 @@ import (
 const (
 	eventColumns    = 8
 	eventsPerInsert = 32
-	insertEventSQL  = `INSERT INTO events (session_id, seq, type, payload, conversation_id, source, ts, actor) VALUES `
 	eventValues     = `(?, ?, ?, ?, ?, ?, ?, ?)`
+	// directEvents is how many events of one session a batch must carry
+	// to skip the tail: about a page of them fills a page of events' own,
+	// so writing them there at once costs no more WAL than the tail would,
+	// and saves the compactor's second write.
+	directEvents = 8
 )
 
-// insertEventsSQL inserts eventsPerInsert events in one statement, which
-// cuts the CPU per event by about a quarter against one row per statement
-// (database/sql and driver overhead; see BenchmarkAppendEvents).
-var insertEventsSQL = insertEventSQL + strings.Repeat(eventValues+", ", eventsPerInsert-1) + eventValues
+// insertSQL inserts n events into table in one statement. Statements of 32
+// rows cut the CPU per event by about a quarter against one row per
+// statement (database/sql and driver overhead; see BenchmarkAppendEvents).
+func insertSQL(table string, n int) string {
+	return `INSERT INTO ` + table + ` (session_id, seq, type, payload, conversation_id, source, ts, actor) VALUES ` +
+		strings.Repeat(eventValues+", ", n-1) + eventValues
+}
 
-// AppendEvents stores events in one transaction, through prepared
-// statements of 32 rows and then of one row: all or none, one commit (one
-// fsync with SyncFull) per call. A stored (session, seq) fails the batch with
-// store.ErrSeqConflict; an event of a session that does not exist fails it
-// with store.ErrNotFound (the schema's foreign key keeps a deleted session
-// from getting events back).
+// inserts are one table's prepared inserts, on the writer.
+type inserts struct{ one, many *sql.Stmt }
+
+func (s *Store) prepareInserts(ctx context.Context, table string) (inserts, error) {
+	var ins inserts
+	var err error
+	if ins.one, err = s.w.PrepareContext(ctx, insertSQL(table, 1)); err != nil {
+		return ins, fmt.Errorf("prepare %s insert: %w", table, err)
+	}
+	if ins.many, err = s.w.PrepareContext(ctx, insertSQL(table, eventsPerInsert)); err != nil {
+		return ins, fmt.Errorf("prepare %s insert: %w", table, err)
+	}
+	return ins, nil
+}
+
+// AppendEvents stores events in one transaction: all or none, one commit
+// (one fsync with SyncFull) per call. A session's events go to the event
+// tail, in arrival order, unless the batch carries directEvents or more of
+// them, which go to events at once (compact.go says why). A stored
+// (session, seq) fails the batch with store.ErrSeqConflict (seqs.go); an
+// event of a session that does not exist fails it with store.ErrNotFound
+// (the schema's foreign key keeps a deleted session from getting events
+// back). Once the tail holds enough rows, the compactor is told to move it.
 func (s *Store) AppendEvents(ctx context.Context, events []conversation.Event) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("append events: %w", err)
@@ -38,6 +62,7 @@ func (s *Store) AppendEvents(ctx context.Context, events []conversation.Event) e
 	}
 	// Convert and check everything before taking the write lock.
 	rows := make([][eventColumns]any, len(events))
+	perSession := make(map[string]int, 4)
 	for i, e := range events {
 		if e.Context.SessionID == "" {
 			return fmt.Errorf("append events: event %d (seq %d) has no session id", i, e.Seq)
@@ -55,57 +80,89 @@ func (s *Store) AppendEvents(ctx context.Context, events []conversation.Event) e
 		}
 		rows[i] = [eventColumns]any{e.Context.SessionID, e.Seq, string(e.Type), payload,
 			e.Context.ConversationID, string(e.Context.Source), ts, optString(e.Context.Actor)}
+		perSession[e.Context.SessionID]++
+	}
+	var tail, direct []int // indexes into events and rows
+	for i, e := range events {
+		if perSession[e.Context.SessionID] >= directEvents {
+			direct = append(direct, i)
+		} else {
+			tail = append(tail, i)
+		}
 	}
 	// The rows run with ctx's values but not its cancellation: the driver
 	// would start a watcher goroutine per statement. database/sql still
 	// rolls the transaction back when ctx ends, and ctx is checked between
 	// statements, so a cancelled batch stores nothing.
 	rowCtx := context.WithoutCancel(ctx)
+	var next map[string]int64
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		multi := tx.StmtContext(rowCtx, s.insertEvents)
-		single := tx.StmtContext(rowCtx, s.insertEvent)
-		args := make([]any, 0, eventsPerInsert*eventColumns)
-		for i := 0; i < len(rows); {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			stmt, n := single, 1
-			if len(rows)-i >= eventsPerInsert {
-				stmt, n = multi, eventsPerInsert
-			}
-			args = args[:0]
-			for _, r := range rows[i : i+n] {
-				args = append(args, r[:]...)
-			}
-			if _, err := stmt.ExecContext(rowCtx, args...); err != nil {
-				where := describeEvents(events[i : i+n])
-				switch {
-				case isUniqueViolation(err):
-					return fmt.Errorf("%s: %w", where, store.ErrSeqConflict)
-				case isForeignKeyViolation(err):
-					return fmt.Errorf("%s: session: %w", where, store.ErrNotFound)
-				}
-				return fmt.Errorf("%s: %w", where, err)
-			}
-			i += n
+		var err error
+		if next, err = s.seqs.checkLocked(rowCtx, tx, rows); err != nil {
+			return err
 		}
-		return nil
+		if err := insertLocked(ctx, tx, s.insertDirect, events, rows, direct); err != nil {
+			return err
+		}
+		return insertLocked(ctx, tx, s.insertTail, events, rows, tail)
 	})
 	if err != nil {
+		if errors.Is(err, errCommit) {
+			s.seqs.reset() // stored or not: look again
+		}
 		return fmt.Errorf("append events: %w", err)
+	}
+	s.seqs.commit(next)
+	s.compactor.appended(len(tail))
+	return nil
+}
+
+// insertLocked inserts the rows at idx through ins, 32 rows a statement
+// and then one; tx is the writer's.
+func insertLocked(ctx context.Context, tx *sql.Tx, ins inserts, events []conversation.Event, rows [][eventColumns]any, idx []int) error {
+	if len(idx) == 0 {
+		return nil
+	}
+	rowCtx := context.WithoutCancel(ctx) // see AppendEvents
+	many := tx.StmtContext(rowCtx, ins.many)
+	one := tx.StmtContext(rowCtx, ins.one)
+	args := make([]any, 0, eventsPerInsert*eventColumns)
+	for i := 0; i < len(idx); {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		stmt, n := one, 1
+		if len(idx)-i >= eventsPerInsert {
+			stmt, n = many, eventsPerInsert
+		}
+		args = args[:0]
+		for _, j := range idx[i : i+n] {
+			args = append(args, rows[j][:]...)
+		}
+		if _, err := stmt.ExecContext(rowCtx, args...); err != nil {
+			where := describeEvents(events, idx[i:i+n])
+			switch {
+			case isUniqueViolation(err):
+				return fmt.Errorf("%s: %w", where, store.ErrSeqConflict)
+			case isForeignKeyViolation(err):
+				return fmt.Errorf("%s: session: %w", where, store.ErrNotFound)
+			}
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		i += n
 	}
 	return nil
 }
 
 // describeEvents names the events of one insert statement for an error: a
 // multi-row statement cannot say which of its rows failed.
-func describeEvents(evs []conversation.Event) string {
-	first, last := evs[0].Context, evs[len(evs)-1].Context
-	if len(evs) == 1 {
-		return fmt.Sprintf("session %q seq %d", first.SessionID, evs[0].Seq)
+func describeEvents(events []conversation.Event, idx []int) string {
+	first, last := events[idx[0]], events[idx[len(idx)-1]]
+	if len(idx) == 1 {
+		return fmt.Sprintf("session %q seq %d", first.Context.SessionID, first.Seq)
 	}
 	return fmt.Sprintf("one of %d events from session %q seq %d to session %q seq %d",
-		len(evs), first.SessionID, evs[0].Seq, last.SessionID, evs[len(evs)-1].Seq)
+		len(idx), first.Context.SessionID, first.Seq, last.Context.SessionID, last.Seq)
 }
 
 // ReadEvents returns the session's events with seq > after in seq order, at
@@ -114,8 +171,14 @@ func (s *Store) ReadEvents(ctx context.Context, sessionID string, after int64, l
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
 	}
+	// Both tables, merged by seq: a range scan of events' primary key and a
+	// scan of the (short) tail. A reader's snapshot sees a compaction whole
+	// or not at all.
 	rows, err := s.r.QueryContext(ctx, `SELECT seq, type, payload, conversation_id, source, ts, actor
-		FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`, sessionID, after, limit)
+		FROM events WHERE session_id = ?1 AND seq > ?2
+		UNION ALL SELECT seq, type, payload, conversation_id, source, ts, actor
+		FROM events_tail WHERE session_id = ?1 AND seq > ?2
+		ORDER BY seq LIMIT ?3`, sessionID, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read events of %q: %w", sessionID, err)
 	}
@@ -152,7 +215,9 @@ func (s *Store) ReadEvents(ctx context.Context, sessionID string, after int64, l
 // LastSeq returns the highest stored seq of the session, 0 if none.
 func (s *Store) LastSeq(ctx context.Context, sessionID string) (int64, error) {
 	var seq int64
-	err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM events WHERE session_id = ?`, sessionID).Scan(&seq)
+	err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(m), 0) FROM (
+		SELECT max(seq) AS m FROM events WHERE session_id = ?1
+		UNION ALL SELECT max(seq) FROM events_tail WHERE session_id = ?1)`, sessionID).Scan(&seq)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("last seq of %q: %w", sessionID, err)
 	}

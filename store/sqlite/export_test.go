@@ -28,3 +28,23 @@ func WriterPragmas(t testing.TB, s *Store) (synchronous, foreignKeys int) {
 	}
 	return synchronous, foreignKeys
 }
+
+// Compact moves the event tail into the per-session table now.
+func Compact(t testing.TB, s *Store) int64 {
+	t.Helper()
+	n, err := s.compact(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TailRows counts the rows of the event tail.
+func TailRows(t testing.TB, s *Store) int {
+	t.Helper()
+	var n int
+	if err := s.r.QueryRowContext(t.Context(), "SELECT count(*) FROM events_tail").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -3,10 +3,14 @@ package sqlite
 import (
 	"database/sql"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/store"
 )
 
 // rawDB opens a plain connection to a new database file in t's directory.
@@ -150,5 +154,54 @@ func TestMigrateRefusesNewerSchema(t *testing.T) {
 	_, err := migrate(t.Context(), db, ms)
 	if !errors.Is(err, ErrSchemaTooNew) || !strings.Contains(err.Error(), "version 7") {
 		t.Fatalf("migrate of a newer database = %v, want ErrSchemaTooNew naming version 7", err)
+	}
+}
+
+// TestEventTailMigration: a database of schema 2 (events only in the
+// clustered table) opens at schema 3 with its events readable, and its
+// sessions take appends, conflicts included.
+func TestEventTailMigration(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v2.db")
+	db, err := sql.Open("sqlite", path+"?_txlock=immediate&_pragma=foreign_keys(1)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := loadMigrations(embeddedMigrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrate(t.Context(), db, ms[:2]); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO sessions (id, architecture, agent_profile_ref, name, status, runtime, turns) VALUES ('old', 'shell', '', '', 'idle', CAST('{}' AS BLOB), 1)`,
+		`INSERT INTO events (session_id, seq, type, payload, conversation_id, source) VALUES ('old', 1, 'log', NULL, 'main', 'server'), ('old', 2, 'log', NULL, 'main', 'server')`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+
+	s, err := Open(t.Context(), path, WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	evs, err := s.ReadEvents(t.Context(), "old", 0, 0)
+	if err != nil || len(evs) != 2 || evs[1].Seq != 2 {
+		t.Fatalf("events after the migration = %+v, %v", evs, err)
+	}
+	e := evs[1]
+	e.Seq = 2
+	if err := s.AppendEvents(t.Context(), []conversation.Event{e}); !errors.Is(err, store.ErrSeqConflict) {
+		t.Fatalf("appending a migrated seq = %v, want ErrSeqConflict", err)
+	}
+	e.Seq = 3
+	if err := s.AppendEvents(t.Context(), []conversation.Event{e}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.LastSeq(t.Context(), "old"); err != nil || n != 3 {
+		t.Fatalf("LastSeq = %d, %v; want 3", n, err)
 	}
 }

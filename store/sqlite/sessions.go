@@ -136,14 +136,23 @@ func (s *Store) UpdateSession(ctx context.Context, sess store.Session) error {
 // DeleteSession removes the record and, by cascade in the same statement,
 // its events, transcripts, files and lease. store.ErrNotFound if absent.
 func (s *Store) DeleteSession(ctx context.Context, id string) error {
-	res, err := s.w.ExecContext(ctx, `DELETE FROM sessions WHERE id = ?`, id)
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM sessions WHERE id = ?`, id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return store.ErrNotFound
+		}
+		// Inside the transaction: no append can run between the delete
+		// and this.
+		s.seqs.forget(id)
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("delete session %q: %w", id, withCtxErr(ctx, err))
-	}
-	if n, err := res.RowsAffected(); err != nil {
 		return fmt.Errorf("delete session %q: %w", id, err)
-	} else if n == 0 {
-		return fmt.Errorf("delete session %q: %w", id, store.ErrNotFound)
 	}
 	return nil
 }

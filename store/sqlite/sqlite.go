@@ -53,6 +53,7 @@ type config struct {
 	synchronous Synchronous
 	busyTimeout time.Duration
 	readConns   int
+	compactAt   int
 	logger      *slog.Logger
 }
 
@@ -70,6 +71,11 @@ func WithBusyTimeout(d time.Duration) Option { return func(c *config) { c.busyTi
 // at least 4).
 func WithReadConnections(n int) Option { return func(c *config) { c.readConns = n } }
 
+// WithCompactAt sets how many rows the event tail (where appends go, in
+// arrival order) holds before they are moved into the per-session table
+// (default 1024; 1 moves them after every append). See compact.go.
+func WithCompactAt(n int) Option { return func(c *config) { c.compactAt = n } }
+
 // WithLogger sets the logger for schema migrations (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
@@ -82,10 +88,12 @@ type Store struct {
 	w      *sql.DB // the writer: one connection, IMMEDIATE transactions
 	r      *sql.DB // the read pool, query_only connections
 
-	insertEvent  *sql.Stmt // one event, prepared on w
-	insertEvents *sql.Stmt // eventsPerInsert events, prepared on w
+	insertTail   inserts // into events_tail, prepared on w
+	insertDirect inserts // into events, prepared on w
 
-	ckpt *checkpointer // nil until started
+	seqs      *storedSeqs   // the highest stored seq per session, for conflicts
+	ckpt      *checkpointer // nil until started
+	compactor *compactor    // nil until started
 
 	closeOnce sync.Once
 	closeErr  error
@@ -109,6 +117,7 @@ func Open(ctx context.Context, dataSource string, opts ...Option) (*Store, error
 		synchronous: SyncNormal,
 		busyTimeout: defaultBusyTimeout,
 		readConns:   max(4, runtime.GOMAXPROCS(0)),
+		compactAt:   defaultCompactAt,
 		logger:      slog.Default(),
 	}
 	if d.set.synchronous {
@@ -124,7 +133,7 @@ func Open(ctx context.Context, dataSource string, opts ...Option) (*Store, error
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
 
-	s := &Store{}
+	s := &Store{seqs: newStoredSeqs()}
 	if err := s.open(ctx, d.path, cfg); err != nil {
 		s.closeAll()
 		return nil, fmt.Errorf("open sqlite store %s: %w", dataSource, err)
@@ -141,6 +150,9 @@ func (c config) validate() error {
 	}
 	if c.readConns < 1 {
 		return fmt.Errorf("read connections %d: need at least 1", c.readConns)
+	}
+	if c.compactAt < 1 {
+		return fmt.Errorf("compact at %d rows: need at least 1", c.compactAt)
 	}
 	if c.logger == nil {
 		return errors.New("nil logger")
@@ -202,11 +214,11 @@ func (s *Store) open(ctx context.Context, path string, cfg config) error {
 		cfg.logger.Info("sqlite store migrated", "path", abs, "applied", applied, "version", ms[len(ms)-1].version)
 	}
 
-	if s.insertEvent, err = s.w.PrepareContext(ctx, insertEventSQL+eventValues); err != nil {
-		return fmt.Errorf("prepare event insert: %w", err)
+	if s.insertTail, err = s.prepareInserts(ctx, "events_tail"); err != nil {
+		return err
 	}
-	if s.insertEvents, err = s.w.PrepareContext(ctx, insertEventsSQL); err != nil {
-		return fmt.Errorf("prepare event insert: %w", err)
+	if s.insertDirect, err = s.prepareInserts(ctx, "events"); err != nil {
+		return err
 	}
 
 	if s.r, err = sql.Open("sqlite", driverDSN(abs, cfg, false)); err != nil {
@@ -220,6 +232,9 @@ func (s *Store) open(ctx context.Context, path string, cfg config) error {
 	}
 	if err := s.startCheckpointer(ctx, abs, cfg); err != nil {
 		return fmt.Errorf("start checkpointer: %w", err)
+	}
+	if err := s.startCompactor(ctx, cfg.compactAt, cfg.logger); err != nil {
+		return fmt.Errorf("start compactor: %w", err)
 	}
 	return nil
 }
@@ -265,10 +280,13 @@ func (s *Store) Close() error {
 // closeAll releases whatever open got to.
 func (s *Store) closeAll() error {
 	var errs []error
+	if s.compactor != nil {
+		s.compactor.stop()
+	}
 	if s.ckpt != nil {
 		errs = append(errs, s.ckpt.stop())
 	}
-	for _, st := range []*sql.Stmt{s.insertEvent, s.insertEvents} {
+	for _, st := range []*sql.Stmt{s.insertTail.one, s.insertTail.many, s.insertDirect.one, s.insertDirect.many} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -300,10 +318,14 @@ func (s *Store) write(ctx context.Context, f func(tx *sql.Tx) error) error {
 		return withCtxErr(ctx, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return withCtxErr(ctx, err)
+		return withCtxErr(ctx, fmt.Errorf("%w: %w", errCommit, err))
 	}
 	return nil
 }
+
+// errCommit marks write's errors from the commit itself, after which the
+// transaction's outcome is not known.
+var errCommit = errors.New("commit")
 
 // withCtxErr adds ctx's error to err when ctx has ended: after a
 // cancellation database/sql and the driver report it in several shapes
