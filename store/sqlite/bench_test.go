@@ -1,8 +1,13 @@
 package sqlite_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/agentd/agentd/conversation"
 
 	"github.com/agentd/agentd/store/sqlite"
 	"github.com/agentd/agentd/store/storetest"
@@ -43,3 +48,50 @@ func reportCPU(b *testing.B, start interface{ Microseconds() int64 }, events int
 		b.ReportMetric(float64(used)/float64(events), "cpu-µs/event")
 	}
 }
+
+// BenchmarkCompact measures one compaction of the event tail: rows spread
+// over sessions as single-event appends leave them (one row per session in
+// turn, 250-byte payloads), moved into the per-session table that already
+// holds earlier compactions. One op is one compaction; the writer is held
+// for all of it, so ms/op is the stall appenders see.
+func BenchmarkCompact(b *testing.B) {
+	for _, sessions := range []int{1, 50} {
+		for _, rows := range []int{256, 1024} {
+			b.Run(fmt.Sprintf("sessions=%d/rows=%d", sessions, rows), func(b *testing.B) {
+				s := openTemp(b, sqlite.WithCompactAt(1<<30))
+				defer s.Close()
+				for i := range sessions {
+					mustCreate(b, s, fmt.Sprint("session-", i))
+				}
+				seq := make([]int64, sessions)
+				fill := func() {
+					for r := range rows {
+						i := r % sessions
+						seq[i]++
+						e := ev(fmt.Sprint("session-", i), seq[i])
+						e.Payload = payload250
+						if err := s.AppendEvents(b.Context(), []conversation.Event{e}); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				fill()
+				sqlite.Compact(b, s) // earlier compactions' rows in place
+				var cpu time.Duration
+				for b.Loop() {
+					b.StopTimer()
+					fill()
+					c0 := processCPU()
+					b.StartTimer()
+					if n := sqlite.Compact(b, s); n != int64(rows) {
+						b.Fatalf("moved %d rows, want %d", n, rows)
+					}
+					cpu += processCPU() - c0
+				}
+				b.ReportMetric(float64(cpu.Microseconds())/float64(b.N*rows), "cpu-µs/row")
+			})
+		}
+	}
+}
+
+var payload250 = json.RawMessage(`{"level":"info","message":"` + strings.Repeat("x", 220) + `"}`)

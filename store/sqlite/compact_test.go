@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -222,5 +223,37 @@ func TestSeqsStoredByAnotherProcess(t *testing.T) {
 	}
 	if n, err := s.LastSeq(ctx, "a"); err != nil || n != 6 {
 		t.Fatalf("LastSeq = %d, %v; want 6", n, err)
+	}
+}
+
+// TestRacingAppendsStoreOnce: appenders racing with the same seqs of a
+// session new to the store: exactly one wins each round. The seq cache
+// must cover a batch before its transaction commits, because the next one
+// can start at once; the hook holds each appender after its commit so
+// that the next one does.
+func TestRacingAppendsStoreOnce(t *testing.T) {
+	s := openTemp(t, sqlite.WithCompactAt(1<<30))
+	defer s.Close()
+	sqlite.SlowAfterAppend(t, time.Millisecond)
+	const racers = 4
+	for round := range 50 {
+		id := fmt.Sprint("r", round)
+		mustCreate(t, s, id)
+		errs := make(chan error, racers)
+		for range racers {
+			go func() { errs <- s.AppendEvents(t.Context(), evs(id, 1, 3)) }()
+		}
+		won := 0
+		for range racers {
+			switch err := <-errs; {
+			case err == nil:
+				won++
+			case !errors.Is(err, store.ErrSeqConflict):
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("round %d: %d racers stored seqs 1..3, want 1", round, won)
+		}
 	}
 }

@@ -95,10 +95,8 @@ func (s *Store) AppendEvents(ctx context.Context, events []conversation.Event) e
 	// rolls the transaction back when ctx ends, and ctx is checked between
 	// statements, so a cancelled batch stores nothing.
 	rowCtx := context.WithoutCancel(ctx)
-	var next map[string]int64
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		var err error
-		if next, err = s.seqs.checkLocked(rowCtx, tx, rows); err != nil {
+		if err := s.seqs.checkLocked(rowCtx, tx, rows); err != nil {
 			return err
 		}
 		if err := insertLocked(ctx, tx, s.insertDirect, events, rows, direct); err != nil {
@@ -112,10 +110,16 @@ func (s *Store) AppendEvents(ctx context.Context, events []conversation.Event) e
 		}
 		return fmt.Errorf("append events: %w", err)
 	}
-	s.seqs.commit(next)
+	if testHookAppended != nil {
+		testHookAppended()
+	}
 	s.compactor.appended(len(tail))
 	return nil
 }
+
+// testHookAppended, when set by a test, runs after an append's commit,
+// where the next append's transaction may already run.
+var testHookAppended func()
 
 // insertLocked inserts the rows at idx through ins, 32 rows a statement
 // and then one; tx is the writer's.

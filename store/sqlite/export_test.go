@@ -1,6 +1,9 @@
 package sqlite
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // WriterPragmas reports the writer connection's synchronous and
 // foreign_keys settings, and checks that readers are query_only with
@@ -47,4 +50,11 @@ func TailRows(t testing.TB, s *Store) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// SlowAfterAppend makes every append pause after its commit until the test
+// ends, so the next append's transaction runs first.
+func SlowAfterAppend(t testing.TB, d time.Duration) {
+	testHookAppended = func() { time.Sleep(d) }
+	t.Cleanup(func() { testHookAppended = nil })
 }

@@ -39,14 +39,18 @@ const (
 )
 
 // checkLocked fails with store.ErrSeqConflict when one of rows' (session,
-// seq) is stored or repeats within rows, and returns each session's
-// highest seq once rows are stored (for commit). tx is the writer's.
-func (c *storedSeqs) checkLocked(ctx context.Context, tx *sql.Tx, rows [][eventColumns]any) (map[string]int64, error) {
+// seq) is stored or repeats within rows. Otherwise it raises each
+// session's highest seq to cover rows before they are inserted: the next
+// transaction may start as soon as this one commits, before the caller
+// runs again. Should this one roll back instead, the cache is too high,
+// which only costs lookups (a seq at or below it is looked up in both
+// tables); too low would let a duplicate through. tx is the writer's.
+func (c *storedSeqs) checkLocked(ctx context.Context, tx *sql.Tx, rows [][eventColumns]any) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var version int64
 	if err := tx.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&version); err != nil {
-		return nil, fmt.Errorf("read data_version: %w", err)
+		return fmt.Errorf("read data_version: %w", err)
 	}
 	if version != c.version {
 		clear(c.max)
@@ -60,7 +64,7 @@ func (c *storedSeqs) checkLocked(ctx context.Context, tx *sql.Tx, rows [][eventC
 		if !ok {
 			if top, ok = c.max[session]; !ok {
 				if err := tx.QueryRowContext(ctx, maxStoredSeqSQL, session).Scan(&top); err != nil {
-					return nil, fmt.Errorf("highest stored seq of %q: %w", session, err)
+					return fmt.Errorf("highest stored seq of %q: %w", session, err)
 				}
 				c.max[session] = top
 			}
@@ -72,31 +76,25 @@ func (c *storedSeqs) checkLocked(ctx context.Context, tx *sql.Tx, rows [][eventC
 				for _, p := range rows {
 					k := [2]any{p[0], p[1]}
 					if seen[k] {
-						return nil, fmt.Errorf("session %q seq %d twice in one batch: %w", p[0], p[1], store.ErrSeqConflict)
+						return fmt.Errorf("session %q seq %d twice in one batch: %w", p[0], p[1], store.ErrSeqConflict)
 					}
 					seen[k] = true
 				}
 			}
 			var stored bool
 			if err := tx.QueryRowContext(ctx, seqStoredSQL, session, seq).Scan(&stored); err != nil {
-				return nil, fmt.Errorf("look up session %q seq %d: %w", session, seq, err)
+				return fmt.Errorf("look up session %q seq %d: %w", session, seq, err)
 			}
 			if stored {
-				return nil, fmt.Errorf("session %q seq %d: %w", session, seq, store.ErrSeqConflict)
+				return fmt.Errorf("session %q seq %d: %w", session, seq, store.ErrSeqConflict)
 			}
 		}
 		next[session] = max(top, seq)
 	}
-	return next, nil
-}
-
-// commit records next (from checkLocked) once its rows are committed.
-func (c *storedSeqs) commit(next map[string]int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	for session, seq := range next {
 		c.max[session] = seq
 	}
+	return nil
 }
 
 // forget drops what is known of the session (its events are being

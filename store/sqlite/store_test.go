@@ -49,7 +49,7 @@ func ev(sessionID string, seq int64) conversation.Event {
 	}
 }
 
-func mustCreate(t *testing.T, s store.Store, id string) {
+func mustCreate(t testing.TB, s store.Store, id string) {
 	t.Helper()
 	if err := s.CreateSession(t.Context(), session(id)); err != nil {
 		t.Fatal(err)
