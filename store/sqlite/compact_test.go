@@ -257,3 +257,29 @@ func TestRacingAppendsStoreOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestCompactorUnderSustainedAppends: appends that never pause still get
+// the tail compacted once it reaches the hard limit (16 × the threshold),
+// and everything reads back.
+func TestCompactorUnderSustainedAppends(t *testing.T) {
+	s := openTemp(t, sqlite.WithCompactAt(10))
+	defer s.Close()
+	for i := range 4 {
+		mustCreate(t, s, fmt.Sprint("s", i))
+	}
+	const total = 400
+	for seq := int64(1); seq <= total/4; seq++ {
+		for i := range 4 {
+			if err := s.AppendEvents(t.Context(), evs(fmt.Sprint("s", i), seq, seq)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := sqlite.TailRows(t, s); n >= total {
+		t.Fatalf("tail holds all %d rows after a stream past the hard limit", n)
+	}
+	waitTail(t, s, 0) // and the pause after it empties the tail
+	for i := range 4 {
+		wantSeqs(t, fmt.Sprint("s", i), seqsOf(t, s, fmt.Sprint("s", i), 0, 0), 1, total/4)
+	}
+}

@@ -32,13 +32,31 @@ func WriterPragmas(t testing.TB, s *Store) (synchronous, foreignKeys int) {
 	return synchronous, foreignKeys
 }
 
-// Compact moves the event tail into the per-session table now.
+// CompactChunks compacts the event tail in transactions of chunk rows and
+// returns how many rows it moved and in how many transactions.
+func CompactChunks(t testing.TB, s *Store, chunk int) (rows int64, transactions int) {
+	t.Helper()
+	for {
+		n, err := s.compact(t.Context(), chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return rows, transactions
+		}
+		rows += n
+		transactions++
+	}
+}
+
+// CompactChunk is the compactor's chunk.
+const CompactChunk = compactChunk
+
+// Compact moves the whole event tail into the per-session table now, as
+// the compactor does, and returns how many rows it moved.
 func Compact(t testing.TB, s *Store) int64 {
 	t.Helper()
-	n, err := s.compact(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, _ := CompactChunks(t, s, compactChunk)
 	return n
 }
 
