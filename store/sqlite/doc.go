@@ -34,11 +34,13 @@
 // go to events_tail, an unindexed table in arrival order, unless the batch
 // carries eight or more of them (they fill a page of events' own). A
 // background compactor (compact.go) moves the tail into events, sorted by
-// session, once it holds WithCompactAt rows (default 1024). Reads merge
-// both tables; a reader's snapshot sees a compaction whole or not at all.
-// (session_id, seq) stays unique across both tables through a cache of
-// each session's highest stored seq (seqs.go), dropped whenever SQLite's
-// data_version shows another connection has committed.
+// session, 1,024 of its oldest rows per transaction, once it holds
+// WithCompactAt rows (default 1024) and appends have paused for 20 ms, or
+// at once when it reaches 16 times that. Reads merge both tables; a
+// reader's snapshot sees a compaction whole or not at all. (session_id,
+// seq) stays unique across both tables through a cache of each session's
+// highest stored seq (seqs.go), dropped whenever SQLite's data_version
+// shows another connection has committed.
 //
 // # Durability: synchronous NORMAL (default) or FULL
 //
