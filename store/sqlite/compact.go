@@ -118,7 +118,7 @@ func (c *compactor) run(ctx context.Context) {
 		}
 		for c.rows.Load() >= c.at {
 			wait := c.busy()
-			if wait == 0 && !c.compactPlan(ctx) {
+			if wait == 0 && !c.compactWhileQuiet(ctx) {
 				wait = time.Second // it failed: try again later
 			}
 			if wait == 0 {
@@ -135,10 +135,10 @@ func (c *compactor) run(ctx context.Context) {
 	}
 }
 
-// compactPlan moves the tail chunk by chunk, until it is below the
+// compactWhileQuiet moves the tail chunk by chunk, until it is below the
 // threshold or appends resume below the hard limit. It reports false when
 // a compaction failed.
-func (c *compactor) compactPlan(ctx context.Context) bool {
+func (c *compactor) compactWhileQuiet(ctx context.Context) bool {
 	for c.rows.Load() >= c.at && c.busy() == 0 {
 		moved, err := c.s.compact(ctx, compactChunk)
 		if err != nil {
