@@ -4,8 +4,9 @@
 -- single-event group commits cost a WAL frame per session). The tail has
 -- no index for the same reason: the store keeps (session_id, seq) unique
 -- across both tables itself (seqs.go). A compactor moves the tail into
--- events, sorted by (session_id, seq), once it holds about a thousand
--- rows, so a read scans at most that many tail rows. Reads see both tables.
+-- events, sorted by (session_id, seq), when appends pause or the tail
+-- reaches its hard limit (compact.go), which bounds what a read scans.
+-- Reads see both tables.
 
 CREATE TABLE events_tail (
     id              INTEGER PRIMARY KEY,
