@@ -219,9 +219,7 @@ func (s *Store) ReadEvents(ctx context.Context, sessionID string, after int64, l
 // LastSeq returns the highest stored seq of the session, 0 if none.
 func (s *Store) LastSeq(ctx context.Context, sessionID string) (int64, error) {
 	var seq int64
-	err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(m), 0) FROM (
-		SELECT max(seq) AS m FROM events WHERE session_id = ?1
-		UNION ALL SELECT max(seq) FROM events_tail WHERE session_id = ?1)`, sessionID).Scan(&seq)
+	err := s.r.QueryRowContext(ctx, maxStoredSeqSQL, sessionID).Scan(&seq)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("last seq of %q: %w", sessionID, err)
 	}

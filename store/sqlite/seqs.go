@@ -31,6 +31,8 @@ type storedSeqs struct {
 func newStoredSeqs() *storedSeqs { return &storedSeqs{version: -1, max: map[string]int64{}} }
 
 const (
+	// maxStoredSeqSQL is a session's highest stored seq, 0 if none (also
+	// LastSeq's query).
 	maxStoredSeqSQL = `SELECT coalesce(max(m), 0) FROM (
 		SELECT max(seq) AS m FROM events WHERE session_id = ?1
 		UNION ALL SELECT max(seq) FROM events_tail WHERE session_id = ?1)`
