@@ -256,12 +256,6 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov Provider, res
 	if r.Body != nil && r.Body != http.NoBody {
 		st.in = &countingReader{rc: r.Body}
 		r.Body = st.in
-		// The body is copied upstream while the answer streams back. By
-		// default Go's HTTP/1 server consumes and closes the request body
-		// when the answer starts, which can race that copy; the copy then
-		// fails and the client's connection is reset. (Not supported on
-		// HTTP/2, where reading and writing never interfere.)
-		_ = http.NewResponseController(w).EnableFullDuplex()
 	}
 	rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
 }

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -870,78 +869,5 @@ func TestCloseLetsStreamsFinish(t *testing.T) {
 		if _, err := http.Post(f.env[c.urlVar]+c.path, "application/json", strings.NewReader(c.body)); err == nil {
 			t.Fatal("the proxy still takes requests after Close")
 		}
-	}
-}
-
-// TestUpstreamAnswersBeforeTheBodyEnds: an upstream may start its answer
-// before it has read the whole request body, and the client may send the
-// rest of the body only once the answer has started. Go's HTTP/1 server,
-// by default, consumes and closes a request body when the handler starts
-// its response. Behind the proxy that raced the proxy's own copy of the
-// body upstream. When the copy lost, it failed, and the proxy reset the
-// client's connection: Claude Code's subagent saw ECONNRESET in the web
-// e2e test. The proxy now runs full duplex. Without that, this test's
-// answer never starts (the server waits for the rest of the body before
-// writing the first byte), so it fails every time.
-func TestUpstreamAnswersBeforeTheBodyEnds(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
-			t.Error(err)
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		_, _ = io.WriteString(w, "data: start\n\n")
-		w.(http.Flusher).Flush()
-		n, err := io.Copy(io.Discard, r.Body)
-		fmt.Fprintf(w, "data: got %d bytes, %v\n\n", n, err)
-	}))
-	defer up.Close()
-	f := newFixture(t, 0, func(c *modelproxy.Config) {
-		ups, err := modelproxy.UpstreamsFromEnv(serverEnv(up.URL))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Upstreams = ups
-	})
-	env, err := f.p.Issue(context.Background(), "s2", serverEnv(up.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.HasPrefix(env["ANTHROPIC_BASE_URL"], f.p.BaseURL()) {
-		t.Fatalf("ANTHROPIC_BASE_URL %q does not go through the proxy at %s", env["ANTHROPIC_BASE_URL"], f.p.BaseURL())
-	}
-	half := strings.Repeat("x", 20_000)
-	pr, pw := io.Pipe()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "POST", env["ANTHROPIC_BASE_URL"]+"/v1/messages", pr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.ContentLength = int64(2 * len(half))
-	req.Header.Set("x-api-key", env["ANTHROPIC_API_KEY"])
-	started := make(chan struct{})
-	go func() {
-		_, _ = io.WriteString(pw, half)
-		select {
-		case <-started:
-		case <-ctx.Done():
-		}
-		_, _ = io.WriteString(pw, half)
-		pw.Close()
-	}()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("the answer did not start while the body was unfinished: %v", err)
-	}
-	defer resp.Body.Close()
-	rd := bufio.NewReader(resp.Body)
-	if line, err := rd.ReadString('\n'); err != nil || line != "data: start\n" {
-		t.Fatalf("first line %q, %v", line, err)
-	}
-	close(started)
-	rest, err := io.ReadAll(rd)
-	if want := fmt.Sprintf("data: got %d bytes, <nil>", 2*len(half)); err != nil || !strings.Contains(string(rest), want) {
-		t.Fatalf("answer %q, %v; want %q", rest, err, want)
 	}
 }
