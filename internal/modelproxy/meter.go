@@ -68,13 +68,25 @@ func (st *reqState) finishOut(p *Proxy, status int, outcome store.AuditOutcome, 
 	})
 }
 
-// countingReader counts the request body bytes sent upstream.
+// countingReader counts the request body bytes sent upstream. Once a body
+// of known length (size >= 0) has been read whole, it answers io.EOF
+// without reading the server's body again. The transport copying it
+// upstream reads once more after the last byte to check for EOF, and by
+// then Go's server may have closed the body: it does so when the answer
+// starts (here, as soon as the upstream answers). That read would fail
+// with "invalid Read on closed Body", the transport would close the
+// upstream connection, and the proxy would reset the client (Claude
+// Code's subagent saw ECONNRESET once in the web e2e test).
 type countingReader struct {
-	rc io.ReadCloser
-	n  atomic.Int64
+	rc   io.ReadCloser
+	size int64 // the request's Content-Length; -1 when unknown
+	n    atomic.Int64
 }
 
 func (c *countingReader) Read(b []byte) (int, error) {
+	if c.size >= 0 && c.n.Load() >= c.size {
+		return 0, io.EOF
+	}
 	n, err := c.rc.Read(b)
 	c.n.Add(int64(n))
 	return n, err

@@ -254,7 +254,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov Provider, res
 		return
 	}
 	if r.Body != nil && r.Body != http.NoBody {
-		st.in = &countingReader{rc: r.Body}
+		st.in = &countingReader{rc: r.Body, size: r.ContentLength}
 		r.Body = st.in
 	}
 	rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
