@@ -99,10 +99,10 @@ func (s *Store) AppendEvents(ctx context.Context, events []conversation.Event) e
 		if err := s.seqs.checkLocked(rowCtx, tx, rows); err != nil {
 			return err
 		}
-		if err := insertLocked(ctx, tx, s.insertDirect, events, rows, direct); err != nil {
+		if err := insertLocked(ctx, rowCtx, tx, s.insertDirect, events, rows, direct); err != nil {
 			return err
 		}
-		return insertLocked(ctx, tx, s.insertTail, events, rows, tail)
+		return insertLocked(ctx, rowCtx, tx, s.insertTail, events, rows, tail)
 	})
 	if err != nil {
 		if errors.Is(err, errCommit) {
@@ -122,12 +122,12 @@ func (s *Store) AppendEvents(ctx context.Context, events []conversation.Event) e
 var testHookAppended func()
 
 // insertLocked inserts the rows at idx through ins, 32 rows a statement
-// and then one; tx is the writer's.
-func insertLocked(ctx context.Context, tx *sql.Tx, ins inserts, events []conversation.Event, rows [][eventColumns]any, idx []int) error {
+// and then one; tx is the writer's. Statements run with rowCtx (see
+// AppendEvents); ctx is checked between them.
+func insertLocked(ctx, rowCtx context.Context, tx *sql.Tx, ins inserts, events []conversation.Event, rows [][eventColumns]any, idx []int) error {
 	if len(idx) == 0 {
 		return nil
 	}
-	rowCtx := context.WithoutCancel(ctx) // see AppendEvents
 	many := tx.StmtContext(rowCtx, ins.many)
 	one := tx.StmtContext(rowCtx, ins.one)
 	args := make([]any, 0, eventsPerInsert*eventColumns)

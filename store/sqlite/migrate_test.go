@@ -192,8 +192,7 @@ func TestEventTailMigration(t *testing.T) {
 	if err != nil || len(evs) != 2 || evs[1].Seq != 2 {
 		t.Fatalf("events after the migration = %+v, %v", evs, err)
 	}
-	e := evs[1]
-	e.Seq = 2
+	e := evs[1] // seq 2
 	if err := s.AppendEvents(t.Context(), []conversation.Event{e}); !errors.Is(err, store.ErrSeqConflict) {
 		t.Fatalf("appending a migrated seq = %v, want ErrSeqConflict", err)
 	}

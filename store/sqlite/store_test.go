@@ -276,6 +276,29 @@ func TestUnknownSessionWritesAreNotFound(t *testing.T) {
 	if n, _ := s.LastSeq(ctx, "real"); n != 0 {
 		t.Errorf("the batch with an unknown session stored %d events of the real one", n)
 	}
+	// Eight or more events of a session go straight to events, fewer to the
+	// tail: an unknown session on either path fails the whole batch.
+	var direct, mixed []conversation.Event
+	for seq := int64(1); seq <= 8; seq++ {
+		direct = append(direct, ev("ghost", seq))
+		mixed = append(mixed, ev("real", seq))
+	}
+	mixed = append(mixed, ev("ghost", 1))
+	for name, batch := range map[string][]conversation.Event{"direct": direct, "direct and tail": mixed} {
+		if err := s.AppendEvents(ctx, batch); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("AppendEvents, %s, for an unknown session = %v, want ErrNotFound", name, err)
+		}
+	}
+	if n, _ := s.LastSeq(ctx, "real"); n != 0 {
+		t.Errorf("a rejected batch stored %d events of the real session", n)
+	}
+	// The rejected batches' seqs are free: nothing of them was stored.
+	if err := s.AppendEvents(ctx, []conversation.Event{ev("real", 1), ev("real", 2), ev("real", 8)}); err != nil {
+		t.Fatalf("appending seqs of a rejected batch: %v", err)
+	}
+	if n, _ := s.LastSeq(ctx, "real"); n != 8 {
+		t.Errorf("LastSeq(real) = %d, want 8", n)
+	}
 }
 
 func TestRejectsUnstorableValues(t *testing.T) {
