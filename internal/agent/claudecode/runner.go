@@ -120,7 +120,7 @@ func (r *runner) endTurn(done chan struct{}) {
 func (r *runner) turn(ctx context.Context, t agent.Turn) (agent.TurnResult, error) {
 	fresh := false
 	for attempt := 0; ; attempt++ {
-		p, err := r.ensureProcess(ctx, fresh)
+		p, started, err := r.ensureProcess(ctx, fresh)
 		if err != nil {
 			return agent.TurnResult{}, err
 		}
@@ -138,8 +138,11 @@ func (r *runner) turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 			r.emitLog(ctx, conversation.LevelWarn, "Claude Code could not resume its earlier session; starting a new conversation (the model will not see the earlier turns)", nil)
 			fresh = true
 			continue
-		case end.notSent:
+		case end.notSent && !started:
 			// It exited between turns, just before the message went out.
+			// (One started for this turn that exits before reading it
+			// failed this turn: starting it again would only repeat that,
+			// and what it printed.)
 			continue
 		}
 		if end.err != nil {
@@ -150,22 +153,23 @@ func (r *runner) turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 }
 
 // ensureProcess returns the running CLI, starting one when there is none
-// or the last one exited. fresh starts without resuming.
-func (r *runner) ensureProcess(ctx context.Context, fresh bool) (*process, error) {
+// or the last one exited (started reports that). fresh starts without
+// resuming.
+func (r *runner) ensureProcess(ctx context.Context, fresh bool) (p *process, started bool, err error) {
 	r.mu.Lock()
-	p := r.proc
+	p = r.proc
 	r.mu.Unlock()
 	if p != nil {
 		select {
 		case <-p.exitedCh:
 			<-p.done // its reader finished: transcript saved, state recorded
 		default:
-			return p, nil
+			return p, false, nil
 		}
 	}
-	p, err := r.start(ctx, fresh)
+	p, err = r.start(ctx, fresh)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	r.mu.Lock()
 	r.proc = p
@@ -174,7 +178,7 @@ func (r *runner) ensureProcess(ctx context.Context, fresh bool) (*process, error
 	if detached {
 		p.detach()
 	}
-	return p, nil
+	return p, true, nil
 }
 
 // start launches the CLI (after stopping one an earlier server left, whose

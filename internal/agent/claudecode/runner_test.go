@@ -351,8 +351,8 @@ func TestCLIPrintingGarbage(t *testing.T) {
 		if agent.CodeOf(err) != agent.CodeAgentProtocol || !strings.Contains(err.Error(), "Welcome to a different program") {
 			t.Fatalf("err %v", err)
 		}
-		if n := len(h.logs("not stream-json")); n != 2 {
-			t.Errorf("%d bad-line logs", n)
+		if logs := h.logs("not stream-json"); len(logs) != 2 {
+			t.Errorf("%d bad-line logs, want 2: %q", len(logs), logs)
 		}
 	})
 	t.Run("forever", func(t *testing.T) {
