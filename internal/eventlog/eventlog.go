@@ -371,7 +371,7 @@ func (l *Log) commit(batch []*appendReq) {
 		return
 	}
 	for _, r := range live {
-		l.session(r.session).publish(r.events, l.m)
+		l.session(r.session).publish(r.events, l.opts.QueueSize, l.m)
 		l.m.latency.Observe(time.Since(r.start).Seconds())
 		r.done <- nil
 	}
@@ -379,7 +379,7 @@ func (l *Log) commit(batch []*appendReq) {
 
 // publish hands events to every live subscriber without blocking; a
 // subscriber whose queue is full is cut off.
-func (sl *sessionLog) publish(events []conversation.Event, m *metrics) {
+func (sl *sessionLog) publish(events []conversation.Event, max int, m *metrics) {
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	if n := events[len(events)-1].Seq; n > sl.published {
@@ -388,26 +388,33 @@ func (sl *sessionLog) publish(events []conversation.Event, m *metrics) {
 	if len(sl.subs) == 0 {
 		return
 	}
+	var cut []*Subscription
 	for _, e := range events {
-		rec := Record{Event: e, JSON: Encode(e)}
+		rec := &Record{Event: e, JSON: Encode(e)}
 		for s := range sl.subs {
-			select {
-			case s.live <- rec:
-			default:
-				m.slow.Inc()
-				sl.dropLocked(s, ErrSlowConsumer)
+			if !s.offerLocked(rec, max) {
+				cut = append(cut, s)
 			}
 		}
+		for _, s := range cut {
+			m.slow.Inc()
+			sl.dropLocked(s, ErrSlowConsumer)
+		}
+		cut = cut[:0]
+	}
+	// One wake-up per subscriber for the whole batch.
+	for s := range sl.subs {
+		s.signal()
 	}
 }
 
+// dropLocked unregisters s; its consumer gets what was queued, then err.
 func (sl *sessionLog) dropLocked(s *Subscription, err error) {
 	if _, ok := sl.subs[s]; !ok {
 		return
 	}
 	delete(sl.subs, s)
-	s.err = err
-	close(s.live)
+	s.end(err)
 }
 
 func (sl *sessionLog) closeAll(err error) {

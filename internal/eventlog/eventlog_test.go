@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -360,4 +361,87 @@ func subscribers(l *Log, session string) int {
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	return len(sl.subs)
+}
+
+// An idle live subscriber holds a queue sized by what waits for it, not by
+// QueueSize: a channel of 4,096 records per subscriber made 200 idle
+// subscribers hold ~100 MiB that every garbage collection scanned.
+func TestIdleSubscribersHoldNoQueue(t *testing.T) {
+	l := New(memstore.New(), Options{QueueSize: 4096})
+	defer l.Close()
+	ctx := context.Background()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	subs := make([]*Subscription, 200)
+	for i := range subs {
+		subs[i], _ = l.Subscribe(ctx, "s", 0)
+		if _, ok, err := subs[i].TryNext(ctx); ok || err != nil {
+			t.Fatalf("empty session: ok %v err %v", ok, err)
+		}
+	}
+	if n := subscribers(l, "s"); n != len(subs) {
+		t.Fatalf("%d live subscribers, want %d", n, len(subs))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > 2<<20 {
+		t.Fatalf("200 idle subscribers hold %d KiB", grown>>10)
+	}
+	// They still get every event, in order.
+	for i := 1; i <= 3; i++ {
+		l.Append(ctx, "s", logEvent(fmt.Sprint(i)))
+	}
+	for _, s := range subs {
+		for want := int64(1); want <= 3; want++ {
+			if r, err := s.Next(ctx); err != nil || r.Event.Seq != want {
+				t.Fatalf("got %d %v, want %d", r.Event.Seq, err, want)
+			}
+		}
+		s.Close()
+	}
+}
+
+// The queue bound is exact: QueueSize records wait, one more cuts the
+// subscriber off, and what was queued is still delivered before the error.
+func TestQueueBoundAndDeliveryBeforeTheEnd(t *testing.T) {
+	l := New(memstore.New(), Options{QueueSize: 8})
+	defer l.Close()
+	ctx := context.Background()
+	sub, _ := l.Subscribe(ctx, "s", 0)
+	defer sub.Close()
+	sub.TryNext(ctx) // registers
+	for i := 1; i <= 8; i++ {
+		l.Append(ctx, "s", logEvent(fmt.Sprint(i)))
+	}
+	if n := subscribers(l, "s"); n != 1 {
+		t.Fatalf("cut off with 8 queued (bound 8)")
+	}
+	l.Append(ctx, "s", logEvent("9"))
+	if n := subscribers(l, "s"); n != 0 {
+		t.Fatalf("still subscribed with 9 queued (bound 8)")
+	}
+	for want := int64(1); want <= 8; want++ {
+		if r, err := sub.Next(ctx); err != nil || r.Event.Seq != want {
+			t.Fatalf("got %d %v, want %d", r.Event.Seq, err, want)
+		}
+	}
+	if _, err := sub.Next(ctx); !errors.Is(err, ErrSlowConsumer) {
+		t.Fatalf("after the queue: %v, want ErrSlowConsumer", err)
+	}
+
+	// Deletion too ends a subscription only after what was queued.
+	sub2, _ := l.Subscribe(ctx, "t", 0)
+	defer sub2.Close()
+	sub2.TryNext(ctx)
+	l.Append(ctx, "t", logEvent("a"), logEvent("b"))
+	l.Forget("t")
+	for want := int64(1); want <= 2; want++ {
+		if r, err := sub2.Next(ctx); err != nil || r.Event.Seq != want {
+			t.Fatalf("got %d %v, want %d", r.Event.Seq, err, want)
+		}
+	}
+	if _, err := sub2.Next(ctx); !errors.Is(err, ErrSessionDeleted) {
+		t.Fatalf("after the queue: %v, want ErrSessionDeleted", err)
+	}
 }

@@ -2,19 +2,34 @@ package eventlog
 
 import (
 	"context"
+	"sync"
 )
 
-// Subscription follows one session's events after a seq. Next is not safe
-// for concurrent use (one consumer per subscription); Close may be called
-// from any goroutine.
+// Subscription follows one session's events after a seq. Next and TryNext
+// are not safe for concurrent use (one consumer per subscription); Close
+// may be called from any goroutine.
+//
+// Live records reach it through a queue that grows with what is actually
+// waiting (bounded by Options.QueueSize) instead of a channel allocated at
+// its bound: an idle or keeping-up subscriber holds a few slots, not 4,096
+// records the garbage collector would scan on every cycle.
 type Subscription struct {
-	log     *Log
-	sl      *sessionLog
-	last    int64 // seq of the last record returned by Next
-	pending []Record
-	live    chan Record // nil while replaying; owned by sl.mu once registered
-	err     error       // set under sl.mu before live is closed
-	closed  bool
+	log  *Log
+	sl   *sessionLog
+	last int64 // seq of the last record returned by Next
+
+	// Consumer side, touched only by Next/TryNext.
+	pending []*Record // records taken from the store or from queue, in order
+	spare   []*Record // the previous pending's array, swapped with queue
+	live    bool      // registered with sl for live records
+
+	wake chan struct{} // buffered(1): queue gained records or the subscription ended
+
+	mu     sync.Mutex // guards queue, ended, err, closed
+	queue  []*Record  // published, not yet taken by the consumer
+	ended  bool       // no record will be queued any more
+	err    error      // why it ended
+	closed bool       // Close was called
 }
 
 // Subscribe returns a subscription delivering the session's events with
@@ -30,7 +45,7 @@ func (l *Log) Subscribe(ctx context.Context, session string, after int64) (*Subs
 	default:
 	}
 	l.m.subs.Inc()
-	return &Subscription{log: l, sl: l.session(session), last: after}, nil
+	return &Subscription{log: l, sl: l.session(session), last: after, wake: make(chan struct{}, 1)}, nil
 }
 
 // Last is the seq of the last event Next returned (or the after value).
@@ -38,37 +53,16 @@ func (s *Subscription) Last() int64 { return s.last }
 
 // Next returns the next event. It blocks until one is available, ctx ends,
 // or the subscription ends: ErrSlowConsumer when the subscriber fell
-// behind, ErrClosed when the log closed, ErrSessionDeleted.
+// behind, ErrClosed when the log closed, ErrSessionDeleted. Records queued
+// before the end are returned first.
 func (s *Subscription) Next(ctx context.Context) (Record, error) {
 	for {
-		if len(s.pending) > 0 {
-			r := s.pending[0]
-			s.pending = s.pending[1:]
-			if r.Event.Seq <= s.last {
-				continue
-			}
-			s.last = r.Event.Seq
-			return r, nil
-		}
-		if s.live == nil {
-			if err := s.catchUp(ctx); err != nil {
-				return Record{}, err
-			}
-			continue
+		r, ok, err := s.TryNext(ctx)
+		if err != nil || ok {
+			return r, err
 		}
 		select {
-		case r, ok := <-s.live:
-			if !ok {
-				return Record{}, s.endErr()
-			}
-			// Records published before we registered may repeat what the
-			// replay already returned (the store is ahead of publication
-			// between commit and publish): skip them.
-			if r.Event.Seq <= s.last {
-				continue
-			}
-			s.last = r.Event.Seq
-			return r, nil
+		case <-s.wake:
 		case <-ctx.Done():
 			return Record{}, ctx.Err()
 		}
@@ -81,51 +75,89 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 func (s *Subscription) TryNext(ctx context.Context) (r Record, ok bool, err error) {
 	for {
 		for len(s.pending) > 0 {
-			r = s.pending[0]
+			p := s.pending[0]
+			s.pending[0] = nil
 			s.pending = s.pending[1:]
-			if r.Event.Seq > s.last {
-				s.last = r.Event.Seq
-				return r, true, nil
+			// Records published before we registered may repeat what the
+			// replay already returned (the store is ahead of publication
+			// between commit and publish): skip them.
+			if p.Event.Seq > s.last {
+				s.last = p.Event.Seq
+				return *p, true, nil
 			}
 		}
-		if s.live == nil {
+		if !s.live {
 			if err := s.catchUp(ctx); err != nil {
 				return Record{}, false, err
 			}
-			if len(s.pending) > 0 || s.live == nil {
-				continue
-			}
+			continue
 		}
-		select {
-		case r, open := <-s.live:
-			if !open {
-				return Record{}, false, s.endErr()
-			}
-			if r.Event.Seq <= s.last {
-				continue
-			}
-			s.last = r.Event.Seq
-			return r, true, nil
-		default:
-			return Record{}, false, nil
+		more, err := s.take()
+		if !more {
+			return Record{}, false, err
 		}
 	}
 }
 
-func (s *Subscription) endErr() error {
-	s.sl.mu.Lock()
-	defer s.sl.mu.Unlock()
-	if s.err != nil {
-		return s.err
+// take moves the queued live records to pending. It reports false when
+// none were queued, with the end's error once the subscription ended.
+func (s *Subscription) take() (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		if s.ended {
+			return false, s.err
+		}
+		return false, nil
 	}
-	return ErrClosed
+	// Swap arrays: the publisher appends into the one the consumer has
+	// finished with, so a steady stream allocates nothing.
+	clear(s.spare[:cap(s.spare)])
+	s.pending, s.queue, s.spare = s.queue, s.spare[:0], s.pending[:0]
+	return true, nil
+}
+
+// offerLocked queues rec for the subscriber; false when its queue is full
+// (the subscriber fell behind). sl.mu is held.
+func (s *Subscription) offerLocked(rec *Record, max int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return true
+	}
+	if len(s.queue) >= max {
+		return false
+	}
+	s.queue = append(s.queue, rec)
+	return true
+}
+
+// signal wakes the consumer if it waits.
+func (s *Subscription) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+}
+
+// end stops queueing: the consumer gets what was queued, then err.
+func (s *Subscription) end(err error) {
+	s.mu.Lock()
+	if !s.ended {
+		s.ended, s.err = true, err
+	}
+	s.mu.Unlock()
+	s.signal()
 }
 
 // catchUp either registers the subscription for live events (when it has
 // seen everything published) or loads the next page of stored events.
 func (s *Subscription) catchUp(ctx context.Context) error {
 	s.sl.mu.Lock()
-	if s.closed {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
 		s.sl.mu.Unlock()
 		return ErrClosed
 	}
@@ -146,7 +178,7 @@ func (s *Subscription) catchUp(ctx context.Context) error {
 				return ErrClosed
 			default:
 			}
-			s.live = make(chan Record, s.log.opts.QueueSize)
+			s.live = true
 			s.sl.subs[s] = struct{}{}
 			s.sl.mu.Unlock()
 			return nil
@@ -169,9 +201,11 @@ func (s *Subscription) catchUp(ctx context.Context) error {
 		s.sl.mu.Unlock()
 		return ErrClosed
 	}
-	s.pending = make([]Record, len(events))
+	recs := make([]Record, len(events))
+	s.pending = s.pending[:0]
 	for i, e := range events {
-		s.pending[i] = Record{Event: e, JSON: Encode(e)}
+		recs[i] = Record{Event: e, JSON: Encode(e)}
+		s.pending = append(s.pending, &recs[i])
 	}
 	return nil
 }
@@ -199,14 +233,16 @@ func (s *Subscription) storedTailLocked(ctx context.Context) (int64, error) {
 func (s *Subscription) Close() {
 	s.sl.mu.Lock()
 	defer s.sl.mu.Unlock()
-	if s.closed {
+	s.mu.Lock()
+	already := s.closed
+	s.closed = true
+	s.mu.Unlock()
+	if already {
 		return
 	}
-	s.closed = true
 	s.log.m.subs.Dec()
 	if _, ok := s.sl.subs[s]; ok {
 		delete(s.sl.subs, s)
-		s.err = ErrClosed
-		close(s.live)
 	}
+	s.end(ErrClosed)
 }
