@@ -96,7 +96,7 @@ func (s *Store) AppendEvents(ctx context.Context, events []conversation.Event) e
 	// statements, so a cancelled batch stores nothing.
 	rowCtx := context.WithoutCancel(ctx)
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		if err := s.seqs.checkLocked(rowCtx, tx, rows); err != nil {
+		if err := s.seqs.checkLocked(rowCtx, tx, s.dataVersion, rows); err != nil {
 			return err
 		}
 		if err := insertLocked(ctx, rowCtx, tx, s.insertDirect, events, rows, direct); err != nil {

@@ -1,6 +1,9 @@
 package sqlite
 
 import (
+	"context"
+	"database/sql"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -75,4 +78,25 @@ func TailRows(t testing.TB, s *Store) int {
 func SlowAfterAppend(t testing.TB, d time.Duration) {
 	testHookAppended = func() { time.Sleep(d) }
 	t.Cleanup(func() { testHookAppended = nil })
+}
+
+// WriteAndCancel runs a writer transaction with a cancellable context
+// that inserts a profile row and then cancels the context before write
+// commits. It returns write's error and how many goroutines more than
+// before the transaction were running inside it.
+func WriteAndCancel(t testing.TB, s *Store, id string) (err error, extraGoroutines int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	before := runtime.NumGoroutine()
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		extraGoroutines = runtime.NumGoroutine() - before
+		if _, err := tx.ExecContext(context.WithoutCancel(ctx),
+			`INSERT INTO agent_profiles (id, data, updated_at) VALUES (?, X'7B7D', 0)`, id); err != nil {
+			return err
+		}
+		cancel()
+		return nil
+	})
+	return err, extraGoroutines
 }

@@ -46,12 +46,13 @@ const (
 // transaction may start as soon as this one commits, before the caller
 // runs again. Should this one roll back instead, the cache is too high,
 // which only costs lookups (a seq at or below it is looked up in both
-// tables); too low would let a duplicate through. tx is the writer's.
-func (c *storedSeqs) checkLocked(ctx context.Context, tx *sql.Tx, rows [][eventColumns]any) error {
+// tables); too low would let a duplicate through. tx is the writer's, and
+// dataVersion PRAGMA data_version prepared on it.
+func (c *storedSeqs) checkLocked(ctx context.Context, tx *sql.Tx, dataVersion *sql.Stmt, rows [][eventColumns]any) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var version int64
-	if err := tx.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&version); err != nil {
+	if err := tx.StmtContext(ctx, dataVersion).QueryRowContext(ctx).Scan(&version); err != nil {
 		return fmt.Errorf("read data_version: %w", err)
 	}
 	if version != c.version {

@@ -88,8 +88,9 @@ type Store struct {
 	w      *sql.DB // the writer: one connection, IMMEDIATE transactions
 	r      *sql.DB // the read pool, query_only connections
 
-	insertTail   inserts // into events_tail, prepared on w
-	insertDirect inserts // into events, prepared on w
+	insertTail   inserts   // into events_tail, prepared on w
+	insertDirect inserts   // into events, prepared on w
+	dataVersion  *sql.Stmt // PRAGMA data_version, prepared on w
 
 	seqs      *storedSeqs   // the highest stored seq per session, for conflicts
 	ckpt      *checkpointer // nil until started
@@ -220,6 +221,9 @@ func (s *Store) open(ctx context.Context, path string, cfg config) error {
 	if s.insertDirect, err = s.prepareInserts(ctx, "events"); err != nil {
 		return err
 	}
+	if s.dataVersion, err = s.w.PrepareContext(ctx, `PRAGMA data_version`); err != nil {
+		return fmt.Errorf("prepare data_version: %w", err)
+	}
 
 	if s.r, err = sql.Open("sqlite", driverDSN(abs, cfg, false)); err != nil {
 		return fmt.Errorf("open readers: %w", err)
@@ -286,7 +290,7 @@ func (s *Store) closeAll() error {
 	if s.ckpt != nil {
 		errs = append(errs, s.ckpt.stop())
 	}
-	for _, st := range []*sql.Stmt{s.insertTail.one, s.insertTail.many, s.insertDirect.one, s.insertDirect.many} {
+	for _, st := range []*sql.Stmt{s.insertTail.one, s.insertTail.many, s.insertDirect.one, s.insertDirect.many, s.dataVersion} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -308,14 +312,28 @@ func (s *Store) closeAll() error {
 
 // write runs f in an IMMEDIATE transaction on the writer connection and
 // commits it; any error rolls it back. f must not keep tx.
+//
+// The transaction begins without ctx's cancellation: with it, the driver
+// starts a goroutine per transaction to watch ctx (besides database/sql's
+// own), a cost every group commit paid. ctx is checked before the
+// commit instead (and by f between its statements), so a cancelled write
+// stores nothing; a statement already running finishes first (SQLite's
+// busy timeout bounds its wait for a lock).
 func (s *Store) write(ctx context.Context, f func(tx *sql.Tx) error) error {
-	tx, err := s.w.BeginTx(ctx, nil)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tx, err := s.w.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
 		return withCtxErr(ctx, err)
 	}
 	if err := f(tx); err != nil {
 		_ = tx.Rollback()
 		return withCtxErr(ctx, err)
+	}
+	if err := ctx.Err(); err != nil {
+		_ = tx.Rollback()
+		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return withCtxErr(ctx, fmt.Errorf("%w: %w", errCommit, err))

@@ -523,3 +523,22 @@ func TestCrashChild(t *testing.T) {
 		fmt.Printf("acked %d\n", seq+crashBatch-1)
 	}
 }
+
+// A write whose context ends before its commit stores nothing, and the
+// driver starts no goroutine to watch the context: only database/sql's own
+// (every sql.Tx has one) runs. The driver's was a cost every group commit
+// of the event log paid.
+func TestWriteCancelledBeforeCommit(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	err, extra := sqlite.WriteAndCancel(t, s, "p1")
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("write = %v, want context.Canceled", err)
+	}
+	if _, err := s.LoadAgentProfile(t.Context(), "p1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the cancelled write stored its row: LoadAgentProfile = %v", err)
+	}
+	if extra > 1 {
+		t.Fatalf("%d goroutines started for one transaction, want database/sql's one", extra)
+	}
+}
