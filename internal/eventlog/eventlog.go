@@ -260,6 +260,11 @@ func (l *Log) writer() {
 				}
 			}
 		}
+		// Let the goroutines that are ready to run go first: under load
+		// they are often appenders about to queue (a line read while this
+		// writer was busy), and one commit then carries their events too.
+		// With nothing else ready it returns at once.
+		runtime.Gosched()
 		batch := l.gather(first)
 		l.commit(batch)
 		// The appenders just answered will often append again at once: when
