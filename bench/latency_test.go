@@ -35,9 +35,16 @@ func stampCommand(lines int, sleep string) string {
 // before its own write(2), every AGENTD_BENCH_STAMP_EVERY. Without a fork
 // per line, 50 sessions of it do not saturate a small machine, so what is
 // measured is agentd's own latency.
+//
+// With AGENTD_BENCH_STAMP_AT (Unix nanoseconds) the stamper writes its
+// first line at that instant: the 50 stampers of a round then start
+// streaming together once all of them have started, so the measurement
+// covers 50 sessions streaming at once and not 50 Go programs starting at
+// once on two cores (which alone puts the direct path's p99 at 9–20 ms).
 const (
 	stampLinesEnv = "AGENTD_BENCH_STAMP_LINES"
 	stampEveryEnv = "AGENTD_BENCH_STAMP_EVERY"
+	stampAtEnv    = "AGENTD_BENCH_STAMP_AT"
 )
 
 // stamperCommand is the shell command running the stamper.
@@ -63,6 +70,14 @@ func runStamper(w io.Writer) int {
 	if err != nil || every < 0 {
 		fmt.Fprintf(os.Stderr, "stamper: bad %s: %q\n", stampEveryEnv, os.Getenv(stampEveryEnv))
 		return 2
+	}
+	if at := os.Getenv(stampAtEnv); at != "" {
+		ns, err := strconv.ParseInt(at, 10, 64)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "stamper: bad %s: %q\n", stampAtEnv, at)
+			return 2
+		}
+		time.Sleep(time.Until(time.Unix(0, ns)))
 	}
 	buf := make([]byte, 0, 32)
 	for range lines {
@@ -91,7 +106,7 @@ func startServer(tb testing.TB, cfg agentd.Config) (*testenv.Server, *client.Cli
 
 // startTimedServer is startServer with its own SQLite store whose event
 // appends (the log's group commits) are timed.
-func startTimedServer(tb testing.TB, cfg agentd.Config) (*client.Client, *commitTimer) {
+func startTimedServer(tb testing.TB, cfg agentd.Config) (*testenv.Server, *client.Client, *commitTimer) {
 	tb.Helper()
 	st, err := sqlite.Open(context.Background(), tb.TempDir()+"/agentd.db", sqlite.WithLogger(quietLogger()))
 	if err != nil {
@@ -100,8 +115,8 @@ func startTimedServer(tb testing.TB, cfg agentd.Config) (*client.Client, *commit
 	tb.Cleanup(func() { st.Close() }) // after the server stops: cleanups run last-in first-out
 	ts := &timedServerStore{Store: st}
 	cfg.Store = ts
-	_, c := startServer(tb, cfg)
-	return c, &ts.commitTimer
+	srv, c := startServer(tb, cfg)
+	return srv, c, &ts.commitTimer
 }
 
 // follower follows one session over the WebSocket (the Go client's
@@ -331,60 +346,98 @@ const (
 	latencyLines    = 200
 )
 
+// stampStartDelay is how long after a round is sent its stampers write
+// their first line (see stampAtEnv): long enough for 50 sessions to start
+// their commands on a loaded two-core machine.
+const stampStartDelay = time.Second
+
+// roundCommand returns the command of one round: the issue's date loop, or
+// the stamper starting at a common instant.
+func roundCommand(tb testing.TB, cmd string) func() string {
+	if cmd == "date" {
+		c := stampCommand(latencyLines, "0.01")
+		return func() string { return c }
+	}
+	c := stamperCommand(tb, latencyLines, 10*time.Millisecond)
+	return func() string {
+		return fmt.Sprintf("%s=%d %s", stampAtEnv, time.Now().Add(stampStartDelay).UnixNano(), c)
+	}
+}
+
 // BenchmarkShellLatency: the time from a shell command writing a stdout
 // line to a WebSocket client holding it, with 50 sessions streaming at
 // once, 200 lines each, 10 ms apart; every line carries its own timestamp.
 // One op is one round of all 50 commands.
 //
 // path=agentd goes through the whole server (local sandbox, shell runner,
-// event log with SQLite, WebSocket, Go client, one connection per session);
-// path=direct runs the same 50 commands with os/exec and reads their pipes:
-// the floor set by the command and the scheduler on this machine, with no
-// agentd in the path.
+// event log with SQLite, WebSocket, Go client, one connection per session).
+// clients=process runs the 50 clients in a process of their own, as an
+// application's would be (cpu-µs/line is then the server's alone, and
+// client-cpu-µs/line theirs); clients=inproc runs them in the server's
+// process. path=direct runs the same 50 commands with os/exec and reads
+// their pipes: the floor set by the command and the scheduler on this
+// machine, with no agentd in the path.
 //
 // cmd=date is the command of issue 2 (`for i in $(seq 1 200); do echo
 // $(date +%s%N); sleep 0.01; done`): it forks date and sleep for every line,
 // 10,000 processes a second for 50 sessions, which alone saturates a
 // 2-core machine. cmd=stamper is one process per session writing
-// time.Now().UnixNano() lines (this test binary; see stamperCommand), so the
-// latency measured is agentd's, not the fork storm's.
+// time.Now().UnixNano() lines (this test binary; see stamperCommand), all
+// 50 starting their first line at one instant once all have started (see
+// stampAtEnv), so the latency measured is agentd's, not the fork storm's
+// or the start-up's.
 //
 // Target (issue 2): p99 < 5 ms added.
 func BenchmarkShellLatency(b *testing.B) {
 	for _, cmd := range []string{"stamper", "date"} {
-		command := stampCommand(latencyLines, "0.01")
-		if cmd == "stamper" {
-			command = stamperCommand(b, latencyLines, 10*time.Millisecond)
-		}
-		b.Run("cmd="+cmd+"/path=agentd", func(b *testing.B) {
-			c, commits := startTimedServer(b, agentd.Config{})
-			fs := latencySetup(b, c, latencySessions)
-			commits.reset()
-			var all lineLatencies
-			cpu0, wait0, t0 := processCPU(), runqueueWait(), time.Now()
-			for b.Loop() {
-				lat, err := latencyRound(c, fs, command, latencyLines)
-				if err != nil {
-					b.Fatal(err)
+		command := roundCommand(b, cmd)
+		for _, clients := range []string{"process", "inproc"} {
+			b.Run("cmd="+cmd+"/path=agentd/clients="+clients, func(b *testing.B) {
+				srv, c, commits := startTimedServer(b, agentd.Config{})
+				fs := latencySetup(b, c, latencySessions)
+				round := func(command string) (lineLatencies, time.Duration, error) {
+					lat, err := latencyRound(c, fs, command, latencyLines)
+					return lat, 0, err
 				}
-				all.merge(lat)
-			}
-			// Server and clients: they share this process. runq-wait is
-			// how long its threads waited for a CPU per second of the run.
-			b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(len(all.all)), "cpu-µs/line")
-			b.ReportMetric(float64((runqueueWait()-wait0).Milliseconds())/time.Since(t0).Seconds(), "runq-wait-ms/s")
-			reportLatency(b, all)
-			// The event log's group commits during the rounds: a slow
-			// commit delays every session's lines at once.
-			times, _, _ := commits.take()
-			cs := Summarize(times)
-			b.ReportMetric(float64(cs.P99)/float64(time.Millisecond), "commit-p99-ms")
-			b.ReportMetric(float64(cs.Max)/float64(time.Millisecond), "commit-max-ms")
-		})
+				if clients == "process" {
+					p := startClientProc(b, srv.URL, fs)
+					round = func(command string) (lineLatencies, time.Duration, error) {
+						return p.round(command, latencyLines)
+					}
+				}
+				commits.reset()
+				var all lineLatencies
+				var clientCPU time.Duration
+				cpu0, wait0, t0 := processCPU(), runqueueWait(), time.Now()
+				for b.Loop() {
+					lat, ccpu, err := round(command())
+					if err != nil {
+						b.Fatal(err)
+					}
+					all.merge(lat)
+					clientCPU += ccpu
+				}
+				// runq-wait is how long this process's threads waited for a
+				// CPU per second of the run.
+				b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(len(all.all)), "cpu-µs/line")
+				if clients == "process" {
+					b.ReportMetric(float64(clientCPU.Microseconds())/float64(len(all.all)), "client-cpu-µs/line")
+				}
+				b.ReportMetric(float64((runqueueWait()-wait0).Milliseconds())/time.Since(t0).Seconds(), "runq-wait-ms/s")
+				reportLatency(b, all)
+				// The event log's group commits during the rounds: a slow
+				// commit delays every session's lines at once.
+				times, _, _ := commits.take()
+				cs := Summarize(times)
+				b.ReportMetric(float64(cs.P99)/float64(time.Millisecond), "commit-p99-ms")
+				b.ReportMetric(float64(cs.Max)/float64(time.Millisecond), "commit-max-ms")
+				b.ReportMetric(float64(len(times))/float64(len(all.all)), "commits/line")
+			})
+		}
 		b.Run("cmd="+cmd+"/path=direct", func(b *testing.B) {
 			var all lineLatencies
 			for b.Loop() {
-				lat, err := directRound(latencySessions, command, latencyLines)
+				lat, err := directRound(latencySessions, command(), latencyLines)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -396,7 +449,7 @@ func BenchmarkShellLatency(b *testing.B) {
 }
 
 func TestShellLatencySmoke(t *testing.T) {
-	_, c := startServer(t, agentd.Config{})
+	srv, c := startServer(t, agentd.Config{})
 	fs := latencySetup(t, c, 3)
 	lines := turnStartLines + 5
 	command := stampCommand(lines, "0")
@@ -419,6 +472,16 @@ func TestShellLatencySmoke(t *testing.T) {
 	}
 	if direct, err := directRound(2, stamper, 5); err != nil || len(direct.all) != 10 {
 		t.Fatalf("stamper direct: %d lines, %v", len(direct.all), err)
+	}
+	// The clients in a process of their own, the stampers starting together.
+	p := startClientProc(t, srv.URL, fs)
+	at := time.Now().Add(300 * time.Millisecond)
+	lat, cpu, err := p.round(fmt.Sprintf("%s=%d %s", stampAtEnv, at.UnixNano(), stamper), 5)
+	if err != nil || len(lat.all) != 15 || cpu <= 0 {
+		t.Fatalf("client process: %d lines, cpu %v, %v", len(lat.all), cpu, err)
+	}
+	if _, _, err := p.round(stampCommand(2, "0"), 3); err == nil {
+		t.Fatal("client process: 2 lines counted as 3")
 	}
 	// A command that prints fewer lines than expected is an error.
 	if _, err := latencyRound(c, fs[:1], stampCommand(2, "0"), 3); err == nil {
@@ -448,6 +511,22 @@ func TestStamper(t *testing.T) {
 			t.Fatalf("stamp %v outside the run", d)
 		}
 	}
+	// With a start time it writes nothing before it.
+	at := time.Now().Add(50 * time.Millisecond)
+	t.Setenv(stampAtEnv, fmt.Sprint(at.UnixNano()))
+	out.Reset()
+	if code := runStamper(&out); code != 0 || time.Now().Before(at) {
+		t.Fatalf("exit %d, done %v before its start time", code, time.Until(at))
+	}
+	var p2 StampLines
+	if lat, err := p2.Feed(out.String(), at, nil); err != nil || len(lat) != 3 || lat[0] > 0 {
+		t.Fatalf("stamps %v (%v): the first must not be before the start time", lat, err)
+	}
+	t.Setenv(stampAtEnv, "later")
+	if code := runStamper(io.Discard); code != 2 {
+		t.Errorf("bad start time: exit %d, want 2", code)
+	}
+	t.Setenv(stampAtEnv, "")
 	for _, bad := range [][2]string{{"x", "1ms"}, {"-1", "1ms"}, {"3", "soon"}, {"3", "-1s"}} {
 		t.Setenv(stampLinesEnv, bad[0])
 		t.Setenv(stampEveryEnv, bad[1])

@@ -17,6 +17,10 @@ func TestMain(m *testing.M) {
 		// Run as the latency benchmark's stamper, not as tests.
 		os.Exit(runStamper(os.Stdout))
 	}
+	if os.Getenv(clientURLEnv) != "" {
+		// Run as the latency benchmark's client process.
+		os.Exit(runClientProc(os.Stdin, os.Stdout))
+	}
 	// The local sandbox that agentd.New builds logs through the default
 	// logger, not Config.Logger.
 	slog.SetDefault(quietLogger())

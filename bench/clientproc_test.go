@@ -1,0 +1,161 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/client"
+)
+
+// The latency benchmark's WebSocket clients run in a process of their own
+// (this test binary again, see TestMain), as an application's would: in
+// the server's process they shared its two scheduler threads, and the
+// server's CPU figure included their reading and decoding.
+const (
+	clientURLEnv      = "AGENTD_BENCH_CLIENT_URL"
+	clientSessionsEnv = "AGENTD_BENCH_CLIENT_SESSIONS"
+)
+
+// clientRound is one round asked of the client process.
+type clientRound struct {
+	Command string `json:"command"`
+	Want    int    `json:"want"`
+}
+
+// clientResult is its answer: every line's latency in nanoseconds (all
+// lines, and those after each command's first turnStartLines), and the
+// CPU the client process spent on the round.
+type clientResult struct {
+	All    []time.Duration `json:"all"`
+	Steady []time.Duration `json:"steady"`
+	CPU    time.Duration   `json:"cpu"`
+	Err    string          `json:"err,omitempty"`
+}
+
+// runClientProc is the client process's main: it follows the sessions
+// named in its environment from their current last seq, then runs each
+// round read from stdin and writes its result as a line of JSON to
+// stdout. It returns the exit code.
+func runClientProc(in io.Reader, out io.Writer) int {
+	c, err := client.New(os.Getenv(clientURLEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "client:", err)
+		return 2
+	}
+	ctx := context.Background()
+	var fs []*follower
+	for _, id := range strings.Split(os.Getenv(clientSessionsEnv), ",") {
+		st, err := c.Session(ctx, id)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "client:", err)
+			return 1
+		}
+		fs = append(fs, &follower{id: id, stream: c.Stream(ctx, id, st.LastSeq)})
+	}
+	defer func() {
+		for _, f := range fs {
+			f.stream.Close()
+		}
+	}()
+	enc := json.NewEncoder(out)
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var r clientRound
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			fmt.Fprintln(os.Stderr, "client: bad round:", err)
+			return 2
+		}
+		cpu0 := processCPU()
+		lat, err := latencyRound(c, fs, r.Command, r.Want)
+		res := clientResult{All: lat.all, Steady: lat.steady, CPU: processCPU() - cpu0}
+		if err != nil {
+			res.Err = err.Error()
+		}
+		if err := enc.Encode(res); err != nil {
+			return 1
+		}
+	}
+	return 0
+}
+
+// clientProc is the parent's handle on a client process.
+type clientProc struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+// startClientProc starts a client process following the sessions; it is
+// stopped when tb ends.
+func startClientProc(tb testing.TB, url string, fs []*follower) *clientProc {
+	tb.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ids := make([]string, len(fs))
+	for i, f := range fs {
+		ids[i] = f.id
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), clientURLEnv+"="+url, clientSessionsEnv+"="+strings.Join(ids, ","))
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	p := &clientProc{cmd: cmd, in: in, out: bufio.NewScanner(outPipe)}
+	p.out.Buffer(make([]byte, 1<<20), 64<<20)
+	tb.Cleanup(func() {
+		in.Close()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	return p
+}
+
+// round runs command in every session through the client process and
+// returns the line latencies it saw and the CPU it spent.
+func (p *clientProc) round(command string, want int) (lineLatencies, time.Duration, error) {
+	b, _ := json.Marshal(clientRound{Command: command, Want: want})
+	if _, err := p.in.Write(append(b, '\n')); err != nil {
+		return lineLatencies{}, 0, fmt.Errorf("client process: %w", err)
+	}
+	if !p.out.Scan() {
+		return lineLatencies{}, 0, fmt.Errorf("client process ended: %v", errors.Join(p.out.Err(), io.ErrUnexpectedEOF))
+	}
+	var res clientResult
+	if err := json.Unmarshal(p.out.Bytes(), &res); err != nil {
+		return lineLatencies{}, 0, fmt.Errorf("client process answer: %w", err)
+	}
+	var err error
+	if res.Err != "" {
+		err = errors.New(res.Err)
+	}
+	return lineLatencies{all: res.All, steady: res.Steady}, res.CPU, err
+}
