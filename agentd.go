@@ -90,6 +90,13 @@ type Config struct {
 	// read-only (the system, the agents' PATH and the workspace are
 	// always there).
 	SandboxReadOnly []string
+	// AgentNice is added to the niceness of every agent process (up to
+	// 19), so that agents' builds and tests yield the CPU to the server
+	// streaming their output: with 50 sessions starting processes at once
+	// on two cores, it is what keeps the server's added latency at a few
+	// milliseconds (docs/benchmarks.md). 0 means DefaultAgentNice; a
+	// negative value runs agents at the server's own priority.
+	AgentNice int
 	// APIKey, when set, is required on every /api/* route and the WebSocket.
 	APIKey string
 	// IdleTimeout terminates an idle environment (default 15m).
@@ -124,6 +131,10 @@ type Config struct {
 	Registerer *prometheus.Registry
 	Logger     *slog.Logger
 }
+
+// DefaultAgentNice is Config.AgentNice's default: the niceness nice(1)
+// gives by default, a background job's.
+const DefaultAgentNice = 10
 
 // ProviderEnv are the variables passed from the server's environment to
 // agents (DESIGN.md: provider settings only).
@@ -166,6 +177,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.Sandbox == "" {
 		cfg.Sandbox = "local"
+	}
+	switch {
+	case cfg.AgentNice == 0:
+		cfg.AgentNice = DefaultAgentNice
+	case cfg.AgentNice < 0:
+		cfg.AgentNice = 0
+	case cfg.AgentNice > local.MaxNice:
+		return nil, fmt.Errorf("agent niceness %d: want at most %d", cfg.AgentNice, local.MaxNice)
 	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
@@ -231,7 +250,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	profiles := session.NewProfiles(s.store, folder)
 
 	providers := map[string]sandbox.Provider{
-		"local": local.New(local.Options{Logger: log}),
+		"local": local.New(local.Options{Nice: cfg.AgentNice, Logger: log}),
 	}
 	for name, p := range cfg.Sandboxes {
 		providers[name] = p
@@ -301,7 +320,7 @@ func (s *Server) builtinSandbox(name, dataDir string) (sandbox.Provider, error) 
 		}
 		opts := executor.Options{
 			RunAsUser: s.cfg.RunAsUser, UserPool: s.cfg.RunAsUserPool,
-			Limits: s.cfg.SandboxLimits, LimitMode: mode,
+			Limits: s.cfg.SandboxLimits, LimitMode: mode, Nice: s.cfg.AgentNice,
 			OnCall: s.audit.ExecutorCall,
 			// Each environment reaches the model through a socket of its
 			// own, relayed to a loopback port inside (docs/security.md).

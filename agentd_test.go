@@ -1,11 +1,14 @@
 package agentd_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -248,4 +251,75 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Agent processes run at a lower CPU priority than the server: by default
+// 10 more niceness (agentd.DefaultAgentNice), as --agent-nice sets, or the
+// server's own with --agent-nice 0. A value outside 0–19 is refused.
+func TestAgentNice(t *testing.T) {
+	own := processNice(t)
+	niceOfTurn := func(c *client.Client) int {
+		t.Helper()
+		ctx := context.Background()
+		created, err := c.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent, err := c.Send(ctx, created.SessionID, "sleep 0.2; cut -d' ' -f19 /proc/self/stat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitTurn(t, c, created.SessionID, sent.QueryID)
+		st, err := c.Reduce(ctx, created.SessionID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range st.Blocks {
+			if b.Type == conversation.BlockToolResult {
+				n, err := strconv.Atoi(strings.TrimSpace(b.Output))
+				if err != nil {
+					t.Fatalf("output %q", b.Output)
+				}
+				return n
+			}
+		}
+		t.Fatal("no tool result")
+		return 0
+	}
+	srv := testenv.Start(t, agentd.Config{})
+	if got, want := niceOfTurn(srv.Client), min(own+agentd.DefaultAgentNice, 19); got != want {
+		t.Errorf("default: the command runs at niceness %d, want %d", got, want)
+	}
+	p := testenv.StartProcess(t, nil, "--data-dir", t.TempDir(), "--no-ui", "--agent-nice", "3")
+	if got, want := niceOfTurn(p.Client), min(own+3, 19); got != want {
+		t.Errorf("--agent-nice 3: the command runs at niceness %d, want %d", got, want)
+	}
+	p0 := testenv.StartProcess(t, nil, "--data-dir", t.TempDir(), "--no-ui", "--agent-nice", "0")
+	if got := niceOfTurn(p0.Client); got != own {
+		t.Errorf("--agent-nice 0: the command runs at niceness %d, want the server's %d", got, own)
+	}
+	if _, err := agentd.New(context.Background(), agentd.Config{DataDir: t.TempDir(), AgentNice: 20}); err == nil {
+		t.Error("agentd.New took AgentNice 20")
+	}
+	for _, bad := range []string{"20", "-1"} {
+		out, err := exec.Command(testenv.Binary(t), "serve", "--data-dir", t.TempDir(), "--agent-nice="+bad).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "--agent-nice "+bad+": want 0 to 19") {
+			t.Errorf("--agent-nice %s: %v, %s", bad, err, out)
+		}
+	}
+}
+
+// processNice reads this process's niceness from /proc.
+func processNice(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	n, err := strconv.Atoi(f[16]) // field 19 of stat; f[0] is field 3
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -50,6 +50,7 @@ type serveCmd struct {
 	SandboxCPU         int           `help:"CPU limit of each executor/bwrap environment in percent of one core (0: none)." default:"0" env:"AGENTD_SANDBOX_CPU"`
 	SandboxLimits      string        `help:"How limits are enforced: auto (cgroups where possible, else rlimits), cgroup, rlimit, off." default:"auto" enum:"auto,cgroup,rlimit,off" env:"AGENTD_SANDBOX_LIMITS"`
 	SandboxReadOnly    []string      `help:"With --sandbox bwrap: more host paths shown read-only inside." env:"AGENTD_SANDBOX_READ_ONLY"`
+	AgentNice          int           `help:"Niceness added to agent processes (0-19), so they yield the CPU to the server streaming their output; 0 runs them at the server's priority." default:"10" env:"AGENTD_AGENT_NICE"`
 	APIKey             string        `help:"Require this bearer key on /api/* and the WebSocket." env:"AGENTD_API_KEY"`
 	IdleTimeout        time.Duration `help:"Terminate an idle environment after this long." default:"15m" env:"AGENTD_IDLE_TIMEOUT"`
 	PermissionTimeout  time.Duration `help:"Deny an unanswered permission request after this long." default:"5m" env:"AGENTD_PERMISSION_TIMEOUT"`
@@ -61,9 +62,13 @@ type serveCmd struct {
 }
 
 func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
+	if c.AgentNice < 0 || c.AgentNice > 19 {
+		return fmt.Errorf("--agent-nice %d: want 0 to 19", c.AgentNice)
+	}
 	srv, err := agentd.New(ctx, agentd.Config{
 		Addr: c.Addr, DataDir: c.DataDir, StoreURL: c.Store, ProfilesDir: c.Profiles,
 		Sandbox: c.Sandbox, RunAsUser: c.RunAsUser, APIKey: c.APIKey, IdleTimeout: c.IdleTimeout,
+		AgentNice:     agentNice(c.AgentNice),
 		RunAsUserPool: c.RunAsUserPool, SandboxLimitMode: c.SandboxLimits, SandboxReadOnly: c.SandboxReadOnly,
 		SandboxLimits:     sandbox.Limits{MemoryBytes: c.SandboxMemory, Pids: c.SandboxPids, CPUPercent: c.SandboxCPU},
 		PermissionTimeout: c.PermissionTimeout, MaxBody: c.MaxBody, DisableUI: c.NoUI, Logger: log,
@@ -79,6 +84,15 @@ func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
 	// Tests and scripts read the bound address (useful with port 0).
 	fmt.Fprintf(os.Stderr, "agentd listening on http://%s\n", srv.Addr())
 	return srv.ListenAndServe(ctx)
+}
+
+// agentNice maps --agent-nice onto agentd.Config.AgentNice, where 0 means
+// the default and a negative value none.
+func agentNice(flag int) int {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }
 
 type executorCmd struct {

@@ -36,6 +36,7 @@ func Main(ctx context.Context, args []string) error {
 		maxLine    = fl.Int("max-line", DefaultMaxLine, "largest accepted message in bytes")
 		orphan     = fl.Duration("orphan-timeout", 0, "shut down after no server was connected for this long (0: never)")
 		path       = fl.String("path", "", "PATH of the processes (default: this process's PATH)")
+		nice       = fl.Int("nice", 0, "added to the niceness of every process started (0-19; 0: this process's priority)")
 		logLevel   = fl.String("log-level", "info", "debug, info, warn or error")
 		ignore     stringList
 		memory     = fl.Int64("memory", 0, "memory limit in bytes (0: backend default)")
@@ -59,6 +60,9 @@ func Main(ctx context.Context, args []string) error {
 	}
 	if *workspace == "" {
 		return errors.New("executor: --workspace is required")
+	}
+	if *nice < 0 || *nice > local.MaxNice {
+		return fmt.Errorf("executor: --nice %d: want 0 to %d", *nice, local.MaxNice)
 	}
 	if (*socket == "") == (*listenFD < 0) {
 		return errors.New("executor: give exactly one of --socket and --listen-fd")
@@ -136,7 +140,7 @@ func Main(ctx context.Context, args []string) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	env, err := local.New(local.Options{Path: *path, Logger: log}).Create(ctx, sandbox.Spec{
+	env, err := local.New(local.Options{Path: *path, Nice: *nice, Logger: log}).Create(ctx, sandbox.Spec{
 		SessionID: *session,
 		Workspace: *workspace,
 		Ignore:    ignore,

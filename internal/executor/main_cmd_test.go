@@ -19,6 +19,8 @@ func TestMainFlagErrors(t *testing.T) {
 		{"--workspace", dir, "--socket", filepath.Join(dir, "s"), "--bogus"},
 		{"--workspace", dir, "--socket", filepath.Join(dir, "s"), "extra"},
 		{"--workspace", dir, "--listen-fd", "99"},
+		{"--workspace", dir, "--socket", filepath.Join(dir, "s"), "--nice", "-1"},
+		{"--workspace", dir, "--socket", filepath.Join(dir, "s"), "--nice", "20"},
 	} {
 		if err := Main(context.Background(), args); err == nil {
 			t.Errorf("%q: no error", args)

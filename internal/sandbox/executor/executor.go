@@ -99,6 +99,9 @@ type Options struct {
 	// ModelProxy, when set, is the environments' only way to the model
 	// APIs, and the real API keys are kept out of them (see ModelProxy).
 	ModelProxy ModelProxy
+	// Nice is added to the niceness of the environment's processes (see
+	// local.Options.Nice; 0: the executor's own priority).
+	Nice int
 	// SpoolBytes is the executor's spool per process and stream (0: the
 	// executor's default).
 	SpoolBytes int64

@@ -230,6 +230,9 @@ func (p *Provider) command(spec sandbox.Spec, ws, dir string, cred *credential, 
 		"--peer-uid", strconv.Itoa(os.Getuid()),
 		"--path", p.opts.Path,
 	}
+	if p.opts.Nice > 0 {
+		argv = append(argv, "--nice", strconv.Itoa(p.opts.Nice))
+	}
 	if p.opts.SpoolBytes > 0 {
 		argv = append(argv, "--spool-bytes", strconv.FormatInt(p.opts.SpoolBytes, 10))
 	}

@@ -50,7 +50,14 @@ type Options struct {
 	// process group is gone, when a process that left the group (setsid)
 	// still holds its stdout or stderr open without writing.
 	DrainTimeout time.Duration
-	Logger       *slog.Logger
+	// Nice is added to the niceness of every process an environment
+	// starts (up to MaxNice; 0 leaves them at this process's priority), so
+	// agents' builds and tests yield the CPU to the server streaming their
+	// output instead of starving it. It is set on the command's process
+	// group right after the start: what the command moves out of its group
+	// within those microseconds keeps this process's priority.
+	Nice   int
+	Logger *slog.Logger
 }
 
 // Provider creates local environments. It is safe for concurrent use.
