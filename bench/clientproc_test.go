@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"testing"
@@ -47,6 +48,13 @@ type clientResult struct {
 // round read from stdin and writes its result as a line of JSON to
 // stdout. It returns the exit code.
 func runClientProc(in io.Reader, out io.Writer) int {
+	if path := os.Getenv("AGENTD_BENCH_CLIENT_CPUPROFILE"); path != "" {
+		// For reading where the clients' CPU goes (go tool pprof).
+		f, err := os.Create(path)
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
+	}
 	c, err := client.New(os.Getenv(clientURLEnv))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "client:", err)

@@ -348,8 +348,20 @@ const (
 
 // stampStartDelay is how long after a round is sent its stampers write
 // their first line (see stampAtEnv): long enough for 50 sessions to start
-// their commands on a loaded two-core machine.
-const stampStartDelay = time.Second
+// their commands on a loaded two-core machine. AGENTD_BENCH_STAMP_DELAY
+// sets another; 0 lets each stamper start at once, so the first lines
+// meet the start-up of the others.
+func stampStartDelay(tb testing.TB) time.Duration {
+	v := os.Getenv("AGENTD_BENCH_STAMP_DELAY")
+	if v == "" {
+		return time.Second
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		tb.Fatalf("AGENTD_BENCH_STAMP_DELAY=%q: want a duration", v)
+	}
+	return d
+}
 
 // roundCommand returns the command of one round: the date loop, or
 // the stamper starting at a common instant.
@@ -359,8 +371,12 @@ func roundCommand(tb testing.TB, cmd string) func() string {
 		return func() string { return c }
 	}
 	c := stamperCommand(tb, latencyLines, 10*time.Millisecond)
+	delay := stampStartDelay(tb)
+	if delay == 0 {
+		return func() string { return c }
+	}
 	return func() string {
-		return fmt.Sprintf("%s=%d %s", stampAtEnv, time.Now().Add(stampStartDelay).UnixNano(), c)
+		return fmt.Sprintf("%s=%d %s", stampAtEnv, time.Now().Add(delay).UnixNano(), c)
 	}
 }
 
