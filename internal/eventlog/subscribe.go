@@ -20,7 +20,7 @@ type Subscription struct {
 
 	// Consumer side, touched only by Next/TryNext.
 	pending []*Record // records taken from the store or from queue, in order
-	spare   []*Record // the previous pending's array, swapped with queue
+	next    int       // index of pending's next record (those before are nil)
 	live    bool      // registered with sl for live records
 
 	wake chan struct{} // buffered(1): queue gained records or the subscription ended
@@ -74,10 +74,10 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 // nothing is ready. Used by writers that batch before flushing.
 func (s *Subscription) TryNext(ctx context.Context) (r Record, ok bool, err error) {
 	for {
-		for len(s.pending) > 0 {
-			p := s.pending[0]
-			s.pending[0] = nil
-			s.pending = s.pending[1:]
+		for s.next < len(s.pending) {
+			p := s.pending[s.next]
+			s.pending[s.next] = nil // the array is reused: hold no record
+			s.next++
 			// Records published before we registered may repeat what the
 			// replay already returned (the store is ahead of publication
 			// between commit and publish): skip them.
@@ -111,9 +111,8 @@ func (s *Subscription) take() (bool, error) {
 		return false, nil
 	}
 	// Swap arrays: the publisher appends into the one the consumer has
-	// finished with, so a steady stream allocates nothing.
-	clear(s.spare[:cap(s.spare)])
-	s.pending, s.queue, s.spare = s.queue, s.spare[:0], s.pending[:0]
+	// finished with (all nil by now), so a steady stream allocates nothing.
+	s.pending, s.queue, s.next = s.queue, s.pending[:0], 0
 	return true, nil
 }
 
@@ -202,7 +201,7 @@ func (s *Subscription) catchUp(ctx context.Context) error {
 		return ErrClosed
 	}
 	recs := make([]Record, len(events))
-	s.pending = s.pending[:0]
+	s.pending, s.next = s.pending[:0], 0
 	for i, e := range events {
 		recs[i] = Record{Event: e, JSON: Encode(e)}
 		s.pending = append(s.pending, &recs[i])
