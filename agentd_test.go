@@ -1,7 +1,6 @@
 package agentd_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"github.com/agentd/agentd"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/restapi"
 )
@@ -257,7 +257,10 @@ func waitFor(t *testing.T, cond func() bool) {
 // 10 more niceness (agentd.DefaultAgentNice), as --agent-nice sets, or the
 // server's own with --agent-nice 0. A value outside 0–19 is refused.
 func TestAgentNice(t *testing.T) {
-	own := processNice(t)
+	own, err := local.Nice(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
 	niceOfTurn := func(c *client.Client) int {
 		t.Helper()
 		ctx := context.Background()
@@ -307,19 +310,4 @@ func TestAgentNice(t *testing.T) {
 			t.Errorf("--agent-nice %s: %v, %s", bad, err, out)
 		}
 	}
-}
-
-// processNice reads this process's niceness from /proc.
-func processNice(t *testing.T) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	n, err := strconv.Atoi(f[16]) // field 19 of stat; f[0] is field 3
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

@@ -19,6 +19,7 @@ import (
 
 	rpc "github.com/agentd/agentd/internal/executor"
 	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
 )
 
@@ -582,28 +583,16 @@ func TestNice(t *testing.T) {
 	p, dir := newTestProvider(t, func(o *Options) { o.Nice = 7 })
 	env, _ := createEnv(t, p, dir)
 	o, _, st := sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", "sleep 0.2; cut -d' ' -f19 /proc/self/stat"}})
-	own := niceOf(t, os.Getpid())
+	own, err := local.Nice(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !st.Success() || strings.TrimSpace(o) != strconv.Itoa(min(own+7, 19)) {
 		t.Fatalf("a command's child runs at niceness %q (exit %+v), want %d", o, st, min(own+7, 19))
 	}
 	var h Handle
 	_ = json.Unmarshal(env.Handle(), &h)
-	if got := niceOf(t, h.PID); got != own {
-		t.Fatalf("the executor runs at niceness %d, want the server's %d", got, own)
+	if got, err := local.Nice(h.PID); err != nil || got != own {
+		t.Fatalf("the executor runs at niceness %d (%v), want the server's %d", got, err, own)
 	}
-}
-
-// niceOf reads a process's niceness from /proc.
-func niceOf(t *testing.T, pid int) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	n, err := strconv.Atoi(f[16]) // field 19 of stat; f[0] is field 3
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

@@ -11,6 +11,7 @@ import (
 // procStat holds the fields of /proc/<pid>/stat this package uses.
 type procStat struct {
 	PID, PPID, PGID, SID int
+	Nice                 int // 0 when the line stops before it
 	State                byte
 }
 
@@ -42,7 +43,27 @@ func parseStat(b []byte) (procStat, error) {
 			return st, errors.New("proc stat: bad number")
 		}
 	}
+	// fields[0] is the stat's field 3 (state); nice is field 19, which a
+	// short line (only in tests) leaves at 0.
+	if len(fields) >= 17 {
+		if st.Nice, err = strconv.Atoi(string(fields[16])); err != nil {
+			return st, errors.New("proc stat: bad nice")
+		}
+	}
 	return st, nil
+}
+
+// Nice returns the niceness of process pid, as /proc shows it.
+func Nice(pid int) (int, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	st, err := parseStat(b)
+	if err != nil {
+		return 0, err
+	}
+	return st.Nice, nil
 }
 
 // processes lists the live processes (zombies excluded) for which keep
