@@ -268,7 +268,7 @@ func TestAgentNice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sent, err := c.Send(ctx, created.SessionID, "sleep 0.2; cut -d' ' -f19 /proc/self/stat")
+		sent, err := c.Send(ctx, created.SessionID, "sleep 0.5; cut -d' ' -f19 /proc/self/stat")
 		if err != nil {
 			t.Fatal(err)
 		}

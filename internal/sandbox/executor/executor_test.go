@@ -582,7 +582,7 @@ func TestWrap(t *testing.T) {
 func TestNice(t *testing.T) {
 	p, dir := newTestProvider(t, func(o *Options) { o.Nice = 7 })
 	env, _ := createEnv(t, p, dir)
-	o, _, st := sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", "sleep 0.2; cut -d' ' -f19 /proc/self/stat"}})
+	o, _, st := sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", "sleep 0.5; cut -d' ' -f19 /proc/self/stat"}})
 	own, err := local.Nice(os.Getpid())
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 // niceScript prints the niceness of a child of the command's shell (field
 // 19 of /proc/self/stat as cut sees it), started after the command's own
 // start has been reniced.
-const niceScript = "sleep 0.2; cut -d' ' -f19 /proc/self/stat"
+const niceScript = "sleep 0.5; cut -d' ' -f19 /proc/self/stat"
 
 func TestNiceLowersTheCommandsPriority(t *testing.T) {
 	own, err := ownNice()
