@@ -92,10 +92,10 @@ type Config struct {
 	SandboxReadOnly []string
 	// AgentNice is added to the niceness of every agent process (up to
 	// 19), so that agents' builds and tests yield the CPU to the server
-	// streaming their output: with 50 sessions starting processes at once
-	// on two cores, it is what keeps the server's added latency at a few
-	// milliseconds (docs/benchmarks.md). 0 means DefaultAgentNice; a
-	// negative value runs agents at the server's own priority.
+	// streaming their output (docs/benchmarks.md measures what it does
+	// while 50 sessions start their commands on two cores). 0 means
+	// DefaultAgentNice; a negative value runs agents at the server's own
+	// priority.
 	AgentNice int
 	// APIKey, when set, is required on every /api/* route and the WebSocket.
 	APIKey string

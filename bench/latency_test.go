@@ -57,6 +57,11 @@ func stamperCommand(tb testing.TB, lines int, every time.Duration) string {
 	return fmt.Sprintf("%s=%d %s=%s exec %s", stampLinesEnv, lines, stampEveryEnv, every, shellQuote(exe))
 }
 
+// stamperAt is stamper (a stamperCommand) writing its first line at at.
+func stamperAt(stamper string, at time.Time) string {
+	return fmt.Sprintf("%s=%d %s", stampAtEnv, at.UnixNano(), stamper)
+}
+
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // runStamper is the stamper's main; it returns the exit code.
@@ -375,9 +380,7 @@ func roundCommand(tb testing.TB, cmd string) func() string {
 	if delay == 0 {
 		return func() string { return c }
 	}
-	return func() string {
-		return fmt.Sprintf("%s=%d %s", stampAtEnv, time.Now().Add(delay).UnixNano(), c)
-	}
+	return func() string { return stamperAt(c, time.Now().Add(delay)) }
 }
 
 // BenchmarkShellLatency: the time from a shell command writing a stdout
@@ -491,13 +494,20 @@ func TestShellLatencySmoke(t *testing.T) {
 	}
 	// The clients in a process of their own, the stampers starting together.
 	p := startClientProc(t, srv.URL, fs)
-	at := time.Now().Add(300 * time.Millisecond)
-	lat, cpu, err := p.round(fmt.Sprintf("%s=%d %s", stampAtEnv, at.UnixNano(), stamper), 5)
+	lat, cpu, err := p.round(stamperAt(stamper, time.Now().Add(300*time.Millisecond)), 5)
 	if err != nil || len(lat.all) != 15 || cpu <= 0 {
 		t.Fatalf("client process: %d lines, cpu %v, %v", len(lat.all), cpu, err)
 	}
 	if _, _, err := p.round(stampCommand(2, "0"), 3); err == nil {
 		t.Fatal("client process: 2 lines counted as 3")
+	}
+	// A round it cannot read ends the client process, and the next round
+	// says so instead of waiting (a write to the gone process, or its end).
+	if _, err := p.in.Write([]byte("not json\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := p.round(stamper, 5); err == nil || !strings.Contains(err.Error(), "client process") {
+		t.Fatalf("round after a bad one: %v", err)
 	}
 	// A command that prints fewer lines than expected is an error.
 	if _, err := latencyRound(c, fs[:1], stampCommand(2, "0"), 3); err == nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/agentd/agentd/internal/mockllm"
 	"github.com/agentd/agentd/internal/runcli"
 	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/sandbox/local"
 )
 
 type cli struct {
@@ -62,8 +63,8 @@ type serveCmd struct {
 }
 
 func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
-	if c.AgentNice < 0 || c.AgentNice > 19 {
-		return fmt.Errorf("--agent-nice %d: want 0 to 19", c.AgentNice)
+	if c.AgentNice < 0 || c.AgentNice > local.MaxNice {
+		return fmt.Errorf("--agent-nice %d: want 0 to %d", c.AgentNice, local.MaxNice)
 	}
 	srv, err := agentd.New(ctx, agentd.Config{
 		Addr: c.Addr, DataDir: c.DataDir, StoreURL: c.Store, ProfilesDir: c.Profiles,

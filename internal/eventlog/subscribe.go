@@ -25,11 +25,12 @@ type Subscription struct {
 
 	wake chan struct{} // buffered(1): queue gained records or the subscription ended
 
-	mu     sync.Mutex // guards queue, ended, err, closed
-	queue  []*Record  // published, not yet taken by the consumer
-	ended  bool       // no record will be queued any more
-	err    error      // why it ended
-	closed bool       // Close was called
+	closed bool // Close was called; guarded by sl.mu
+
+	mu    sync.Mutex // guards queue, ended, err
+	queue []*Record  // published, not yet taken by the consumer
+	ended bool       // no record will be queued any more
+	err   error      // why it ended
 }
 
 // Subscribe returns a subscription delivering the session's events with
@@ -117,13 +118,11 @@ func (s *Subscription) take() (bool, error) {
 }
 
 // offerLocked queues rec for the subscriber; false when its queue is full
-// (the subscriber fell behind). sl.mu is held.
+// (the subscriber fell behind). sl.mu is held, and s is registered in sl,
+// so it has not ended: end follows the removal from sl, under sl.mu.
 func (s *Subscription) offerLocked(rec *Record, max int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ended {
-		return true
-	}
 	if len(s.queue) >= max {
 		return false
 	}
@@ -153,10 +152,7 @@ func (s *Subscription) end(err error) {
 // seen everything published) or loads the next page of stored events.
 func (s *Subscription) catchUp(ctx context.Context) error {
 	s.sl.mu.Lock()
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
+	if s.closed {
 		s.sl.mu.Unlock()
 		return ErrClosed
 	}
@@ -232,16 +228,11 @@ func (s *Subscription) storedTailLocked(ctx context.Context) (int64, error) {
 func (s *Subscription) Close() {
 	s.sl.mu.Lock()
 	defer s.sl.mu.Unlock()
-	s.mu.Lock()
-	already := s.closed
-	s.closed = true
-	s.mu.Unlock()
-	if already {
+	if s.closed {
 		return
 	}
+	s.closed = true
 	s.log.m.subs.Dec()
-	if _, ok := s.sl.subs[s]; ok {
-		delete(s.sl.subs, s)
-	}
+	delete(s.sl.subs, s)
 	s.end(ErrClosed)
 }

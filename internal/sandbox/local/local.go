@@ -63,6 +63,7 @@ type Options struct {
 // Provider creates local environments. It is safe for concurrent use.
 type Provider struct {
 	opts Options
+	nice niceness // Options.Nice resolved against this process's own
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -87,7 +88,7 @@ func New(opts Options) *Provider {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Provider{opts: opts}
+	return &Provider{opts: opts, nice: niceFor(opts.Nice, opts.Logger)}
 }
 
 // Name returns "local".
@@ -126,6 +127,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 	ignore := append(append(append([]string(nil), p.opts.Ignore...), spec.Ignore...), tmpPattern)
 	e := &Environment{
 		opts:       p.opts,
+		nice:       p.nice,
 		spec:       spec,
 		dir:        real,
 		root:       root,
@@ -143,6 +145,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 // WorkDir returns sandbox.ErrTerminated.
 type Environment struct {
 	opts       Options
+	nice       niceness
 	spec       sandbox.Spec
 	dir        string // absolute, symlinks resolved
 	root       *os.Root

@@ -124,11 +124,9 @@ func start(e *Environment, cmd *exec.Cmd, tag string, c sandbox.Cmd) (*process, 
 	}
 	closeAll(child)
 	p.pid = cmd.Process.Pid
-	if n := e.opts.Nice; n > 0 {
-		// The child leads its own group (or session), so pgid = pid.
-		if err := renice(p.pid, n); err != nil {
-			e.log.Warn("could not lower the command's CPU priority", "tag", tag, "err", err)
-		}
+	// The child leads its own group (or session), so pgid = pid.
+	if err := e.nice.apply(p.pid); err != nil {
+		e.log.Warn("could not lower the command's CPU priority", "tag", tag, "err", err)
 	}
 	streams := []sandbox.Stream{sandbox.Stdout, sandbox.Stderr}
 	p.readers.Add(len(p.srcs))
