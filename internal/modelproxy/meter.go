@@ -101,7 +101,7 @@ func (c *countingReader) Close() error { return c.rc.Close() }
 func (p *Proxy) meterResponse(resp *http.Response) error {
 	st := stateOf(resp.Request.Context())
 	resp.Body = &meter{
-		rc: resp.Body, p: p, st: st, status: resp.StatusCode,
+		rc: resp.Body, p: p, st: st, status: resp.StatusCode, length: resp.ContentLength,
 		parser: newUsageParser(st.prov, resp.Header.Get("Content-Type")),
 	}
 	return nil
@@ -115,6 +115,7 @@ type meter struct {
 	st     *reqState
 	status int
 	parser *usageParser
+	length int64 // Content-Length, -1 when unknown
 	n      int64
 	eof    bool
 	err    error
@@ -131,11 +132,25 @@ func (m *meter) Read(b []byte) (int, error) {
 	} else if err != nil {
 		m.err = err
 	}
+	if m.length >= 0 && m.n >= m.length && m.err == nil {
+		// A client that knows the length has the whole answer as soon as
+		// these bytes reach it, possibly before the proxy reads EOF and
+		// closes the body: record the request first, so usage read after
+		// the answer always includes it.
+		m.eof = true
+		m.record()
+	}
 	return n, err
 }
 
 func (m *meter) Close() error {
 	err := m.rc.Close()
+	m.record()
+	return err
+}
+
+// record finishes the request (once: reqState.finishOut) from what was read.
+func (m *meter) record() {
 	u, model, ok := m.parser.Result()
 	var usage *conversation.Usage
 	if ok {
@@ -154,5 +169,4 @@ func (m *meter) Close() error {
 		}
 	}
 	m.st.finishOut(m.p, m.status, outcome, msg, usage, model, m.n)
-	return err
 }

@@ -871,3 +871,25 @@ func TestCloseLetsStreamsFinish(t *testing.T) {
 		}
 	}
 }
+
+// A client that knows the answer's length has it all before the proxy
+// reads EOF and closes the upstream body; the usage it reads next must
+// already count that answer (CI saw the last of six answers missing).
+func TestUsageCountedWhenTheAnswerArrives(t *testing.T) {
+	f := newFixture(t, 0, nil)
+	var c call
+	for _, cc := range calls {
+		if cc.name == "openai chat" {
+			c = cc
+		}
+	}
+	for i := 1; i <= 200; i++ {
+		resp, body := f.do(c, f.token)
+		if resp.StatusCode != 200 || resp.ContentLength < 0 {
+			t.Fatalf("status %d, length %d, body %.200s", resp.StatusCode, resp.ContentLength, body)
+		}
+		if u, _ := f.p.SessionUsage(context.Background(), "s1"); u.InputTokens != 100*int64(i) {
+			t.Fatalf("after answer %d the proxy counted %d input tokens, want %d", i, u.InputTokens, 100*i)
+		}
+	}
+}
