@@ -68,6 +68,10 @@ type owner struct {
 	terminateActor string
 	terminated     []chan struct{}
 	detach         bool // shutdown: leave the environment running
+	// shut: the manager's shutdown reached this owner. Commands queued
+	// behind it (their callers checked closed before Close set it) start
+	// no environment and no turn: Close is waiting for this owner to end.
+	shut bool
 }
 
 type turnState struct {
@@ -80,7 +84,9 @@ type turnState struct {
 	failure     error // set by FailTurn: the turn ends failed with it
 }
 
-// do runs f in the owner goroutine, starting it if needed.
+// do runs f in the owner goroutine, starting it if needed. Once the
+// manager is closed no owner starts (ErrClosed), and an owner that has
+// run its shutdown starts nothing more (see owner.shut).
 func (s *Session) do(f func(*owner)) error {
 	if s.m.isClosed() {
 		return ErrClosed
@@ -88,9 +94,15 @@ func (s *Session) do(f func(*owner)) error {
 	s.mu.Lock()
 	o := s.own
 	if o == nil {
+		// Counted in the manager's WaitGroup under its lock, atomically
+		// with the closed check: Close, which sets closed under that lock
+		// before it waits, either waits for this owner or prevents it.
+		if !s.m.addOwner() {
+			s.mu.Unlock()
+			return ErrClosed
+		}
 		o = &owner{s: s, cmds: make(chan func(*owner), 16), results: make(chan func(*owner), 16)}
 		s.own = o
-		s.m.wg.Add(1)
 		go o.loop()
 	}
 	o.pending.Add(1)
@@ -257,6 +269,7 @@ func (s *Session) shutdown(ctx context.Context, detach bool) {
 	o.pending.Add(1)
 	s.mu.Unlock()
 	o.cmds <- func(o *owner) {
+		o.shut = true
 		o.terminated = append(o.terminated, done)
 		o.detach = detach
 		o.terminate("server shutting down", "")
@@ -273,6 +286,9 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 	s := o.s
 	if o.turn != nil {
 		return "", ErrBusy
+	}
+	if o.shut {
+		return "", ErrClosed
 	}
 	if o.terminating != "" {
 		return "", fmt.Errorf("%w: session is terminating", ErrBusy)
@@ -467,6 +483,10 @@ func (o *owner) terminate(reason, actor string) {
 func (o *owner) whenReady(actor string, f func(error)) {
 	if o.env != nil && !o.starting {
 		f(nil)
+		return
+	}
+	if o.shut {
+		f(ErrClosed)
 		return
 	}
 	o.readyWait = append(o.readyWait, f)
