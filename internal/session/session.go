@@ -293,6 +293,17 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 	if o.terminating != "" {
 		return "", fmt.Errorf("%w: session is terminating", ErrBusy)
 	}
+	// A turn starts entirely or not at all. A request that ended while it
+	// waited for the owner starts nothing. From here on its client may go
+	// away at any moment (its context then ends): the owner carries the
+	// start through on a context of its own, and undoes what it did if a
+	// step fails, so that neither the record nor a status event ever names
+	// a turn whose message is not in the log.
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	ctx = context.WithoutCancel(ctx)
+	leaseHeld := o.env != nil || o.starting // held and renewed while the environment is up
 	if err := s.m.cfg.Store.AcquireLease(ctx, s.id, s.m.cfg.Holder, s.m.cfg.LeaseTTL); err != nil {
 		if errors.Is(err, store.ErrLeaseHeld) {
 			return "", ErrLeased
@@ -300,6 +311,7 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 		return "", fmt.Errorf("acquire lease: %w", err)
 	}
 	s.mu.Lock()
+	before := s.rec
 	s.rec.Turns++
 	s.rec.LastActivity = time.Now().UTC().Truncate(time.Millisecond)
 	queryID := fmt.Sprintf("q%d", s.rec.Turns)
@@ -307,6 +319,7 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 	rec := s.rec
 	s.mu.Unlock()
 	if err := s.m.cfg.Store.UpdateSession(ctx, rec); err != nil {
+		o.undoSend(before, false, leaseHeld)
 		return "", fmt.Errorf("update session: %w", err)
 	}
 	user := withActor(conversation.Upsert(conversation.Block{
@@ -315,6 +328,8 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 	}).From(conversation.SourceClient), actor)
 	started := withActor(conversation.NewEvent(conversation.QueryStarted{QueryID: queryID, Content: content}), actor)
 	if _, err := s.m.cfg.Log.Append(ctx, s.id, user, started); err != nil {
+		// Nothing of the append was stored: the turn does not exist.
+		o.undoSend(before, true, leaseHeld)
 		return "", fmt.Errorf("record message: %w", err)
 	}
 	o.stopIdle()
@@ -340,6 +355,31 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 		})
 	})
 	return queryID, nil
+}
+
+// undoSend takes back a turn start that failed before its message was in
+// the log: the record's turn count, active query and activity time as they
+// were (in the store too when it had been updated), and the lease unless
+// the environment holds it.
+func (o *owner) undoSend(before store.Session, stored, leaseHeld bool) {
+	s := o.s
+	ctx := context.Background()
+	s.mu.Lock()
+	s.rec.Turns = before.Turns
+	s.rec.Runtime.ActiveQueryID = before.Runtime.ActiveQueryID
+	s.rec.LastActivity = before.LastActivity
+	rec := s.rec
+	s.mu.Unlock()
+	if stored {
+		if err := s.m.cfg.Store.UpdateSession(ctx, rec); err != nil {
+			s.m.log.Error("undo turn start", "session", s.id, "err", err)
+		}
+	}
+	if !leaseHeld {
+		if err := s.m.cfg.Store.ReleaseLease(ctx, s.id, s.m.cfg.Holder); err != nil {
+			s.m.log.Warn("release lease", "session", s.id, "err", err)
+		}
+	}
 }
 
 func (o *owner) interrupt(actor string) error {
