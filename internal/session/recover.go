@@ -101,8 +101,10 @@ func (o *owner) resumeTurn(st conversation.State) {
 	o.setStatus(conversation.SessionRunning, "turn resumed after a restart", actor)
 	o.host.setTurn(actor, queryID)
 	t := agent.Turn{QueryID: queryID, Content: content}
+	h := o.host
 	o.goJob(func() func(*owner) {
 		r, err := res.Resume(tctx, t, st)
+		syncTurnFiles(h)
 		return func(o *owner) { o.finishTurn(r, err) }
 	})
 }

@@ -348,9 +348,11 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 		}
 		o.setStatus(conversation.SessionRunning, "", actor)
 		o.host.setTurn(actor, queryID)
-		runner := o.runner
+		runner, h := o.runner, o.host
 		o.goJob(func() func(*owner) {
 			res, err := runner.Turn(tctx, t)
+			// The turn's file changes go in the log before its end.
+			syncTurnFiles(h)
 			return func(o *owner) { o.finishTurn(res, err) }
 		})
 	})
