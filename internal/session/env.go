@@ -180,6 +180,11 @@ func (m *Manager) forwardChanges(ctx context.Context, s *Session, e sandbox.Envi
 		}
 		m.persistFile(ctx, s.id, e, ch)
 	}
+	// The channel closes when ctx ends (the session stopped watching), or
+	// when the environment's watch ended by itself: its executor died.
+	if ctx.Err() == nil && !e.Running() {
+		_ = s.do(func(o *owner) { o.loseEnv(e, errors.New("its workspace watch ended: the connection to it was lost")) })
+	}
 }
 
 func (m *Manager) persistFile(ctx context.Context, id string, e sandbox.Environment, ch sandbox.FileEvent) {

@@ -67,7 +67,7 @@ func (o *owner) recover(rc sandbox.Recoverer) {
 				}
 				return
 			}
-			o.env, o.runner, o.host, o.envCancel = env, runner, h, envCancel
+			o.env, o.runner, o.host, o.envCancel, o.envLost = env, runner, h, envCancel, false
 			m.log.Info("environment re-attached", "session", s.id, "sandbox", m.cfg.Sandbox.Name())
 			if stErr != nil || st.ActiveQueryID == "" {
 				o.setStatus(conversation.SessionIdle, "environment re-attached after a restart", "")

@@ -56,6 +56,7 @@ type owner struct {
 	runner    agent.Runner
 	host      *host
 	envCancel context.CancelFunc // stops the watcher and lease renewal
+	envLost   bool               // env died; it is being dropped (loseEnv)
 	starting  bool
 	readyWait []func(error) // run when the environment start finishes
 
@@ -232,6 +233,7 @@ func (s *Session) EnsureEnv(ctx context.Context, actor string) (sandbox.Environm
 		err error
 	}, 1)
 	err := s.do(func(o *owner) {
+		o.checkEnv()
 		o.whenReady(actor, func(err error) {
 			ch <- struct {
 				env envRes
@@ -303,6 +305,9 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 		return "", err
 	}
 	ctx = context.WithoutCancel(ctx)
+	// An environment that died since the last turn is dropped now, so
+	// that this turn starts a new one.
+	o.checkEnv()
 	leaseHeld := o.env != nil || o.starting // held and renewed while the environment is up
 	if err := s.m.cfg.Store.AcquireLease(ctx, s.id, s.m.cfg.Holder, s.m.cfg.LeaseTTL); err != nil {
 		if errors.Is(err, store.ErrLeaseHeld) {
@@ -433,6 +438,10 @@ func (o *owner) finishTurn(res agent.TurnResult, err error) {
 	ctx := context.Background()
 	o.resolveOpenPermissions(ctx, conversation.ByInterrupt, t.actor)
 	dur := time.Since(t.started).Milliseconds()
+	gone := err != nil && o.env != nil && !o.envLost && o.envGone(err)
+	if gone && t.failure == nil {
+		t.failure = agent.Fail(agent.CodeEnvironmentGone, "the environment is gone: %v", err)
+	}
 	interrupted := t.interrupted || errors.Is(err, agent.ErrInterrupted)
 	var ev conversation.Event
 	switch {
@@ -457,6 +466,10 @@ func (o *owner) finishTurn(res agent.TurnResult, err error) {
 	if o.env == nil {
 		// The environment never came up; the start failure set the status.
 		o.saveRecord()
+		return
+	}
+	if gone {
+		o.loseEnv(o.env, err)
 		return
 	}
 	o.setStatus(conversation.SessionIdle, "", t.actor)
@@ -520,6 +533,55 @@ func (o *owner) terminate(reason, actor string) {
 	o.terminated = nil
 }
 
+// envGone reports whether err, from a call on the session's environment,
+// means the environment is gone (its executor died): the error wraps
+// sandbox.ErrGone, or the environment says it is not running any more
+// (runners do not all wrap the errors of their processes).
+func (o *owner) envGone(err error) bool {
+	return errors.Is(err, sandbox.ErrGone) || (o.env != nil && !o.env.Running())
+}
+
+// checkEnv drops an environment that died while nobody used it, before a
+// command that needs one.
+func (o *owner) checkEnv() {
+	if o.env != nil && !o.starting && !o.envLost && !o.env.Running() {
+		o.loseEnv(o.env, errors.New("it stopped running"))
+	}
+}
+
+// loseEnv handles the death of env, the session's environment (an agent
+// killed its executor; the executor crashed): instead of failing every
+// later message with "environment gone", the session says what happened
+// (an error event, code ENVIRONMENT_GONE), drops the environment (status
+// terminated) and starts a new one with the next message, on the same
+// workspace (restored from the store when the folder is gone), as after a
+// restart. A running turn is failed with that code first. A report about
+// an environment the session no longer has is ignored.
+func (o *owner) loseEnv(env sandbox.Environment, cause error) {
+	if env == nil || o.env != env || o.envLost {
+		return
+	}
+	o.envLost = true
+	s := o.s
+	s.m.log.Warn("environment gone; the next message starts a new one", "session", s.id, "err", cause)
+	msg := fmt.Sprintf("The session's environment is gone (%v). Its workspace is kept; the next message starts a new environment.", cause)
+	if _, err := s.m.cfg.Log.Append(context.Background(), s.id, conversation.NewEvent(conversation.ErrorEvent{Message: msg, Code: agent.CodeEnvironmentGone})); err != nil {
+		s.m.log.Error("record environment loss", "session", s.id, "err", err)
+	}
+	s.mu.Lock()
+	s.rec.SandboxState = nil // its handle names a dead executor
+	s.mu.Unlock()
+	if t := o.turn; t != nil {
+		if t.failure == nil {
+			t.failure = agent.Fail(agent.CodeEnvironmentGone, "the environment is gone: %v", cause)
+		}
+		// Nothing is left to stop gracefully: the turn ends now, and the
+		// environment is dropped when it has (terminate waits for it).
+		t.cancel()
+	}
+	o.terminate("environment gone", "")
+}
+
 // whenReady runs f once the environment and runner are up, starting them
 // if needed. f runs in the owner goroutine.
 func (o *owner) whenReady(actor string, f func(error)) {
@@ -551,7 +613,7 @@ func (o *owner) whenReady(actor string, f func(error)) {
 				o.s.m.log.Error("start environment", "session", s.id, "err", err)
 				o.setError(err, actor)
 			} else {
-				o.env, o.runner, o.host, o.envCancel = env, runner, h, envCancel
+				o.env, o.runner, o.host, o.envCancel, o.envLost = env, runner, h, envCancel, false
 				o.setStatus(conversation.SessionReady, "", actor)
 				if o.turn == nil {
 					o.startIdle()
