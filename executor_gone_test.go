@@ -3,6 +3,7 @@ package agentd_test
 import (
 	"context"
 	"encoding/json"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,7 +28,24 @@ func TestDeadExecutorIsReplaced(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real server and executors")
 	}
-	p := testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + t.TempDir()}, "--data-dir", t.TempDir(), "--no-ui", "--sandbox", "executor")
+	t.Run("executor", func(t *testing.T) {
+		deadExecutor(t, "executor", "kill -9 $PPID; sleep 30", true)
+	})
+	t.Run("bwrap", func(t *testing.T) {
+		if _, err := exec.LookPath("bwrap"); err != nil {
+			t.Skip("bubblewrap is not installed")
+		}
+		// What the agent ran: it kills every process it may signal, which
+		// in the sandbox's PID namespace includes the executor.
+		deadExecutor(t, "bwrap", "kill -9 -1; sleep 30", false)
+	})
+}
+
+// deadExecutor runs the scenario with --sandbox sb: a turn that kills its
+// executor with kill; then, when fromOutside, an idle executor killed by
+// the test.
+func deadExecutor(t *testing.T, sb, kill string, fromOutside bool) {
+	p := testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + t.TempDir()}, "--data-dir", t.TempDir(), "--no-ui", "--sandbox", sb)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	c := p.Client
@@ -49,13 +67,19 @@ func TestDeadExecutorIsReplaced(t *testing.T) {
 		}
 		return waitTurn(t, c, id, sent.QueryID)
 	}
-	if end := run("echo one > one.txt"); end.Type != conversation.TypeQueryCompleted {
+	if end := run("echo one > one.txt && cat /proc/1/comm"); end.Type != conversation.TypeQueryCompleted {
 		t.Fatalf("first turn: %s", end.Payload)
 	}
+	if sb == "bwrap" {
+		// kill -1 outside a PID namespace would kill the test's machine.
+		if init := strings.Fields(turnOutput(ctx, t, c, id)); len(init) != 1 || init[0] != "bwrap" {
+			t.Fatalf("process 1 in the sandbox is %q, not bwrap: no PID namespace; not running kill -1", init)
+		}
+	}
 
-	// The turn kills its own executor (the command's parent).
+	// The turn kills its own executor.
 	after := lastSeq(ctx, t, c, id)
-	end := run("kill -9 $PPID; sleep 30")
+	end := run(kill)
 	var failed conversation.QueryFailed
 	json.Unmarshal(end.Payload, &failed)
 	if end.Type != conversation.TypeQueryFailed || failed.Code != "ENVIRONMENT_GONE" {
@@ -72,6 +96,9 @@ func TestDeadExecutorIsReplaced(t *testing.T) {
 	lines := strings.Fields(out)
 	if len(lines) != 2 || lines[0] != "one" {
 		t.Fatalf("output %q, want the workspace's one.txt and a pid", out)
+	}
+	if !fromOutside {
+		return
 	}
 	pid, err := strconv.Atoi(lines[1])
 	if err != nil {
