@@ -106,12 +106,6 @@ func TestNewClosesWhatItStartedWhenTheAPIFails(t *testing.T) {
 	sb.terminateAll()
 }
 
-func (r *reattacher) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.envs)
-}
-
 // reattachedIn reports whether the log says the environment is back.
 func reattachedIn(evs []conversation.Event, err error) bool {
 	for _, e := range evs {
