@@ -150,13 +150,14 @@ func (in *inotify) release(w *Watcher) {
 			shared.in = nil
 		}
 		sp, in.sync = in.sync, nil
+		sp.loseLocked()
 	}
 	in.mu.Unlock()
 	shared.mu.Unlock()
 	if last {
 		_ = in.file.Close() // wakes the reader with os.ErrClosed
 		<-in.done
-		sp.lose()
+		sp.remove()
 	}
 }
 
@@ -225,8 +226,10 @@ func (in *inotify) newSyncPointLocked() (*syncPoint, error) {
 	return &syncPoint{dir: dir, wd: int32(wd), waiting: make(map[string]chan bool)}, nil
 }
 
-// lose answers every waiter "lost" and removes the folder. sp may be nil.
-func (sp *syncPoint) lose() {
+// loseLocked answers every waiter "lost" (in.mu held: barriers that gave
+// up remove themselves under it). sp may be nil. The sends do not block:
+// each channel has room for its one answer.
+func (sp *syncPoint) loseLocked() {
 	if sp == nil {
 		return
 	}
@@ -234,7 +237,14 @@ func (sp *syncPoint) lose() {
 		ch <- false
 		delete(sp.waiting, name)
 	}
-	_ = os.RemoveAll(sp.dir)
+}
+
+// remove removes the folder once the instance no longer uses it. sp may be
+// nil.
+func (sp *syncPoint) remove() {
+	if sp != nil {
+		_ = os.RemoveAll(sp.dir)
+	}
 }
 
 // add watches the folder at path for w, which knows it as rel, and returns
@@ -333,8 +343,9 @@ func (in *inotify) read() {
 			in.mu.Lock()
 			sp := in.sync
 			in.sync = nil
+			sp.loseLocked()
 			in.mu.Unlock()
-			sp.lose()
+			sp.remove()
 			return
 		}
 		out = in.route(buf[:n], out[:0])
