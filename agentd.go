@@ -208,6 +208,19 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	s := &Server{cfg: cfg, log: log, store: cfg.Store}
+	// Everything started below is closed again, newest first, unless New
+	// returns a server: on an error and on a panic (a metric registered
+	// twice) alike.
+	var undo []func()
+	succeeded := false
+	defer func() {
+		if succeeded {
+			return
+		}
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}()
 	if s.store == nil {
 		url := cfg.StoreURL
 		if url == "" {
@@ -218,16 +231,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 		s.store, s.ownStore = st, true
+		undo = append(undo, func() { _ = st.Close() })
 	}
-	fail := func(err error) (*Server, error) {
-		s.closeSecurity(context.Background())
-		if s.ownStore {
-			s.store.Close()
-		}
-		return nil, err
-	}
+	undo = append(undo, func() { _ = s.closeSecurity(context.Background()) })
 	if err := s.startSecurity(dataDir); err != nil {
-		return fail(err)
+		return nil, err
 	}
 
 	// Profiles: folder files (reported and skipped when malformed), then
@@ -243,7 +251,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	for _, p := range cfg.Profiles {
 		if err := p.Validate(); err != nil {
-			return fail(fmt.Errorf("profile %q: %w", p.ID, err))
+			return nil, fmt.Errorf("profile %q: %w", p.ID, err)
 		}
 		folder = append(folder, p)
 	}
@@ -259,7 +267,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if !ok {
 		p, err := s.builtinSandbox(cfg.Sandbox, dataDir)
 		if err != nil {
-			return fail(err)
+			return nil, err
 		}
 		provider = p
 	}
@@ -272,9 +280,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 	holder, err := nodeID(dataDir)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	s.events = eventlog.New(s.store, eventlog.Options{Registerer: cfg.Registerer, Logger: log})
+	undo = append(undo, func() { _ = s.events.Close() })
 	s.sessions, err = session.New(session.Config{
 		Store: s.store, Log: s.events, Sandbox: provider, Files: providers["local"],
 		Architectures: archs, Profiles: profiles, DataDir: dataDir,
@@ -284,31 +293,41 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Credentials: s.credentials(),
 	})
 	if err != nil {
-		s.events.Close()
-		return fail(err)
+		return nil, err
 	}
 	s.manager.Store(s.sessions)
+	undo = append(undo, func() {
+		// As at shutdown: turns end with a reason; environments that
+		// outlive the server are left to the next start.
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.sessions.Close(cctx); err != nil {
+			log.Error("close sessions after a failed start", "err", err)
+		}
+	})
 	if err := s.sessions.Start(ctx); err != nil {
-		s.events.Close()
-		return fail(err)
+		return nil, err
 	}
 	var ui http.Handler
 	if !cfg.DisableUI {
 		ui = web.Handler()
 	}
-	s.api, err = api.New(api.Config{
+	s.api, err = newAPI(api.Config{
 		Sessions: s.sessions, Log: s.events, Profiles: profiles, Architectures: archs,
 		APIKey: cfg.APIKey, MaxBody: cfg.MaxBody, Gatherer: cfg.Registerer, Registerer: cfg.Registerer,
 		UI: ui, Logger: log, Version: Version,
 		Audit: auditReader(s.store), ModelUsage: s.modelUsage(),
 	})
 	if err != nil {
-		s.events.Close()
-		return fail(err)
+		return nil, err
 	}
 	s.handler = s.api
+	succeeded = true
 	return s, nil
 }
+
+// newAPI builds the API server (a test makes it fail).
+var newAPI = api.New
 
 // builtinSandbox builds the sandbox backends that need configuration.
 func (s *Server) builtinSandbox(name, dataDir string) (sandbox.Provider, error) {

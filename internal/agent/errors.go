@@ -5,13 +5,15 @@ import (
 	"fmt"
 )
 
-// Failure codes reported in query:failed events.
+// Failure codes reported in query:failed events (CodeEnvironmentGone also
+// in the error event that says the session lost its environment).
 const (
 	CodeAgentNotFound   = "AGENT_NOT_FOUND"  // the agent CLI is not installed / not on PATH
 	CodeAgentExited     = "AGENT_EXITED"     // the agent process ended unexpectedly
 	CodeAgentProtocol   = "AGENT_PROTOCOL"   // the agent printed something agentd cannot use
 	CodeModelError      = "MODEL_ERROR"      // the model API failed (after the agent's retries)
 	CodeSandboxError    = "SANDBOX_ERROR"    // the environment could not be started or failed
+	CodeEnvironmentGone = "ENVIRONMENT_GONE" // the environment died (its executor was killed); the next message starts a new one
 	CodeServerRestarted = "SERVER_RESTARTED" // the server stopped while the turn ran
 	CodeShutdown        = "SERVER_SHUTDOWN"  // the server is shutting down
 	CodeBudgetExceeded  = "BUDGET_EXCEEDED"  // the session's model budget is used up

@@ -37,6 +37,9 @@ var (
 	ErrSlowConsumer = errors.New("eventlog: subscriber fell behind")
 	// ErrSessionDeleted: the session was deleted while subscribed.
 	ErrSessionDeleted = errors.New("eventlog: session deleted")
+	// ErrInvalidEvent: Append was given an event it cannot store (unknown
+	// type, or one JSON cannot carry); none of the call's events was stored.
+	ErrInvalidEvent = errors.New("eventlog: invalid event")
 )
 
 // Record is a stored event and its JSON envelope, encoded once and shared by
@@ -44,6 +47,8 @@ var (
 type Record struct {
 	Event conversation.Event
 	JSON  []byte
+
+	unencodable bool // passed over by subscribers (see TryNext)
 }
 
 // Options tune a Log. Zero values take the defaults.
@@ -135,7 +140,11 @@ func New(st store.EventStore, opts Options) *Log {
 // context filled in, after they are durable and published. Unset context
 // fields get defaults: SessionID = session, ConversationID = main, Source =
 // server, Timestamp = now (ms precision). On error none of the events were
-// stored.
+// stored. An event that could not be encoded for subscribers (a payload
+// that is not JSON, a timestamp outside what RFC 3339 can carry) is refused
+// here, in the caller's goroutine, with ErrInvalidEvent: the writer only
+// ever holds events it can publish, so one bad event never costs another
+// appender its events nor the process its writer.
 func (l *Log) Append(ctx context.Context, session string, events ...conversation.Event) ([]conversation.Event, error) {
 	if len(events) == 0 {
 		return nil, nil
@@ -145,7 +154,10 @@ func (l *Log) Append(ctx context.Context, session string, events ...conversation
 	}
 	for i := range events {
 		if !events[i].Type.Valid() {
-			return nil, fmt.Errorf("eventlog: append: unknown event type %q", events[i].Type)
+			return nil, fmt.Errorf("%w: unknown event type %q", ErrInvalidEvent, events[i].Type)
+		}
+		if err := checkEncodable(events[i]); err != nil {
+			return nil, fmt.Errorf("%w: %s event %d of %d: %v", ErrInvalidEvent, events[i].Type, i+1, len(events), err)
 		}
 	}
 	r := &appendReq{ctx: ctx, session: session, events: events, start: time.Now(), done: make(chan error, 1)}
@@ -376,7 +388,7 @@ func (l *Log) commit(batch []*appendReq) {
 		return
 	}
 	for _, r := range live {
-		l.session(r.session).publish(r.events, l.opts.QueueSize, l.m)
+		l.session(r.session).publish(l, r.events)
 		l.m.latency.Observe(time.Since(r.start).Seconds())
 		r.done <- nil
 	}
@@ -384,7 +396,8 @@ func (l *Log) commit(batch []*appendReq) {
 
 // publish hands events to every live subscriber without blocking; a
 // subscriber whose queue is full is cut off.
-func (sl *sessionLog) publish(events []conversation.Event, max int, m *metrics) {
+func (sl *sessionLog) publish(l *Log, events []conversation.Event) {
+	max, m := l.opts.QueueSize, l.m
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	if n := events[len(events)-1].Seq; n > sl.published {
@@ -395,7 +408,13 @@ func (sl *sessionLog) publish(events []conversation.Event, max int, m *metrics) 
 	}
 	var cut []*Subscription
 	for _, e := range events {
-		rec := &Record{Event: e, JSON: Encode(e)}
+		b, err := Encode(e)
+		if err != nil {
+			// Append checked every event, so this is a bug; it is stored,
+			// so subscribers that replay skip it too (see TryNext).
+			l.log.Error("event cannot be encoded; not published", "session", sl.id, "seq", e.Seq, "err", err)
+		}
+		rec := &Record{Event: e, JSON: b, unencodable: err != nil}
 		for s := range sl.subs {
 			if !s.offerLocked(rec, max) {
 				cut = append(cut, s)
@@ -430,13 +449,28 @@ func (sl *sessionLog) closeAll(err error) {
 	}
 }
 
-// Encode returns the JSON envelope of e.
-func Encode(e conversation.Event) []byte {
+// Encode returns the JSON envelope of e. It fails only for what
+// checkEncodable refuses.
+func Encode(e conversation.Event) ([]byte, error) {
 	b, err := json.Marshal(e)
 	if err != nil {
-		// Only a malformed raw payload can fail; Append validated the type and
-		// payloads come from json.Marshal, so this is a programming error.
-		panic(fmt.Sprintf("eventlog: encode event: %v", err))
+		return nil, fmt.Errorf("eventlog: encode %s event %d: %w", e.Type, e.Seq, err)
 	}
-	return b
+	return b, nil
+}
+
+// checkEncodable returns why Encode would fail on e (once the writer has
+// filled in its context), or nil. Of an Event's fields only two can make
+// json.Marshal fail: a raw payload that is not JSON, and a timestamp that
+// RFC 3339 cannot carry (a year outside 0–9999, a zone offset of a day or
+// more); strings always encode. FuzzAppendCheck holds the two together.
+func checkEncodable(e conversation.Event) error {
+	if len(e.Payload) > 0 && !json.Valid(e.Payload) {
+		return errors.New("payload is not valid JSON")
+	}
+	var buf [64]byte
+	if _, err := e.Context.Timestamp.AppendText(buf[:0]); err != nil {
+		return fmt.Errorf("timestamp: %w", err)
+	}
+	return nil
 }

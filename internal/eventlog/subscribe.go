@@ -79,6 +79,13 @@ func (s *Subscription) TryNext(ctx context.Context) (r Record, ok bool, err erro
 			p := s.pending[s.next]
 			s.pending[s.next] = nil // the array is reused: hold no record
 			s.next++
+			if p.unencodable {
+				// A stored event that cannot be encoded (written before
+				// Append checked, or by another writer): passed over, so
+				// that one bad event does not stop the session's stream.
+				s.last = max(s.last, p.Event.Seq)
+				continue
+			}
 			// Records published before we registered may repeat what the
 			// replay already returned (the store is ahead of publication
 			// between commit and publish): skip them.
@@ -199,7 +206,11 @@ func (s *Subscription) catchUp(ctx context.Context) error {
 	recs := make([]Record, len(events))
 	s.pending, s.next = s.pending[:0], 0
 	for i, e := range events {
-		recs[i] = Record{Event: e, JSON: Encode(e)}
+		b, err := Encode(e)
+		if err != nil {
+			s.log.log.Warn("stored event cannot be encoded; skipped", "session", s.sl.id, "seq", e.Seq, "err", err)
+		}
+		recs[i] = Record{Event: e, JSON: b, unencodable: err != nil}
 		s.pending = append(s.pending, &recs[i])
 	}
 	return nil

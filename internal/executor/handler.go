@@ -125,6 +125,12 @@ func (h *handler) HandleCall(ctx context.Context, c *Conn, req *Request) (any, e
 			return nil, err
 		}
 		return e.unwatch(c, p.WatchID)
+	case MethodFSSync:
+		var p FSSyncParams
+		if err := req.Decode(&p); err != nil {
+			return nil, err
+		}
+		return e.sync(ctx, p.Marker)
 	case MethodShutdown:
 		e.log.Info("executor: shutdown requested")
 		e.mu.Lock()

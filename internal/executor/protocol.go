@@ -44,6 +44,7 @@ const (
 	MethodFSRemove     = "fs.remove"
 	MethodFSWatch      = "fs.watch"
 	MethodFSUnwatch    = "fs.unwatch"
+	MethodFSSync       = "fs.sync"
 	MethodShutdown     = "shutdown"
 	MethodExecOutput   = "exec.output" // notification, executor → server
 	MethodExecExit     = "exec.exit"   // notification, executor → server
@@ -328,6 +329,14 @@ type FSWatchResult struct {
 // WatchParams names a watch (fs.unwatch).
 type WatchParams struct {
 	WatchID string `json:"watchId"`
+}
+
+// FSSyncParams asks for a marker on every watch (fs.sync): each watch's
+// fs.event notifications carry every change made before the call, then
+// {op:"sync", path: Marker}. Executors older than the call answer
+// CodeMethodNotFound.
+type FSSyncParams struct {
+	Marker string `json:"marker"`
 }
 
 // FSEventParams is the fs.event notification.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -840,5 +841,61 @@ func TestBackpressureWhileAttached(t *testing.T) {
 	defer r.mu.Unlock()
 	if len(r.gaps) != 0 {
 		t.Fatalf("gaps: %q", r.gaps)
+	}
+}
+
+// fs.sync: every watch's events carry the changes made before the call,
+// then the marker; a call without a marker, or to an executor whose
+// environment cannot flush its watch, is refused with a code.
+func TestFSSync(t *testing.T) {
+	te := startExecutor(t, nil)
+	r := newRecorder(t)
+	c := dialTest(t, te.socket, r)
+	id, err := c.Watch(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteFiles(bg, []FSFile{{Path: "x.txt", Data: []byte("x")}, {Path: "d/y.txt", Data: []byte("y")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Call(bg, MethodFSSync, FSSyncParams{Marker: "m1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	before := untilSync(t, r, id, "m1")
+	slices.Sort(before)
+	if want := []string{"created d/y.txt", "created x.txt"}; !slices.Equal(before, want) {
+		t.Fatalf("before the marker %q, want %q", before, want)
+	}
+	wantCode(t, c.Call(bg, MethodFSSync, FSSyncParams{}, nil), CodeInvalidParams)
+
+	plain := startExecutor(t, func(cfg *Config) { cfg.Env = noSync{cfg.Env} })
+	c2 := dialTest(t, plain.socket, newRecorder(t))
+	wantCode(t, c2.Call(bg, MethodFSSync, FSSyncParams{Marker: "m"}, nil), CodeUnsupported)
+}
+
+// noSync hides the environment's SyncWatch, as a backend without one.
+type noSync struct{ sandbox.Environment }
+
+// untilSync returns the events of watch id received before its marker.
+func untilSync(t *testing.T, r *recorder, id, marker string) []string {
+	t.Helper()
+	var before []string
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case ev := <-r.events:
+			if ev.WatchID != id {
+				t.Fatalf("event of watch %q", ev.WatchID)
+			}
+			if ev.Op == sandbox.Sync {
+				if ev.Path != marker {
+					t.Fatalf("marker %q, want %q", ev.Path, marker)
+				}
+				return before
+			}
+			before = append(before, string(ev.Op)+" "+ev.Path)
+		case <-timeout:
+			t.Fatalf("no marker; events %q", before)
+		}
 	}
 }

@@ -76,6 +76,23 @@ func fsEvent(id string, ev sandbox.FileEvent) FSEventParams {
 	return FSEventParams{WatchID: id, Op: ev.Op, Path: ev.Path, Size: ev.Size, SHA256: ev.SHA256}
 }
 
+// sync has every watch report the changes made so far, then the marker
+// (fs.event {op:"sync"}); the watches' forwarders send it like any event,
+// in order.
+func (e *Executor) sync(ctx context.Context, marker string) (any, error) {
+	if marker == "" {
+		return nil, Errorf(CodeInvalidParams, "fs.sync: marker is required")
+	}
+	ws, ok := e.cfg.Env.(sandbox.WatchSyncer)
+	if !ok {
+		return nil, Errorf(CodeUnsupported, "fs.sync: the environment cannot flush its watch")
+	}
+	if err := ws.SyncWatch(ctx, marker); err != nil {
+		return nil, errorFor(err)
+	}
+	return OKResult{OK: true}, nil
+}
+
 func (e *Executor) unwatch(c *Conn, id string) (any, error) {
 	e.mu.Lock()
 	var w *watch

@@ -99,6 +99,19 @@ type Handler interface {
 	Handle() json.RawMessage
 }
 
+// WatchSyncer is implemented by environments whose watch can be flushed on
+// demand (a turn's end: its file changes must be reported before it is).
+type WatchSyncer interface {
+	// SyncWatch reports, on every open Watch channel of the environment,
+	// every workspace change made before the call (without waiting for
+	// the debounce), followed by FileEvent{Op: Sync, Path: id}: a consumer
+	// that reads that marker has read everything before it. It returns
+	// once the markers are on their way, not when they are read. An
+	// environment that cannot (an older executor) returns an error
+	// wrapping errors.ErrUnsupported.
+	SyncWatch(ctx context.Context, id string) error
+}
+
 // Attacher is implemented by environments whose processes survive a server
 // restart: Attach returns the process started with tag, replaying its output
 // from fromOffset (per stream) on.
@@ -202,6 +215,9 @@ const (
 	Created  Op = "created"
 	Modified Op = "modified"
 	Deleted  Op = "deleted"
+	// Sync is no change but a marker SyncWatch asked for; Path holds its
+	// id. Consumers that did not ask for one skip it.
+	Sync Op = "sync"
 )
 
 // FileEvent is a workspace change. Size and SHA256 are set for created and

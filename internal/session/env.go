@@ -107,10 +107,11 @@ func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.E
 	if err != nil {
 		return nil, nil, agent.Fail(agent.CodeSandboxError, "watch workspace: %v", err)
 	}
-	go m.forwardChanges(ctx, s, e, changes)
+	marks := newWatchMarks(rec.ID)
+	go m.forwardChanges(ctx, s, e, changes, marks)
 	m.renewLease(ctx, rec.ID)
 
-	h := &host{s: s, env: e, prof: prof, opts: opts, log: m.log.With("session", rec.ID, "architecture", rec.Architecture)}
+	h := &host{s: s, env: e, marks: marks, prof: prof, opts: opts, log: m.log.With("session", rec.ID, "architecture", rec.Architecture)}
 	h.setTurn(actor, rec.Runtime.ActiveQueryID)
 	runner, err := arch.Start(ctx, h)
 	if err != nil {
@@ -149,11 +150,16 @@ func (m *Manager) populate(ctx context.Context, e sandbox.Environment, id string
 }
 
 // forwardChanges turns workspace changes into file events and, within the
-// size bound, copies the files into the store.
-func (m *Manager) forwardChanges(ctx context.Context, s *Session, e sandbox.Environment, changes <-chan sandbox.FileEvent) {
+// size bound, copies the files into the store. It reports each Sync marker
+// to marks once everything before it is recorded.
+func (m *Manager) forwardChanges(ctx context.Context, s *Session, e sandbox.Environment, changes <-chan sandbox.FileEvent, marks *watchMarks) {
+	defer marks.end()
 	for ch := range changes {
 		var ev conversation.Event
 		switch ch.Op {
+		case sandbox.Sync:
+			marks.reached(ch.Path)
+			continue
 		case sandbox.Deleted:
 			ev = conversation.NewEvent(conversation.FileChange{Kind: conversation.TypeFileDeleted, Path: ch.Path})
 		case sandbox.Created, sandbox.Modified:
@@ -173,6 +179,11 @@ func (m *Manager) forwardChanges(ctx context.Context, s *Session, e sandbox.Envi
 			continue
 		}
 		m.persistFile(ctx, s.id, e, ch)
+	}
+	// The channel closes when ctx ends (the session stopped watching), or
+	// when the environment's watch ended by itself: its executor died.
+	if ctx.Err() == nil && !e.Running() {
+		_ = s.do(func(o *owner) { o.loseEnv(e, errors.New("its workspace watch ended: the connection to it was lost")) })
 	}
 }
 

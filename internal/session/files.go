@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 
 	"github.com/agentd/agentd/internal/sandbox"
 )
@@ -14,7 +15,13 @@ func (m *Manager) withFiles(ctx context.Context, id string, f func(sandbox.Envir
 		return err
 	}
 	if env := s.liveEnv(); env != nil {
-		return f(env)
+		err := f(env)
+		if !errors.Is(err, sandbox.ErrGone) {
+			return err
+		}
+		// The environment died under the session: have it dropped, and
+		// read the workspace folder, which outlives it.
+		_ = s.do(func(o *owner) { o.loseEnv(env, err) })
 	}
 	env, err := m.cfg.Files.Create(ctx, sandbox.Spec{SessionID: id, Workspace: m.workspace(id), Ignore: m.cfg.WatchIgnore})
 	if err != nil {

@@ -17,11 +17,12 @@ import (
 // host is what a session gives its runner (agent.Host). It is safe for
 // concurrent use.
 type host struct {
-	s    *Session
-	env  sandbox.Environment
-	prof profile.Profile
-	opts agent.Options
-	log  *slog.Logger
+	s     *Session
+	env   sandbox.Environment
+	marks *watchMarks // the workspace watcher's markers
+	prof  profile.Profile
+	opts  agent.Options
+	log   *slog.Logger
 
 	turn    atomic.Pointer[turnRef] // the running turn's actor and query
 	permSeq atomic.Int64

@@ -76,7 +76,7 @@ type Manager struct {
 	cfg Config
 	log *slog.Logger
 
-	mu       sync.Mutex // guards sessions, closed
+	mu       sync.Mutex // guards sessions, closed, and wg.Add against Close (addOwner)
 	sessions map[string]*Session
 	closed   bool
 
@@ -364,6 +364,18 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	m.watchers.closeAll()
 	return nil
+}
+
+// addOwner counts a new owner goroutine, unless the manager is closed.
+// Lock order: Session.mu, then Manager.mu.
+func (m *Manager) addOwner() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.wg.Add(1)
+	return true
 }
 
 func (m *Manager) isClosed() bool {

@@ -67,7 +67,7 @@ func (o *owner) recover(rc sandbox.Recoverer) {
 				}
 				return
 			}
-			o.env, o.runner, o.host, o.envCancel = env, runner, h, envCancel
+			o.env, o.runner, o.host, o.envCancel, o.envLost = env, runner, h, envCancel, false
 			m.log.Info("environment re-attached", "session", s.id, "sandbox", m.cfg.Sandbox.Name())
 			if stErr != nil || st.ActiveQueryID == "" {
 				o.setStatus(conversation.SessionIdle, "environment re-attached after a restart", "")
@@ -101,8 +101,10 @@ func (o *owner) resumeTurn(st conversation.State) {
 	o.setStatus(conversation.SessionRunning, "turn resumed after a restart", actor)
 	o.host.setTurn(actor, queryID)
 	t := agent.Turn{QueryID: queryID, Content: content}
+	h := o.host
 	o.goJob(func() func(*owner) {
 		r, err := res.Resume(tctx, t, st)
+		syncTurnFiles(h)
 		return func(o *owner) { o.finishTurn(r, err) }
 	})
 }

@@ -56,6 +56,7 @@ type owner struct {
 	runner    agent.Runner
 	host      *host
 	envCancel context.CancelFunc // stops the watcher and lease renewal
+	envLost   bool               // env died; it is being dropped (loseEnv)
 	starting  bool
 	readyWait []func(error) // run when the environment start finishes
 
@@ -68,6 +69,10 @@ type owner struct {
 	terminateActor string
 	terminated     []chan struct{}
 	detach         bool // shutdown: leave the environment running
+	// shut: the manager's shutdown reached this owner. Commands queued
+	// behind it (their callers checked closed before Close set it) start
+	// no environment and no turn: Close is waiting for this owner to end.
+	shut bool
 }
 
 type turnState struct {
@@ -80,7 +85,9 @@ type turnState struct {
 	failure     error // set by FailTurn: the turn ends failed with it
 }
 
-// do runs f in the owner goroutine, starting it if needed.
+// do runs f in the owner goroutine, starting it if needed. Once the
+// manager is closed no owner starts (ErrClosed), and an owner that has
+// run its shutdown starts nothing more (see owner.shut).
 func (s *Session) do(f func(*owner)) error {
 	if s.m.isClosed() {
 		return ErrClosed
@@ -88,9 +95,15 @@ func (s *Session) do(f func(*owner)) error {
 	s.mu.Lock()
 	o := s.own
 	if o == nil {
+		// Counted in the manager's WaitGroup under its lock, atomically
+		// with the closed check: Close, which sets closed under that lock
+		// before it waits, either waits for this owner or prevents it.
+		if !s.m.addOwner() {
+			s.mu.Unlock()
+			return ErrClosed
+		}
 		o = &owner{s: s, cmds: make(chan func(*owner), 16), results: make(chan func(*owner), 16)}
 		s.own = o
-		s.m.wg.Add(1)
 		go o.loop()
 	}
 	o.pending.Add(1)
@@ -220,6 +233,7 @@ func (s *Session) EnsureEnv(ctx context.Context, actor string) (sandbox.Environm
 		err error
 	}, 1)
 	err := s.do(func(o *owner) {
+		o.checkEnv()
 		o.whenReady(actor, func(err error) {
 			ch <- struct {
 				env envRes
@@ -257,6 +271,7 @@ func (s *Session) shutdown(ctx context.Context, detach bool) {
 	o.pending.Add(1)
 	s.mu.Unlock()
 	o.cmds <- func(o *owner) {
+		o.shut = true
 		o.terminated = append(o.terminated, done)
 		o.detach = detach
 		o.terminate("server shutting down", "")
@@ -274,9 +289,26 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 	if o.turn != nil {
 		return "", ErrBusy
 	}
+	if o.shut {
+		return "", ErrClosed
+	}
 	if o.terminating != "" {
 		return "", fmt.Errorf("%w: session is terminating", ErrBusy)
 	}
+	// A turn starts entirely or not at all. A request that ended while it
+	// waited for the owner starts nothing. From here on its client may go
+	// away at any moment (its context then ends): the owner carries the
+	// start through on a context of its own, and undoes what it did if a
+	// step fails, so that neither the record nor a status event ever names
+	// a turn whose message is not in the log.
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	ctx = context.WithoutCancel(ctx)
+	// An environment that died since the last turn is dropped now, so
+	// that this turn starts a new one.
+	o.checkEnv()
+	leaseHeld := o.env != nil || o.starting // held and renewed while the environment is up
 	if err := s.m.cfg.Store.AcquireLease(ctx, s.id, s.m.cfg.Holder, s.m.cfg.LeaseTTL); err != nil {
 		if errors.Is(err, store.ErrLeaseHeld) {
 			return "", ErrLeased
@@ -284,6 +316,7 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 		return "", fmt.Errorf("acquire lease: %w", err)
 	}
 	s.mu.Lock()
+	before := s.rec
 	s.rec.Turns++
 	s.rec.LastActivity = time.Now().UTC().Truncate(time.Millisecond)
 	queryID := fmt.Sprintf("q%d", s.rec.Turns)
@@ -291,6 +324,7 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 	rec := s.rec
 	s.mu.Unlock()
 	if err := s.m.cfg.Store.UpdateSession(ctx, rec); err != nil {
+		o.undoSend(before, false, leaseHeld)
 		return "", fmt.Errorf("update session: %w", err)
 	}
 	user := withActor(conversation.Upsert(conversation.Block{
@@ -299,6 +333,8 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 	}).From(conversation.SourceClient), actor)
 	started := withActor(conversation.NewEvent(conversation.QueryStarted{QueryID: queryID, Content: content}), actor)
 	if _, err := s.m.cfg.Log.Append(ctx, s.id, user, started); err != nil {
+		// Nothing of the append was stored: the turn does not exist.
+		o.undoSend(before, true, leaseHeld)
 		return "", fmt.Errorf("record message: %w", err)
 	}
 	o.stopIdle()
@@ -317,13 +353,40 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 		}
 		o.setStatus(conversation.SessionRunning, "", actor)
 		o.host.setTurn(actor, queryID)
-		runner := o.runner
+		runner, h := o.runner, o.host
 		o.goJob(func() func(*owner) {
 			res, err := runner.Turn(tctx, t)
+			// The turn's file changes go in the log before its end.
+			syncTurnFiles(h)
 			return func(o *owner) { o.finishTurn(res, err) }
 		})
 	})
 	return queryID, nil
+}
+
+// undoSend takes back a turn start that failed before its message was in
+// the log: the record's turn count, active query and activity time as they
+// were (in the store too when it had been updated), and the lease unless
+// the environment holds it.
+func (o *owner) undoSend(before store.Session, stored, leaseHeld bool) {
+	s := o.s
+	ctx := context.Background()
+	s.mu.Lock()
+	s.rec.Turns = before.Turns
+	s.rec.Runtime.ActiveQueryID = before.Runtime.ActiveQueryID
+	s.rec.LastActivity = before.LastActivity
+	rec := s.rec
+	s.mu.Unlock()
+	if stored {
+		if err := s.m.cfg.Store.UpdateSession(ctx, rec); err != nil {
+			s.m.log.Error("undo turn start", "session", s.id, "err", err)
+		}
+	}
+	if !leaseHeld {
+		if err := s.m.cfg.Store.ReleaseLease(ctx, s.id, s.m.cfg.Holder); err != nil {
+			s.m.log.Warn("release lease", "session", s.id, "err", err)
+		}
+	}
 }
 
 func (o *owner) interrupt(actor string) error {
@@ -375,6 +438,10 @@ func (o *owner) finishTurn(res agent.TurnResult, err error) {
 	ctx := context.Background()
 	o.resolveOpenPermissions(ctx, conversation.ByInterrupt, t.actor)
 	dur := time.Since(t.started).Milliseconds()
+	gone := err != nil && o.env != nil && !o.envLost && o.envGone(err)
+	if gone && t.failure == nil {
+		t.failure = agent.Fail(agent.CodeEnvironmentGone, "the environment is gone: %v", err)
+	}
 	interrupted := t.interrupted || errors.Is(err, agent.ErrInterrupted)
 	var ev conversation.Event
 	switch {
@@ -399,6 +466,10 @@ func (o *owner) finishTurn(res agent.TurnResult, err error) {
 	if o.env == nil {
 		// The environment never came up; the start failure set the status.
 		o.saveRecord()
+		return
+	}
+	if gone {
+		o.loseEnv(o.env, err)
 		return
 	}
 	o.setStatus(conversation.SessionIdle, "", t.actor)
@@ -462,11 +533,64 @@ func (o *owner) terminate(reason, actor string) {
 	o.terminated = nil
 }
 
+// envGone reports whether err, from a call on the session's environment,
+// means the environment is gone (its executor died): the error wraps
+// sandbox.ErrGone, or the environment says it is not running any more
+// (runners do not all wrap the errors of their processes).
+func (o *owner) envGone(err error) bool {
+	return errors.Is(err, sandbox.ErrGone) || (o.env != nil && !o.env.Running())
+}
+
+// checkEnv drops an environment that died while nobody used it, before a
+// command that needs one.
+func (o *owner) checkEnv() {
+	if o.env != nil && !o.starting && !o.envLost && !o.env.Running() {
+		o.loseEnv(o.env, errors.New("it stopped running"))
+	}
+}
+
+// loseEnv handles the death of env, the session's environment (an agent
+// killed its executor; the executor crashed): instead of failing every
+// later message with "environment gone", the session says what happened
+// (an error event, code ENVIRONMENT_GONE), drops the environment (status
+// terminated) and starts a new one with the next message, on the same
+// workspace (restored from the store when the folder is gone), as after a
+// restart. A running turn is failed with that code first. A report about
+// an environment the session no longer has is ignored.
+func (o *owner) loseEnv(env sandbox.Environment, cause error) {
+	if env == nil || o.env != env || o.envLost {
+		return
+	}
+	o.envLost = true
+	s := o.s
+	s.m.log.Warn("environment gone; the next message starts a new one", "session", s.id, "err", cause)
+	msg := fmt.Sprintf("The session's environment is gone (%v). Its workspace is kept; the next message starts a new environment.", cause)
+	if _, err := s.m.cfg.Log.Append(context.Background(), s.id, conversation.NewEvent(conversation.ErrorEvent{Message: msg, Code: agent.CodeEnvironmentGone})); err != nil {
+		s.m.log.Error("record environment loss", "session", s.id, "err", err)
+	}
+	s.mu.Lock()
+	s.rec.SandboxState = nil // its handle names a dead executor
+	s.mu.Unlock()
+	if t := o.turn; t != nil {
+		if t.failure == nil {
+			t.failure = agent.Fail(agent.CodeEnvironmentGone, "the environment is gone: %v", cause)
+		}
+		// Nothing is left to stop gracefully: the turn ends now, and the
+		// environment is dropped when it has (terminate waits for it).
+		t.cancel()
+	}
+	o.terminate("environment gone", "")
+}
+
 // whenReady runs f once the environment and runner are up, starting them
 // if needed. f runs in the owner goroutine.
 func (o *owner) whenReady(actor string, f func(error)) {
 	if o.env != nil && !o.starting {
 		f(nil)
+		return
+	}
+	if o.shut {
+		f(ErrClosed)
 		return
 	}
 	o.readyWait = append(o.readyWait, f)
@@ -489,7 +613,7 @@ func (o *owner) whenReady(actor string, f func(error)) {
 				o.s.m.log.Error("start environment", "session", s.id, "err", err)
 				o.setError(err, actor)
 			} else {
-				o.env, o.runner, o.host, o.envCancel = env, runner, h, envCancel
+				o.env, o.runner, o.host, o.envCancel, o.envLost = env, runner, h, envCancel, false
 				o.setStatus(conversation.SessionReady, "", actor)
 				if o.turn == nil {
 					o.startIdle()

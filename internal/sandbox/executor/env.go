@@ -61,6 +61,7 @@ var (
 	_ sandbox.Environment = (*Environment)(nil)
 	_ sandbox.Handler     = (*Environment)(nil)
 	_ sandbox.Attacher    = (*Environment)(nil)
+	_ sandbox.WatchSyncer = (*Environment)(nil)
 )
 
 func newEnvironment(p *Provider, spec sandbox.Spec, h Handle) *Environment {

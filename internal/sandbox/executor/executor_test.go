@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -594,5 +595,49 @@ func TestNice(t *testing.T) {
 	_ = json.Unmarshal(env.Handle(), &h)
 	if got, err := local.Nice(h.PID); err != nil || got != own {
 		t.Fatalf("the executor runs at niceness %d (%v), want the server's %d", got, err, own)
+	}
+}
+
+// SyncWatch goes through fs.sync: the changes a command made come on the
+// Watch channel before the marker, which comes promptly.
+func TestSyncWatch(t *testing.T) {
+	p, dir := newTestProvider(t, nil)
+	env, _ := createEnv(t, p, dir)
+	ctx, cancel := context.WithCancel(bg)
+	events, err := env.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", "mkdir d && echo a > a.txt && echo b > d/b.txt"}})
+	if err := env.SyncWatch(bg, "marker-1"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		for range events {
+		}
+	}()
+	var got []string
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatalf("watch ended after %q", got)
+			}
+			if ev.Op == sandbox.Sync {
+				if ev.Path != "marker-1" {
+					t.Fatalf("marker %q", ev.Path)
+				}
+				slices.Sort(got)
+				if want := []string{"created a.txt", "created d/b.txt"}; !slices.Equal(got, want) {
+					t.Fatalf("before the marker %q, want %q", got, want)
+				}
+				return
+			}
+			got = append(got, string(ev.Op)+" "+ev.Path)
+		case <-deadline:
+			t.Fatalf("no marker; got %q", got)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -74,6 +75,19 @@ func (e *Environment) Watch(ctx context.Context) (<-chan sandbox.FileEvent, erro
 	}
 	go e.deliverEvents(ctx, w)
 	return w.ch, nil
+}
+
+// SyncWatch implements sandbox.WatchSyncer through fs.sync: the executor
+// reports the changes made so far on every watch, then the marker (an
+// fs.event with op "sync"), which reaches the Watch channels in order. An
+// executor that predates fs.sync answers method-not-found: errors.ErrUnsupported.
+func (e *Environment) SyncWatch(ctx context.Context, id string) error {
+	err := e.call(ctx, rpc.MethodFSSync, rpc.FSSyncParams{Marker: id}, nil)
+	var re *rpc.Error
+	if errors.As(err, &re) && (re.Code == rpc.CodeMethodNotFound || re.Code == rpc.CodeUnsupported) {
+		return fmt.Errorf("sync watch: %w: %v", errors.ErrUnsupported, err)
+	}
+	return err
 }
 
 func (e *Environment) deliverEvents(ctx context.Context, w *watchSub) {

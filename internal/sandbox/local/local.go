@@ -170,7 +170,10 @@ type Environment struct {
 	termErr    error
 }
 
-var _ sandbox.Environment = (*Environment)(nil)
+var (
+	_ sandbox.Environment = (*Environment)(nil)
+	_ sandbox.WatchSyncer = (*Environment)(nil)
+)
 
 // enter starts an operation: it fails after Terminate; otherwise the caller
 // must call the returned function when done.
@@ -222,6 +225,30 @@ func (e *Environment) Watch(ctx context.Context) (<-chan sandbox.FileEvent, erro
 		e.watcher = w
 	}
 	return e.watcher.Subscribe(ctx), nil
+}
+
+// SyncWatch implements sandbox.WatchSyncer: every change made before the
+// call reaches the open Watch channels, then the marker id does. With no
+// watch open there is nothing to flush.
+func (e *Environment) SyncWatch(ctx context.Context, id string) error {
+	leave, err := e.enter()
+	if err != nil {
+		return err
+	}
+	e.watchMu.Lock()
+	w := e.watcher
+	e.watchMu.Unlock()
+	leave()
+	if w == nil {
+		return nil
+	}
+	if err := w.Sync(ctx, id); err != nil {
+		if errors.Is(err, watch.ErrClosed) {
+			return sandbox.ErrTerminated
+		}
+		return fmt.Errorf("sync watch: %w", err)
+	}
+	return nil
 }
 
 // Terminate stops every process the environment started (SIGTERM to each

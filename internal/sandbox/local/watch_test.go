@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -209,5 +210,36 @@ func TestWatchSharedBetweenEnvironments(t *testing.T) {
 	}
 	if ino, _ := watch.Active(); ino != 1 {
 		t.Fatalf("%d inotify watchers after one Terminate, want 1", ino)
+	}
+}
+
+// SyncWatch: with no watch open it has nothing to do; with one, the
+// changes before it come before its marker; after Terminate it says so.
+func TestSyncWatch(t *testing.T) {
+	env := testEnv(t, Options{Watch: watch.Options{Debounce: time.Hour, MaxDelay: time.Hour}})
+	if err := env.SyncWatch(t.Context(), "none"); err != nil {
+		t.Fatalf("SyncWatch without a watch: %v", err)
+	}
+	ch, err := env.Watch(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.WriteFile(t.Context(), "a.txt", []byte("a"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.SyncWatch(t.Context(), "m"); err != nil {
+		t.Fatal(err)
+	}
+	if e := <-ch; e.Op != sandbox.Created || e.Path != "a.txt" {
+		t.Fatalf("first event %+v", e)
+	}
+	if e := <-ch; e.Op != sandbox.Sync || e.Path != "m" {
+		t.Fatalf("second event %+v, want the marker", e)
+	}
+	if err := env.Terminate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.SyncWatch(t.Context(), "late"); !errors.Is(err, sandbox.ErrTerminated) {
+		t.Fatalf("SyncWatch after Terminate: %v", err)
 	}
 }

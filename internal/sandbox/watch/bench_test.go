@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/sandbox"
 )
 
 // BenchmarkEventLatency is the time from a write to its event with the
@@ -36,6 +38,55 @@ func BenchmarkEventLatency(b *testing.B) {
 // BenchmarkRescan is one polling scan of an unchanged tree of 10,000 files
 // in 100 folders (what polling mode costs every interval).
 func BenchmarkRescan(b *testing.B) {
+	root := settledTree(b)
+	w, err := New(root, Options{Poll: true, PollInterval: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.Close() // drive the scan by hand, without the timer
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for b.Loop() {
+		w.rescanLocked()
+	}
+	if len(w.known) != 10000 {
+		b.Fatalf("%d files known", len(w.known))
+	}
+}
+
+// BenchmarkSync is a Sync with inotify, from the call to the marker read,
+// on a tree of 10,000 files in 100 folders where one file changed: what a
+// turn's end waits for (a whole-tree comparison, whose inotify half renews
+// each folder's watch).
+func BenchmarkSync(b *testing.B) {
+	root := settledTree(b)
+	w, err := New(root, Options{Debounce: time.Hour, MaxDelay: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	ch := w.Subscribe(b.Context())
+	p := filepath.Join(root, "d00", "f00")
+	i := 0
+	for b.Loop() {
+		i++
+		if err := os.WriteFile(p, fmt.Appendf(nil, "%d", i), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.Sync(b.Context(), "m"); err != nil {
+			b.Fatal(err)
+		}
+		for ev := range ch {
+			if ev.Op == sandbox.Sync {
+				break
+			}
+		}
+	}
+}
+
+// settledTree makes 10,000 files in 100 folders, old enough to need no
+// hashing when compared.
+func settledTree(b *testing.B) string {
 	root := b.TempDir()
 	for d := range 100 {
 		dir := filepath.Join(root, fmt.Sprintf("d%02d", d))
@@ -55,17 +106,5 @@ func BenchmarkRescan(b *testing.B) {
 		}
 		return nil
 	})
-	w, err := New(root, Options{Poll: true, PollInterval: time.Hour})
-	if err != nil {
-		b.Fatal(err)
-	}
-	w.Close() // drive the scan by hand, without the timer
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for b.Loop() {
-		w.rescanLocked()
-	}
-	if len(w.known) != 10000 {
-		b.Fatalf("%d files known", len(w.known))
-	}
+	return root
 }

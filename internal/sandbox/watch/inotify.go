@@ -1,10 +1,13 @@
 package watch
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -90,6 +93,19 @@ type inotify struct {
 	users  map[*Watcher]struct{}
 	wds    map[int32][]watchRef
 	closed bool
+	sync   *syncPoint // made by the first barrier; nil until then
+}
+
+// syncPoint is a folder of the instance's own (under the system's temporary
+// folder), watched for created files. A file created there makes an event
+// that the kernel queues after every event queued before it: once the reader
+// has routed that event, every earlier one is in its watcher's inbox. That
+// is the barrier Sync needs, at the cost of a file created and removed.
+type syncPoint struct {
+	dir     string
+	wd      int32
+	n       uint64
+	waiting map[string]chan bool // by file name; true: routed, false: lost
 }
 
 // acquireInotify returns the shared instance, opening it if none is open,
@@ -127,17 +143,107 @@ func (in *inotify) release(w *Watcher) {
 	in.removeAllLocked(w)
 	delete(in.users, w)
 	last := len(in.users) == 0
+	var sp *syncPoint
 	if last {
 		in.closed = true
 		if shared.in == in {
 			shared.in = nil
 		}
+		sp, in.sync = in.sync, nil
+		sp.loseLocked()
 	}
 	in.mu.Unlock()
 	shared.mu.Unlock()
 	if last {
 		_ = in.file.Close() // wakes the reader with os.ErrClosed
 		<-in.done
+		sp.remove()
+	}
+}
+
+// barrier returns once every event the kernel queued for this instance
+// before the call has been delivered to its watcher's inbox (see
+// syncPoint). An error means no barrier could be made or it was lost (the
+// instance closed, its folder removed): the caller must compare the whole
+// tree instead.
+func (in *inotify) barrier(ctx context.Context) error {
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		return os.ErrClosed
+	}
+	if in.sync == nil {
+		sp, err := in.newSyncPointLocked()
+		if err != nil {
+			in.mu.Unlock()
+			return err
+		}
+		in.sync = sp
+	}
+	sp := in.sync
+	sp.n++
+	name := strconv.FormatUint(sp.n, 10)
+	done := make(chan bool, 1)
+	sp.waiting[name] = done
+	in.mu.Unlock()
+
+	p := filepath.Join(sp.dir, name)
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err == nil {
+		_ = f.Close()
+		_ = os.Remove(p) // IN_DELETE is not watched there
+	}
+	if err != nil {
+		in.mu.Lock()
+		delete(sp.waiting, name)
+		in.mu.Unlock()
+		return fmt.Errorf("inotify barrier: %w", err)
+	}
+	select {
+	case ok := <-done:
+		if !ok {
+			return errors.New("inotify barrier lost")
+		}
+		return nil
+	case <-ctx.Done():
+		in.mu.Lock()
+		delete(sp.waiting, name)
+		in.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+func (in *inotify) newSyncPointLocked() (*syncPoint, error) {
+	dir, err := os.MkdirTemp("", "agentd-watch-sync-")
+	if err != nil {
+		return nil, fmt.Errorf("inotify barrier: %w", err)
+	}
+	wd, err := unix.InotifyAddWatch(in.fd, dir, unix.IN_CREATE|unix.IN_ONLYDIR|unix.IN_DONT_FOLLOW)
+	if err != nil {
+		_ = os.Remove(dir)
+		return nil, fmt.Errorf("inotify barrier: watch %s: %w", dir, err)
+	}
+	return &syncPoint{dir: dir, wd: int32(wd), waiting: make(map[string]chan bool)}, nil
+}
+
+// loseLocked answers every waiter "lost" (in.mu held: barriers that gave
+// up remove themselves under it). sp may be nil. The sends do not block:
+// each channel has room for its one answer.
+func (sp *syncPoint) loseLocked() {
+	if sp == nil {
+		return
+	}
+	for name, ch := range sp.waiting {
+		ch <- false
+		delete(sp.waiting, name)
+	}
+}
+
+// remove removes the folder once the instance no longer uses it. sp may be
+// nil.
+func (sp *syncPoint) remove() {
+	if sp != nil {
+		_ = os.RemoveAll(sp.dir)
 	}
 }
 
@@ -201,10 +307,12 @@ func (in *inotify) removeAllLocked(w *Watcher) {
 	}
 }
 
-// delivery is one event bound for one watcher.
+// delivery is one event bound for one watcher, or (w nil) a barrier to
+// release once everything routed before it is delivered.
 type delivery struct {
-	w  *Watcher
-	ev rawEvent
+	w       *Watcher
+	ev      rawEvent
+	barrier chan bool
 }
 
 // read is the instance's one reader goroutine: it routes each event to
@@ -232,10 +340,20 @@ func (in *inotify) read() {
 			}
 			shared.mu.Unlock()
 			in.broadcast(func(w *Watcher) { w.lose(fmt.Errorf("inotify read: %w", err)) })
+			in.mu.Lock()
+			sp := in.sync
+			in.sync = nil
+			sp.loseLocked()
+			in.mu.Unlock()
+			sp.remove()
 			return
 		}
 		out = in.route(buf[:n], out[:0])
 		for _, d := range out {
+			if d.barrier != nil {
+				d.barrier <- true
+				continue
+			}
 			d.w.deliver(d.ev)
 		}
 		clear(out) // drop references to watchers and names
@@ -262,6 +380,25 @@ func (in *inotify) route(buf []byte, out []delivery) []delivery {
 		switch {
 		case mask&unix.IN_Q_OVERFLOW != 0:
 			overflow = true
+			continue
+		case in.sync != nil && wd == in.sync.wd:
+			sp := in.sync
+			if mask&unix.IN_IGNORED != 0 {
+				// Its folder is gone (a temporary files cleaner): the
+				// next barrier makes another.
+				in.sync = nil
+				// A barrier whose file was made had its event routed
+				// before this; those left never made theirs.
+				for name, ch := range sp.waiting {
+					delete(sp.waiting, name)
+					ch <- false
+				}
+				continue
+			}
+			if ch := sp.waiting[string(name)]; ch != nil {
+				delete(sp.waiting, string(name))
+				out = append(out, delivery{barrier: ch})
+			}
 			continue
 		case mask&unix.IN_IGNORED != 0:
 			// The kernel dropped the watch (folder deleted, file system
@@ -294,9 +431,17 @@ func (in *inotify) route(buf []byte, out []delivery) []delivery {
 	}
 	if overflow {
 		// The kernel dropped events: every watcher compares its tree with
-		// what it knows.
+		// what it knows. Barriers waiting may have lost their event; the
+		// rescan, which their watchers do first, covers what they wait
+		// for, so they are released after it is queued.
 		for w := range in.users {
 			out = append(out, delivery{w: w, ev: rawEvent{kind: kindRescan}})
+		}
+		if sp := in.sync; sp != nil {
+			for name, ch := range sp.waiting {
+				delete(sp.waiting, name)
+				out = append(out, delivery{barrier: ch})
+			}
 		}
 	}
 	return out

@@ -379,14 +379,14 @@ func TestRoute(t *testing.T) {
 	buf = append(buf, event(1, unix.IN_IGNORED, "")...)
 	got := in.route(buf, nil)
 	want := []delivery{
-		{w1, rawEvent{rel: "a", kind: kindCreate}},
-		{w1, rawEvent{rel: "sub/dir", kind: kindCreate, dir: true}},
-		{w2, rawEvent{rel: "dir", kind: kindCreate, dir: true}},
-		{w1, rawEvent{rel: "sub/long-name-of-a-file", kind: kindChange}},
-		{w2, rawEvent{rel: "long-name-of-a-file", kind: kindChange}},
-		{w1, rawEvent{rel: "b", kind: kindRemove}},
-		{w1, rawEvent{rel: "sub/c", kind: kindRemove}},
-		{w2, rawEvent{rel: "c", kind: kindRemove}},
+		{w: w1, ev: rawEvent{rel: "a", kind: kindCreate}},
+		{w: w1, ev: rawEvent{rel: "sub/dir", kind: kindCreate, dir: true}},
+		{w: w2, ev: rawEvent{rel: "dir", kind: kindCreate, dir: true}},
+		{w: w1, ev: rawEvent{rel: "sub/long-name-of-a-file", kind: kindChange}},
+		{w: w2, ev: rawEvent{rel: "long-name-of-a-file", kind: kindChange}},
+		{w: w1, ev: rawEvent{rel: "b", kind: kindRemove}},
+		{w: w1, ev: rawEvent{rel: "sub/c", kind: kindRemove}},
+		{w: w2, ev: rawEvent{rel: "c", kind: kindRemove}},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("route:\n got %v\nwant %v", got, want)

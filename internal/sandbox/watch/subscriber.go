@@ -9,26 +9,29 @@ import (
 // subscriber is one Subscribe call's delivery queue. The watcher pushes
 // without ever blocking; events the channel has no room for wait in a queue
 // that keeps one entry per path (a later event for the same path is merged
-// into the waiting one), so a slow consumer costs memory bounded by the
-// number of distinct paths, never lost events. A forwarder goroutine runs
-// only while that queue holds something: an idle subscriber is a channel and
-// a few words.
+// into the waiting one; a Sync marker keeps its place and is never merged
+// across), so a slow consumer costs memory bounded by the number of
+// distinct paths (per marker waiting), never lost events. A forwarder
+// goroutine runs only while that queue holds something: an idle subscriber
+// is a channel and a few words.
 type subscriber struct {
 	out  chan sandbox.FileEvent
 	stop chan struct{} // closed once to end delivery
 	once sync.Once
 
-	mu      sync.Mutex
-	queue   []queued // in arrival order; stale entries are skipped
-	pending map[string]queued
-	seq     uint64
+	mu    sync.Mutex
+	queue []*queued // in arrival order; dead entries are skipped
+	// pending is the queued entry of each path that later events for the
+	// path merge into. A Sync marker is a fence: entries before it leave
+	// pending, so a change after the marker is never moved ahead of it.
+	pending map[string]*queued
 	fwd     chan struct{} // non-nil while a forwarder runs; closed when it exits
 	closed  bool
 }
 
 type queued struct {
-	ev  sandbox.FileEvent
-	seq uint64
+	ev   sandbox.FileEvent
+	dead bool // merged away (created, then deleted before delivery)
 }
 
 func newSubscriber(buffer int) *subscriber {
@@ -54,23 +57,27 @@ func (s *subscriber) push(ev sandbox.FileEvent) {
 		default:
 		}
 	}
-	if prev, ok := s.pending[ev.Path]; ok {
+	if ev.Op == sandbox.Sync {
+		s.queue = append(s.queue, &queued{ev: ev})
+		clear(s.pending)
+	} else if prev, ok := s.pending[ev.Path]; ok {
 		merged, keep := merge(prev.ev, ev)
 		if !keep {
+			prev.dead = true
 			delete(s.pending, ev.Path)
 			return
 		}
 		// Keep the waiting entry's place in the queue.
-		s.pending[ev.Path] = queued{ev: merged, seq: prev.seq}
+		prev.ev = merged
 		return
+	} else {
+		if s.pending == nil {
+			s.pending = make(map[string]*queued)
+		}
+		q := &queued{ev: ev}
+		s.pending[ev.Path] = q
+		s.queue = append(s.queue, q)
 	}
-	if s.pending == nil {
-		s.pending = make(map[string]queued)
-	}
-	s.seq++
-	q := queued{ev: ev, seq: s.seq}
-	s.pending[ev.Path] = q
-	s.queue = append(s.queue, q)
 	if s.fwd == nil {
 		s.fwd = make(chan struct{})
 		go s.forward(s.fwd)
@@ -97,12 +104,15 @@ func merge(prev, next sandbox.FileEvent) (sandbox.FileEvent, bool) {
 func (s *subscriber) nextLocked() (sandbox.FileEvent, bool) {
 	for len(s.queue) > 0 {
 		q := s.queue[0]
-		s.queue[0] = queued{}
+		s.queue[0] = nil
 		s.queue = s.queue[1:]
-		if cur, ok := s.pending[q.ev.Path]; ok && cur.seq == q.seq {
-			delete(s.pending, q.ev.Path)
-			return cur.ev, true
+		if q.dead {
+			continue
 		}
+		if q.ev.Op != sandbox.Sync && s.pending[q.ev.Path] == q {
+			delete(s.pending, q.ev.Path)
+		}
+		return q.ev, true
 	}
 	// Let the backing array and the map go: an idle subscriber keeps
 	// nothing.

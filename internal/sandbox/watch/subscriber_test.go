@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"fmt"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -110,5 +111,28 @@ func TestSubscriberCloseDiscards(t *testing.T) {
 	}
 	if n > 2 {
 		t.Fatalf("got %d events after close", n)
+	}
+}
+
+// A Sync marker keeps its place in a backed-up queue, and no later change
+// is merged into an entry before it: what follows the marker stays after.
+func TestSubscriberMarkerIsAFence(t *testing.T) {
+	s := newSubscriber(1)
+	defer s.close()
+	s.push(ev(sandbox.Created, "a", 1)) // into the buffer
+	s.push(ev(sandbox.Created, "b", 1)) // queued
+	s.push(ev(sandbox.Modified, "a", 2))
+	s.push(sandbox.FileEvent{Op: sandbox.Sync, Path: "m"})
+	s.push(ev(sandbox.Deleted, "b", 0))  // after the marker: not merged into b's created
+	s.push(ev(sandbox.Modified, "a", 3)) // after the marker
+	s.push(sandbox.FileEvent{Op: sandbox.Sync, Path: "n"})
+	var got []string
+	for len(got) == 0 || got[len(got)-1] != "sync n" {
+		e := <-s.out
+		got = append(got, string(e.Op)+" "+e.Path)
+	}
+	want := []string{"created a", "created b", "modified a", "sync m", "deleted b", "modified a", "sync n"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %q, want %q", got, want)
 	}
 }

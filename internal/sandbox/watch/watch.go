@@ -126,7 +126,8 @@ type Watcher struct {
 	timerFired bool  // the debounce timer went off
 	pollDue    bool  // the polling interval went off
 	lost       error // inotify is gone: poll
-	busy       bool  // a worker is running
+	syncs      []syncReq
+	busy       bool // a worker is running
 	closed     bool
 	workers    sync.WaitGroup
 
@@ -140,6 +141,16 @@ type Watcher struct {
 type pendingPath struct {
 	first, due time.Time
 }
+
+// syncReq is a Sync call waiting for the worker.
+type syncReq struct {
+	id   string
+	full bool       // compare the whole tree (no inotify barrier)
+	done chan error // buffered(1)
+}
+
+// ErrClosed: the watcher was closed.
+var ErrClosed = errors.New("watch: closed")
 
 // maxInbox bounds a watcher's undelivered inotify events (its worker is
 // behind: a large tree being written). Beyond it they are dropped for one
@@ -251,7 +262,12 @@ func (w *Watcher) Close() error {
 		w.inMu.Lock()
 		w.closed = true
 		w.inbox = nil
+		syncs := w.syncs
+		w.syncs = nil
 		w.inMu.Unlock()
+		for _, r := range syncs {
+			r.done <- ErrClosed
+		}
 		w.workers.Wait()
 		w.mu.Lock()
 		w.timer.Stop()
@@ -278,6 +294,49 @@ func (w *Watcher) Close() error {
 		}
 	})
 	return nil
+}
+
+// Sync reports every change made before the call to every subscriber,
+// without waiting for the debounce, followed by a FileEvent{Op:
+// sandbox.Sync, Path: id}: a subscriber that reads the marker has read
+// every change made before Sync was called. It returns once the markers
+// are queued (or ctx ends, or the watcher closes: ErrClosed).
+//
+// With inotify it first passes a barrier through the shared instance's
+// event queue (see syncPoint), so every event of an earlier change is in
+// the inbox; then the worker settles every path waiting for its debounce.
+// When polling, or when no barrier can be made, the worker compares the
+// whole tree with what it knows instead (a walk: a stat per file).
+func (w *Watcher) Sync(ctx context.Context, id string) error {
+	w.mu.Lock()
+	in := w.in
+	w.mu.Unlock()
+	full := true
+	if in != nil {
+		err := in.barrier(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			w.log.Debug("watch: no inotify barrier; comparing the tree", "err", err)
+		}
+		full = err != nil
+	}
+	r := syncReq{id: id, full: full, done: make(chan error, 1)}
+	posted := false
+	w.post(func() {
+		w.syncs = append(w.syncs, r)
+		posted = true
+	})
+	if !posted {
+		return ErrClosed
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // post records work for the watcher (mark runs under inMu) and starts a
@@ -324,11 +383,14 @@ func (w *Watcher) work() {
 	defer w.workers.Done()
 	for {
 		w.inMu.Lock()
-		batch, rescan, fired, poll, lost := w.inbox, w.needRescan, w.timerFired, w.pollDue, w.lost
-		w.inbox, w.needRescan, w.timerFired, w.pollDue, w.lost = nil, false, false, false, nil
-		if w.closed || (len(batch) == 0 && !rescan && !fired && !poll && lost == nil) {
+		batch, rescan, fired, poll, lost, syncs := w.inbox, w.needRescan, w.timerFired, w.pollDue, w.lost, w.syncs
+		w.inbox, w.needRescan, w.timerFired, w.pollDue, w.lost, w.syncs = nil, false, false, false, nil, nil
+		if w.closed || (len(batch) == 0 && !rescan && !fired && !poll && lost == nil && len(syncs) == 0) {
 			w.busy = false
 			w.inMu.Unlock()
+			for _, r := range syncs {
+				r.done <- ErrClosed
+			}
 			return
 		}
 		w.inMu.Unlock()
@@ -355,7 +417,38 @@ func (w *Watcher) work() {
 			w.rescanLocked()
 			w.pollTimer.Reset(w.opts.PollInterval)
 		}
+		if len(syncs) > 0 {
+			full := w.in == nil // polling (or fell back to it since)
+			for _, r := range syncs {
+				full = full || r.full
+			}
+			w.syncLocked(full)
+			for _, r := range syncs {
+				w.mark(r.id)
+				r.done <- nil
+			}
+		}
 		w.mu.Unlock()
+	}
+}
+
+// syncLocked reports every change whose event is in: the paths waiting
+// for their debounce, at once; with full, then also whatever a comparison
+// of the whole tree finds.
+func (w *Watcher) syncLocked(full bool) {
+	if len(w.pending) > 0 {
+		due := make([]string, 0, len(w.pending))
+		for rel := range w.pending {
+			due = append(due, rel)
+		}
+		clear(w.pending)
+		sort.Strings(due)
+		for _, rel := range due {
+			w.settleLocked(rel)
+		}
+	}
+	if full {
+		w.rescanLocked()
 	}
 }
 
@@ -635,6 +728,16 @@ func (w *Watcher) rescanLocked() {
 	sort.Strings(gone)
 	for _, rel := range gone {
 		w.forgetLocked(rel, true)
+	}
+}
+
+// mark hands a Sync marker to every subscriber; it never blocks.
+func (w *Watcher) mark(id string) {
+	ev := sandbox.FileEvent{Op: sandbox.Sync, Path: id}
+	w.subMu.Lock()
+	defer w.subMu.Unlock()
+	for s := range w.subs {
+		s.push(ev)
 	}
 }
 
