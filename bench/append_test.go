@@ -161,8 +161,8 @@ type timedStore struct {
 	commitTimer
 }
 
-func (s *timedStore) AppendEvents(ctx context.Context, events []conversation.Event) error {
-	return s.time(events, func(evs []conversation.Event) error { return s.EventStore.AppendEvents(ctx, evs) })
+func (s *timedStore) AppendEvents(ctx context.Context, events []conversation.Event, fence ...store.Fence) error {
+	return s.time(events, func(evs []conversation.Event) error { return s.EventStore.AppendEvents(ctx, evs, fence...) })
 }
 
 // timedServerStore is a whole store whose event appends are timed, given
@@ -172,8 +172,8 @@ type timedServerStore struct {
 	commitTimer
 }
 
-func (s *timedServerStore) AppendEvents(ctx context.Context, events []conversation.Event) error {
-	return s.time(events, func(evs []conversation.Event) error { return s.Store.AppendEvents(ctx, evs) })
+func (s *timedServerStore) AppendEvents(ctx context.Context, events []conversation.Event, fence ...store.Fence) error {
+	return s.time(events, func(evs []conversation.Event) error { return s.Store.AppendEvents(ctx, evs, fence...) })
 }
 
 type intSummary struct{ p50, max int }

@@ -277,7 +277,7 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 	if o.terminating != "" {
 		return "", fmt.Errorf("%w: session is terminating", ErrBusy)
 	}
-	if err := s.m.cfg.Store.AcquireLease(ctx, s.id, s.m.cfg.Holder, s.m.cfg.LeaseTTL); err != nil {
+	if _, err := s.m.cfg.Store.AcquireLease(ctx, s.id, s.m.cfg.Holder, s.m.cfg.LeaseTTL); err != nil {
 		if errors.Is(err, store.ErrLeaseHeld) {
 			return "", ErrLeased
 		}
