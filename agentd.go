@@ -39,6 +39,7 @@ import (
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/profile"
 	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/store/postgres"
 	"github.com/agentd/agentd/store/sqlite"
 	"github.com/agentd/agentd/web"
 )
@@ -377,7 +378,9 @@ func RegisterArchitectures(r *agent.Registry) {
 	registerAgentArchitectures(r)
 }
 
-// OpenStore opens a store by URL: sqlite://path (or a plain path).
+// OpenStore opens a store by URL scheme: sqlite://path (or a plain path)
+// for the embedded SQLite store, postgres://… or postgresql://… for the
+// PostgreSQL store that several servers can share.
 func OpenStore(ctx context.Context, url string, log *slog.Logger) (store.Store, error) {
 	switch {
 	case strings.HasPrefix(url, "sqlite:") || !strings.Contains(url, "://"):
@@ -387,9 +390,14 @@ func OpenStore(ctx context.Context, url string, log *slog.Logger) (store.Store, 
 		}
 		return st, nil
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		return nil, errors.New("open store: the PostgreSQL store is not built yet; use sqlite://")
+		st, err := postgres.Open(ctx, url, postgres.WithLogger(log))
+		if err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		return st, nil
 	}
-	return nil, fmt.Errorf("open store: unknown store URL %q (use sqlite://PATH)", url)
+	scheme, _, _ := strings.Cut(url, "://")
+	return nil, fmt.Errorf("open store: unknown store URL scheme %q (use sqlite://PATH or postgres://…)", scheme)
 }
 
 // Handler returns the HTTP handler (API, WebSocket, SSE, Socket.IO, UI).
