@@ -24,7 +24,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -134,10 +133,9 @@ func exec1(ctx context.Context, dsn, sql string) error {
 type Server struct {
 	// DSN is its URL: the postgres superuser, database postgres, over
 	// the Unix socket in the server's folder.
-	DSN  string
-	dir  string
-	cmd  *exec.Cmd
-	done chan error
+	DSN string
+	dir string
+	cmd *exec.Cmd
 }
 
 // Start initialises a cluster in a new folder under parent and starts a
@@ -197,8 +195,6 @@ func Start(parent string, settings ...string) (*Server, error) {
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
 	logf.Close()
-	s.done = make(chan error, 1)
-	go func() { s.done <- s.cmd.Wait() }()
 	s.DSN = "postgres://postgres@/postgres?host=" + url.QueryEscape(dir) + "&port=5432"
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -208,12 +204,13 @@ func Start(parent string, settings ...string) (*Server, error) {
 		if err == nil {
 			break
 		}
-		select {
-		case werr := <-s.done:
-			s.done <- werr
+		// Exited? (Polled: a goroutine waiting for it would outlive the
+		// tests that check for leaked goroutines.)
+		var ws syscall.WaitStatus
+		if pid, _ := syscall.Wait4(s.cmd.Process.Pid, &ws, syscall.WNOHANG, nil); pid == s.cmd.Process.Pid {
+			s.cmd = nil // reaped
 			log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
-			return nil, fmt.Errorf("postgres exited: %v\n%s", werr, log)
-		default:
+			return nil, fmt.Errorf("postgres exited (status %d)\n%s", ws.ExitStatus(), log)
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
@@ -230,11 +227,13 @@ func (s *Server) Stop() error {
 	var errs []error
 	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Signal(syscall.SIGINT)
+		done := make(chan struct{})
+		go func() { _ = s.cmd.Wait(); close(done) }()
 		select {
-		case <-s.done:
+		case <-done:
 		case <-time.After(30 * time.Second):
 			_ = s.cmd.Process.Kill()
-			<-s.done
+			<-done
 		}
 	}
 	if s.dir != "" {
@@ -288,11 +287,4 @@ func runAs() (*syscall.Credential, error) {
 	}
 	return nil, errors.New("running as root and no postgres (or agentd-pg) system user to run PostgreSQL as: " +
 		"install the postgresql package (it creates the user) or `useradd --system agentd-pg`")
-}
-
-// Name is a unique identifier for a test's objects (letters, digits and _).
-func Name(prefix string) string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return strings.ToLower(prefix) + "_" + hex.EncodeToString(b[:])
 }
