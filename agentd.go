@@ -150,6 +150,7 @@ type Server struct {
 	log      *slog.Logger
 	store    store.Store
 	ownStore bool
+	dataLock *os.File // agentd.lock in the data folder, held while serving
 	events   *eventlog.Log
 	sessions *session.Manager
 	audit    *audit.Recorder
@@ -208,7 +209,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	s := &Server{cfg: cfg, log: log, store: cfg.Store}
+	lock, err := lockDataDir(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, store: cfg.Store, dataLock: lock}
 	if s.store == nil {
 		url := cfg.StoreURL
 		if url == "" {
@@ -216,6 +221,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		st, err := OpenStore(ctx, url, log)
 		if err != nil {
+			lock.Close()
 			return nil, err
 		}
 		s.store, s.ownStore = st, true
@@ -225,6 +231,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		if s.ownStore {
 			s.store.Close()
 		}
+		lock.Close()
 		return nil, err
 	}
 	if err := s.startSecurity(dataDir); err != nil {
@@ -488,6 +495,10 @@ func (s *Server) Close(ctx context.Context) error {
 		if err := s.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close store: %w", err))
 		}
+	}
+	// Last: the next server on this folder may start once this returns.
+	if err := s.dataLock.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("unlock data folder: %w", err))
 	}
 	s.log.Info("agentd stopped")
 	return errors.Join(errs...)

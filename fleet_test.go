@@ -3,12 +3,16 @@ package agentd_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/agentd/agentd"
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/restapi"
@@ -117,5 +121,47 @@ func secondServerLeavesRunningSessionAlone(t *testing.T, storeURL string) {
 	pageB, err := b.Client.Events(ctx, id, 0, 0)
 	if err != nil || len(pageB.Events) != len(page.Events) {
 		t.Fatalf("the second server reads %d events, %v; want %d", len(pageB.Events), err, len(page.Events))
+	}
+}
+
+// A second agentd serve on the same data folder (so the same node id,
+// which leases cannot tell apart) refuses to start, and the first's turn
+// goes on untouched.
+func TestSecondServerOnSameDataDirRefused(t *testing.T) {
+	ctx := context.Background()
+	data := t.TempDir()
+	a := testenv.StartProcess(t, nil, "--data-dir", data, "--no-ui")
+	created, err := a.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := filepath.Join(t.TempDir(), "release")
+	sent, err := a.Client.Send(ctx, created.SessionID, fmt.Sprintf(`echo before; while [ ! -e %s ]; do sleep 0.05; done; echo after`, release))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, testenv.Binary(t), "serve", "--addr", "127.0.0.1:0", "--data-dir", data, "--no-ui")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "data folder in use by another agentd") {
+		t.Fatalf("a second serve on the same data folder: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if end := waitTurn(t, a.Client, created.SessionID, sent.QueryID); end.Type != conversation.TypeQueryCompleted {
+		t.Fatalf("the first server's turn ended %s %s", end.Type, end.Payload)
+	}
+	// In process too: agentd.New on a folder in use fails with
+	// ErrDataDirInUse, and works once the folder is free.
+	if _, err := agentd.New(ctx, agentd.Config{DataDir: data, Logger: slog.New(slog.DiscardHandler)}); !errors.Is(err, agentd.ErrDataDirInUse) {
+		t.Fatalf("agentd.New on a folder in use = %v, want ErrDataDirInUse", err)
+	}
+	a.Kill()
+	srv, err := agentd.New(ctx, agentd.Config{DataDir: data, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("agentd.New after the first server died: %v", err)
+	}
+	if err := srv.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
