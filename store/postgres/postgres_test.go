@@ -151,3 +151,62 @@ func TestTwoServersOneDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// DeleteSession racing fenced appends and fenced updates of the session:
+// no deadlock (sessions' rows are locked before leases' everywhere), the
+// writes fail only with ErrFenced or ErrNotFound, and nothing of the
+// session survives the delete.
+func TestDeleteRacesFencedWrites(t *testing.T) {
+	s := open(t)
+	defer s.Close()
+	ctx := t.Context()
+	for round := range 20 {
+		id := "s" + string(rune('a'+round))
+		rec := store.Session{ID: id, Architecture: "shell", Status: conversation.SessionRunning}
+		if err := s.CreateSession(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		gen, err := s.AcquireLease(ctx, id, "node", 60_000_000_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fence := store.Fence{SessionID: id, Generation: gen}
+		var wg sync.WaitGroup
+		check := func(what string, err error) bool {
+			if err == nil {
+				return true
+			}
+			if !errors.Is(err, store.ErrFenced) && !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("round %d: %s: %v", round, what, err)
+			}
+			return false
+		}
+		wg.Go(func() {
+			// Bounded: row locks are not granted in FIFO order, so writers
+			// looping without end could keep the delete waiting.
+			for seq := int64(1); seq <= 300; seq++ {
+				e := conversation.Event{Seq: seq, Type: conversation.TypeLog, Payload: []byte(`{}`),
+					Context: conversation.Context{SessionID: id, ConversationID: "main", Source: conversation.SourceRunner}}
+				if !check("AppendEvents", s.AppendEvents(ctx, []conversation.Event{e}, fence)) {
+					return
+				}
+			}
+		})
+		wg.Go(func() {
+			for i := 0; i < 300 && check("UpdateSession", s.UpdateSession(ctx, rec, fence)); i++ {
+			}
+		})
+		wg.Go(func() {
+			if err := s.DeleteSession(ctx, id); err != nil {
+				t.Errorf("round %d: DeleteSession: %v", round, err)
+			}
+		})
+		wg.Wait()
+		if n, err := s.LastSeq(ctx, id); err != nil || n != 0 {
+			t.Fatalf("round %d: LastSeq after the delete = %d, %v", round, n, err)
+		}
+		if _, err := s.LoadSession(ctx, id); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("round %d: the session survived: %v", round, err)
+		}
+	}
+}

@@ -144,7 +144,9 @@ func (s *Store) UpdateSession(ctx context.Context, sess store.Session, fences ..
 	} else {
 		fs, fg := fenceArrays(fences)
 		b := &pgx.Batch{}
-		b.Queue(`SELECT agentd_check_append('{}', $1, $2)`, fs, fg)
+		// The session's row is locked before its lease's (see the
+		// function), then updated.
+		b.Queue(`SELECT agentd_check_append($1, $2, $3)`, []string{sess.ID}, fs, fg)
 		b.Queue(updateSessionSQL, args...)
 		br := s.pool.SendBatch(wctx, b)
 		_, err := br.Exec()

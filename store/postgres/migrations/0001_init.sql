@@ -111,18 +111,23 @@ CREATE TABLE model_tokens (
 CREATE INDEX model_tokens_by_session ON model_tokens (session_id);
 
 -- agentd_check_append runs first in every event append's transaction (the
--- same pipelined round trip as the insert). It checks the fences, locking
--- their lease rows FOR SHARE so no take-over can commit until the append
--- has, and raises AGF01 naming every stale session; then it locks the
--- batch's sessions FOR KEY SHARE (a concurrent DeleteSession waits for the
--- append, and an append after a delete finds no row) and raises AGN01
--- naming the missing ones. Fences are checked first: a stale writer's seqs
--- usually conflict too, and it must learn that it lost the lease.
+-- same pipelined round trip as the insert) and in a fenced session update.
+-- It locks the sessions' rows FOR KEY SHARE (a concurrent DeleteSession
+-- waits for the append, and an append after a delete finds no row), then
+-- the fences' lease rows FOR SHARE (no take-over can commit until the
+-- write has): sessions before leases, the order DeleteSession's cascade
+-- takes them in, so the two cannot deadlock. Then it raises AGF01 naming
+-- every session whose fence is stale, or else AGN01 naming the missing
+-- sessions. Fences are reported first: a stale writer's seqs usually
+-- conflict too, and it must learn that it lost the lease.
 CREATE FUNCTION agentd_check_append(p_sessions text[], p_fence_sessions text[], p_fence_generations bigint[])
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     bad text[];
 BEGIN
+    IF cardinality(p_sessions) > 0 THEN
+        PERFORM 1 FROM sessions WHERE id = ANY (p_sessions) ORDER BY id FOR KEY SHARE;
+    END IF;
     IF cardinality(p_fence_sessions) > 0 THEN
         PERFORM 1 FROM leases WHERE session_id = ANY (p_fence_sessions) ORDER BY session_id FOR SHARE;
         SELECT array_agg(DISTINCT f.s ORDER BY f.s) INTO bad
@@ -135,7 +140,6 @@ BEGIN
         END IF;
     END IF;
     IF cardinality(p_sessions) > 0 THEN
-        PERFORM 1 FROM sessions WHERE id = ANY (p_sessions) ORDER BY id FOR KEY SHARE;
         SELECT array_agg(s ORDER BY s) INTO bad
         FROM unnest(p_sessions) AS s
         WHERE NOT EXISTS (SELECT 1 FROM sessions x WHERE x.id = s);
