@@ -39,6 +39,7 @@ import (
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/profile"
 	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/store/postgres"
 	"github.com/agentd/agentd/store/sqlite"
 	"github.com/agentd/agentd/web"
 )
@@ -149,6 +150,7 @@ type Server struct {
 	log      *slog.Logger
 	store    store.Store
 	ownStore bool
+	dataLock *os.File // agentd.lock in the data folder, held while serving
 	events   *eventlog.Log
 	sessions *session.Manager
 	audit    *audit.Recorder
@@ -207,11 +209,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	s := &Server{cfg: cfg, log: log, store: cfg.Store}
+	lock, err := lockDataDir(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, store: cfg.Store, dataLock: lock}
 	// Everything started below is closed again, newest first, unless New
 	// returns a server: on an error and on a panic (a metric registered
 	// twice) alike.
-	var undo []func()
+	undo := []func(){func() { lock.Close() }}
 	succeeded := false
 	defer func() {
 		if succeeded {
@@ -396,7 +402,9 @@ func RegisterArchitectures(r *agent.Registry) {
 	registerAgentArchitectures(r)
 }
 
-// OpenStore opens a store by URL: sqlite://path (or a plain path).
+// OpenStore opens a store by URL scheme: sqlite://path (or a plain path)
+// for the embedded SQLite store, postgres://… or postgresql://… for the
+// PostgreSQL store that several servers can share.
 func OpenStore(ctx context.Context, url string, log *slog.Logger) (store.Store, error) {
 	switch {
 	case strings.HasPrefix(url, "sqlite:") || !strings.Contains(url, "://"):
@@ -406,9 +414,14 @@ func OpenStore(ctx context.Context, url string, log *slog.Logger) (store.Store, 
 		}
 		return st, nil
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		return nil, errors.New("open store: the PostgreSQL store is not built yet; use sqlite://")
+		st, err := postgres.Open(ctx, url, postgres.WithLogger(log))
+		if err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		return st, nil
 	}
-	return nil, fmt.Errorf("open store: unknown store URL %q (use sqlite://PATH)", url)
+	scheme, _, _ := strings.Cut(url, "://")
+	return nil, fmt.Errorf("open store: unknown store URL scheme %q (use sqlite://PATH or postgres://…)", scheme)
 }
 
 // Handler returns the HTTP handler (API, WebSocket, SSE, Socket.IO, UI).
@@ -499,6 +512,10 @@ func (s *Server) Close(ctx context.Context) error {
 		if err := s.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close store: %w", err))
 		}
+	}
+	// Last: the next server on this folder may start once this returns.
+	if err := s.dataLock.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("unlock data folder: %w", err))
 	}
 	s.log.Info("agentd stopped")
 	return errors.Join(errs...)

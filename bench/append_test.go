@@ -13,6 +13,8 @@ import (
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/eventlog"
 	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/store/postgres"
+	"github.com/agentd/agentd/store/postgres/pgtest"
 	"github.com/agentd/agentd/store/sqlite"
 )
 
@@ -22,6 +24,10 @@ import (
 type appendRun struct {
 	appenders, perAppend, appends int
 	sync                          sqlite.Synchronous
+	// store is "sqlite" (the default), "postgres" (the test server of
+	// store/postgres/pgtest, a schema of its own; synchronous_commit on, as
+	// PostgreSQL ships) or "postgres-async" (synchronous_commit=off).
+	store string
 }
 
 type appendResult struct {
@@ -54,10 +60,7 @@ func (r appendResult) batchMean() float64 {
 func setupAppend(tb testing.TB, cfg appendRun) (start func() appendResult) {
 	tb.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, tb.TempDir()+"/agentd.db", sqlite.WithSynchronous(cfg.sync), sqlite.WithLogger(quietLogger()))
-	if err != nil {
-		tb.Fatal(err)
-	}
+	st := openAppendStore(tb, cfg)
 	reg := prometheus.NewRegistry()
 	ts := &timedStore{EventStore: st}
 	lg := eventlog.New(ts, eventlog.Options{Registerer: reg, Logger: quietLogger()})
@@ -122,6 +125,32 @@ func setupAppend(tb testing.TB, cfg appendRun) (start func() appendResult) {
 	}
 }
 
+// openAppendStore opens the store a run appends to.
+func openAppendStore(tb testing.TB, cfg appendRun) store.Store {
+	tb.Helper()
+	ctx := context.Background()
+	var st store.Store
+	var err error
+	switch cfg.store {
+	case "", "sqlite":
+		st, err = sqlite.Open(ctx, tb.TempDir()+"/agentd.db", sqlite.WithSynchronous(cfg.sync), sqlite.WithLogger(quietLogger()))
+	case "postgres", "postgres-async":
+		dsn := pgtest.Schema(tb)
+		if cfg.store == "postgres-async" {
+			if dsn, err = pgtest.WithParam(dsn, "synchronous_commit", "off"); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		st, err = postgres.Open(ctx, dsn, postgres.WithLogger(quietLogger()))
+	default:
+		tb.Fatalf("unknown store %q", cfg.store)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return st
+}
+
 // commitTimer records every AppendEvents call of the event log's writer
 // goroutine: its duration and its number of events.
 type commitTimer struct {
@@ -161,8 +190,8 @@ type timedStore struct {
 	commitTimer
 }
 
-func (s *timedStore) AppendEvents(ctx context.Context, events []conversation.Event) error {
-	return s.time(events, func(evs []conversation.Event) error { return s.EventStore.AppendEvents(ctx, evs) })
+func (s *timedStore) AppendEvents(ctx context.Context, events []conversation.Event, fence ...store.Fence) error {
+	return s.time(events, func(evs []conversation.Event) error { return s.EventStore.AppendEvents(ctx, evs, fence...) })
 }
 
 // timedServerStore is a whole store whose event appends are timed, given
@@ -172,8 +201,8 @@ type timedServerStore struct {
 	commitTimer
 }
 
-func (s *timedServerStore) AppendEvents(ctx context.Context, events []conversation.Event) error {
-	return s.time(events, func(evs []conversation.Event) error { return s.Store.AppendEvents(ctx, evs) })
+func (s *timedServerStore) AppendEvents(ctx context.Context, events []conversation.Event, fence ...store.Fence) error {
+	return s.time(events, func(evs []conversation.Event) error { return s.Store.AppendEvents(ctx, evs, fence...) })
 }
 
 type intSummary struct{ p50, max int }
@@ -242,8 +271,50 @@ func BenchmarkEventAppend(b *testing.B) {
 	}
 }
 
+// BenchmarkEventAppendStores runs the append scenario against both stores
+// side by side: SQLite (WAL, synchronous=NORMAL, the server's default) and
+// PostgreSQL (the pgtest server: $AGENTD_TEST_POSTGRES, or a private one
+// started from the installed binaries; synchronous_commit on, and off for
+// reference), 8 and 64 appenders of 1 and 16 events per Append. Metrics as
+// BenchmarkEventAppend's.
+//
+// Target (issue 12): PostgreSQL >= 50,000 events/s on the 2-core machine.
+func BenchmarkEventAppendStores(b *testing.B) {
+	for _, st := range []string{"sqlite", "postgres", "postgres-async"} {
+		for _, appenders := range []int{8, 64} {
+			for _, per := range []int{1, 16} {
+				name := fmt.Sprintf("store=%s/appenders=%d/events=%d", st, appenders, per)
+				b.Run(name, func(b *testing.B) {
+					start := setupAppend(b, appendRun{appenders: appenders, perAppend: per, appends: b.N, store: st})
+					b.ResetTimer()
+					r := start()
+					b.StopTimer()
+					b.ReportMetric(r.eventsPerSec(), "events/s")
+					b.ReportMetric(r.batchMean(), "events/commit")
+					b.ReportMetric(float64(r.cpu.Microseconds())/float64(r.events), "cpu-µs/event")
+					b.ReportMetric(float64(r.commit.P50.Microseconds()), "commit-p50-µs")
+					b.ReportMetric(float64(r.commit.P99.Microseconds()), "commit-p99-µs")
+					b.ReportMetric(100*r.storeBusy.Seconds()/r.elapsed.Seconds(), "store-busy-%")
+					b.ReportMetric(load1(), "load1")
+				})
+			}
+		}
+	}
+}
+
 func TestAppendSmoke(t *testing.T) {
 	start := setupAppend(t, appendRun{appenders: 8, perAppend: 4, appends: 200})
+	r := start()
+	if r.events != 800 || r.stored != 800 {
+		t.Fatalf("events %d, stored %d; want 800", r.events, r.stored)
+	}
+	if r.commits == 0 || r.commits > 200 {
+		t.Fatalf("%d commits for 200 appends", r.commits)
+	}
+}
+
+func TestAppendSmokePostgres(t *testing.T) {
+	start := setupAppend(t, appendRun{appenders: 8, perAppend: 4, appends: 200, store: "postgres"})
 	r := start()
 	if r.events != 800 || r.stored != 800 {
 		t.Fatalf("events %d, stored %d; want 800", r.events, r.stored)

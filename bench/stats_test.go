@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/agentd/agentd/store/postgres/pgtest"
 )
 
 func TestMain(m *testing.M) {
@@ -31,6 +33,8 @@ func TestMain(m *testing.M) {
 		// default) wind down after the test servers close.
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		// The PostgreSQL server a benchmark may have started.
+		goleak.Cleanup(func(code int) { pgtest.Stop(); os.Exit(code) }),
 	)
 }
 

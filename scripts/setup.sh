@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what agentd's tests need on a fresh Debian machine: Debian
-# packages (bubblewrap, chromium), the pinned agent CLIs and the UI's npm
+# packages (bubblewrap, chromium, postgresql), the pinned agent CLIs and the UI's npm
 # packages (from their lockfiles), and the Go modules. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,9 @@ apt_pkgs=()
 command -v bwrap >/dev/null 2>&1 || apt_pkgs+=(bubblewrap)
 [ -x /usr/bin/chromium ] || apt_pkgs+=(chromium)
 command -v useradd >/dev/null 2>&1 || apt_pkgs+=(passwd)
+# PostgreSQL server binaries for the store/postgres and fleet tests
+# (scripts/pg.sh starts a throwaway server; nothing runs as a service).
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_pkgs+=(postgresql)
 if [ ${#apt_pkgs[@]} -gt 0 ]; then
   log "installing Debian packages: ${apt_pkgs[*]}"
   sudo=""

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls exactly this):
-# set-up, Go vet and tests (real SQLite, real processes, the real agent CLIs
+# set-up, Go vet and tests (real SQLite and PostgreSQL, real processes, the real agent CLIs
 # against mock-llm), the TypeScript client and UI unit tests, and browser
 # tests in Debian's chromium against a real server.
 set -euo pipefail
@@ -14,6 +14,14 @@ scripts/setup.sh
 
 step "build (UI embedded)"
 scripts/build.sh
+
+step "PostgreSQL (scripts/pg.sh: a throwaway server for the store/postgres and fleet tests)"
+export PGSTATE
+PGSTATE=$(mktemp -u /tmp/agentd-test-pg-state.XXXXXX)
+eval "$(scripts/pg.sh start)"
+trap 'scripts/pg.sh stop' EXIT
+# Without it the PostgreSQL tests fail instead of skipping.
+export AGENTD_REQUIRE_POSTGRES=1
 
 step "go vet"
 go vet ./...

@@ -10,6 +10,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agentd/agentd/conversation"
@@ -26,7 +28,40 @@ var (
 	ErrSeqConflict = errors.New("store: event seq already stored")
 	// ErrLeaseHeld: another holder owns an unexpired lease on the session.
 	ErrLeaseHeld = errors.New("store: lease held by another owner")
+	// ErrFenced: a fenced write (see Fence) carried a lease generation that
+	// is no longer the session's: another holder has taken the lease since.
+	// Nothing of the call was stored. The error may be a *FencedError.
+	ErrFenced = errors.New("store: stale lease generation (fenced)")
 )
+
+// Fence makes a write conditional on the writer still holding the
+// session's lease: the store applies the write, in the same transaction,
+// only if SessionID's lease generation is still Generation (what
+// AcquireLease returned to the writer), and otherwise stores nothing of
+// the call and fails with ErrFenced. A server that lost a lease (its
+// renewals stalled past the ttl and another server took the session over)
+// therefore cannot write into the session any more, whatever it still has
+// in flight. Writes made for the API (create, delete) carry no fence.
+type Fence struct {
+	SessionID string
+	// Generation is > 0.
+	Generation int64
+}
+
+// FencedError is the error of a fenced call refused for stale fences. It
+// matches ErrFenced.
+type FencedError struct {
+	// Sessions lists, once each, every session of the call whose fence was
+	// stale: a group commit drops their events and stores the rest again.
+	Sessions []string
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("store: stale lease generation (fenced) for session(s) %s", strings.Join(e.Sessions, ", "))
+}
+
+// Is makes a *FencedError match ErrFenced.
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
 
 // Session is a session's record. Events are stored separately.
 type Session struct {
@@ -67,7 +102,9 @@ type SessionStore interface {
 	// CreateSession stores a new record or returns ErrExists.
 	CreateSession(ctx context.Context, s Session) error
 	// UpdateSession replaces an existing record or returns ErrNotFound.
-	UpdateSession(ctx context.Context, s Session) error
+	// With a fence (which must name s.ID) the record is replaced only while
+	// the writer holds the lease; otherwise it fails with ErrFenced.
+	UpdateSession(ctx context.Context, s Session, fence ...Fence) error
 	// DeleteSession removes the record and everything stored for the
 	// session: events, transcripts, files, lease. ErrNotFound if absent.
 	DeleteSession(ctx context.Context, id string) error
@@ -79,7 +116,15 @@ type EventStore interface {
 	// carry its session id and a seq > 0; a (session, seq) pair that is
 	// already stored fails the whole batch with ErrSeqConflict. Events of
 	// several sessions may share one call (group commit).
-	AppendEvents(ctx context.Context, events []conversation.Event) error
+	//
+	// Fences (any number, of any sessions) are checked in the same
+	// transaction, before seqs: when one or more is stale nothing is stored
+	// and the call fails with a *FencedError naming every such session (not
+	// ErrSeqConflict, though a stale writer's seqs usually conflict too), so
+	// a group commit can store the other sessions' events in a second call.
+	// A fence of a session without a lease (never leased, or deleted) is
+	// stale.
+	AppendEvents(ctx context.Context, events []conversation.Event, fence ...Fence) error
 	// ReadEvents returns the session's events with seq > after, in seq order,
 	// at most limit of them (limit <= 0: all).
 	ReadEvents(ctx context.Context, sessionID string, after int64, limit int) ([]conversation.Event, error)
@@ -118,13 +163,24 @@ type ProfileStore interface {
 
 // LeaseStore grants the right to run a session's agent: at most one holder
 // per session at a time, so two servers sharing a store never run the same
-// session twice.
+// session twice. The lease's generation is its fencing token: a holder
+// passes it with its writes (Fence), and the store refuses them once
+// another holder has taken the lease, so a server that lost a lease
+// without noticing cannot write into the session either.
 type LeaseStore interface {
 	// AcquireLease takes or renews the lease on sessionID for holder until
-	// now+ttl. It fails with ErrLeaseHeld while another holder's lease is
-	// unexpired.
-	AcquireLease(ctx context.Context, sessionID, holder string, ttl time.Duration) error
+	// now+ttl and returns its generation (> 0). It fails with ErrLeaseHeld
+	// while another holder's lease is unexpired.
+	//
+	// The generation grows (by at least one) every time the lease passes
+	// to a holder other than the previous one, whether that one's lease
+	// expired or was released; a renewal keeps it, and so does the same
+	// holder taking the lease again after it expired or released it (no
+	// one else can have written in between). Generations of a session never
+	// repeat while the session exists.
+	AcquireLease(ctx context.Context, sessionID, holder string, ttl time.Duration) (generation int64, err error)
 	// ReleaseLease gives the lease up if holder has it; otherwise no-op.
+	// The generation is kept: the next other holder's is higher.
 	ReleaseLease(ctx context.Context, sessionID, holder string) error
 }
 
@@ -137,4 +193,30 @@ type Store interface {
 	LeaseStore
 	// Close releases the store's resources.
 	Close() error
+}
+
+// ValidateFences reports the first malformed fence (no session id, or a
+// generation <= 0). Stores call it before writing; a malformed fence is a
+// caller's bug, not ErrFenced.
+func ValidateFences(fences []Fence) error {
+	for _, f := range fences {
+		if f.SessionID == "" {
+			return errors.New("store: fence without a session id")
+		}
+		if f.Generation <= 0 {
+			return fmt.Errorf("store: fence of session %q has generation %d, want > 0", f.SessionID, f.Generation)
+		}
+	}
+	return nil
+}
+
+// ValidateSessionFences is ValidateFences for UpdateSession's fences, which
+// must name the session being updated.
+func ValidateSessionFences(sessionID string, fences []Fence) error {
+	for _, f := range fences {
+		if f.SessionID != sessionID {
+			return fmt.Errorf("store: fence of session %q given to an update of session %q", f.SessionID, sessionID)
+		}
+	}
+	return ValidateFences(fences)
 }

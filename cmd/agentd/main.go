@@ -41,7 +41,7 @@ type cli struct {
 type serveCmd struct {
 	Addr               string        `help:"Listen address." default:"127.0.0.1:8080" env:"AGENTD_ADDR"`
 	DataDir            string        `help:"Data folder: database, workspaces, run files." default:"./data" env:"AGENTD_DATA_DIR" type:"path"`
-	Store              string        `help:"Store URL (default sqlite://<data-dir>/agentd.db)." env:"AGENTD_STORE"`
+	Store              string        `help:"Store URL: sqlite://PATH (default sqlite://<data-dir>/agentd.db), or postgres://… for servers sharing one PostgreSQL database." env:"AGENTD_STORE"`
 	Profiles           string        `help:"Folder of agent profiles (YAML or JSON, one a file)." env:"AGENTD_PROFILES" type:"path"`
 	Sandbox            string        `help:"Sandbox backend: local, executor, bwrap." default:"local" env:"AGENTD_SANDBOX"`
 	RunAsUser          string        `help:"With --sandbox executor or bwrap: run agents as this Unix user, shared by all sessions (needs root)." env:"AGENTD_RUN_AS_USER"`

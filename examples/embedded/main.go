@@ -18,6 +18,7 @@ import (
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/restapi"
+	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/store/memstore"
 )
 
@@ -28,8 +29,8 @@ type countingStore struct {
 	events atomic.Int64
 }
 
-func (s *countingStore) AppendEvents(ctx context.Context, events []conversation.Event) error {
-	if err := s.Store.AppendEvents(ctx, events); err != nil {
+func (s *countingStore) AppendEvents(ctx context.Context, events []conversation.Event, fence ...store.Fence) error {
+	if err := s.Store.AppendEvents(ctx, events, fence...); err != nil {
 		return err
 	}
 	s.events.Add(int64(len(events)))

@@ -100,6 +100,7 @@ type sessionLog struct {
 type appendReq struct {
 	ctx     context.Context
 	session string
+	fence   int64 // lease generation; 0: unfenced
 	events  []conversation.Event
 	start   time.Time
 	done    chan error // buffered(1)
@@ -146,6 +147,25 @@ func New(st store.EventStore, opts Options) *Log {
 // ever holds events it can publish, so one bad event never costs another
 // appender its events nor the process its writer.
 func (l *Log) Append(ctx context.Context, session string, events ...conversation.Event) ([]conversation.Event, error) {
+	return l.append(ctx, session, 0, events)
+}
+
+// AppendFenced is Append for the holder of the session's lease: the events
+// are stored only while generation (what store.LeaseStore.AcquireLease
+// returned) is still the lease's, checked in the store transaction; once
+// another server has taken the session over it fails with an error
+// matching store.ErrFenced and stores nothing. Other sessions' events in
+// the same group commit are stored all the same.
+func (l *Log) AppendFenced(ctx context.Context, session string, generation int64, events ...conversation.Event) ([]conversation.Event, error) {
+	if generation <= 0 {
+		return nil, fmt.Errorf("eventlog: append: lease generation %d, want > 0", generation)
+	}
+	return l.append(ctx, session, generation, events)
+}
+
+// append queues events for the writer; fence is the lease generation, 0
+// for an unfenced append.
+func (l *Log) append(ctx context.Context, session string, fence int64, events []conversation.Event) ([]conversation.Event, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
@@ -160,7 +180,7 @@ func (l *Log) Append(ctx context.Context, session string, events ...conversation
 			return nil, fmt.Errorf("%w: %s event %d of %d: %v", ErrInvalidEvent, events[i].Type, i+1, len(events), err)
 		}
 	}
-	r := &appendReq{ctx: ctx, session: session, events: events, start: time.Now(), done: make(chan error, 1)}
+	r := &appendReq{ctx: ctx, session: session, fence: fence, events: events, start: time.Now(), done: make(chan error, 1)}
 	// closeMu makes "queued" and "closed" exclusive: a request queued under
 	// the read lock is seen by the writer's final drain, and none is queued
 	// after Close. The send cannot block for long: until closed, the writer
@@ -314,6 +334,7 @@ func (l *Log) commit(batch []*appendReq) {
 		}
 		live = append(live, r)
 	}
+	live = l.dropStaleFences(live)
 	if len(live) == 0 {
 		return
 	}
@@ -369,9 +390,38 @@ func (l *Log) commit(batch []*appendReq) {
 	// The store write is not bound to any one caller's context: it carries
 	// every caller's events.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	err := l.store.AppendEvents(ctx, all)
+	err := l.store.AppendEvents(ctx, all, fences(live)...)
 	cancel()
 	l.m.observeCommit(len(all), time.Since(start), err)
+	if fe := (*store.FencedError)(nil); errors.As(err, &fe) && len(fe.Sessions) > 0 {
+		// Nothing was stored. The stale sessions' fenced appends fail;
+		// everything else is stored again, with seqs assigned anew.
+		stale := make(map[string]bool, len(fe.Sessions))
+		for _, id := range fe.Sessions {
+			stale[id] = true
+		}
+		for _, mk := range marks {
+			mk.sl.nextSeq = mk.prev
+			if stale[mk.sl.id] {
+				mk.sl.nextSeq = 0 // another server writes here: reload
+			}
+		}
+		var again []*appendReq
+		for _, r := range live {
+			if r.fence > 0 && stale[r.session] {
+				r.done <- fmt.Errorf("eventlog: store events: %w", err)
+				continue
+			}
+			again = append(again, r)
+		}
+		if len(again) < len(live) { // else a store naming sessions it was not given: fail below
+			l.log.Warn("event append fenced: lease lost to another server", "sessions", fe.Sessions)
+			if len(again) > 0 {
+				l.commit(again)
+			}
+			return
+		}
+	}
 	if err != nil {
 		for _, mk := range marks {
 			// Nothing of the batch was stored: give the seqs back. On a seq
@@ -392,6 +442,52 @@ func (l *Log) commit(batch []*appendReq) {
 		l.m.latency.Observe(time.Since(r.start).Seconds())
 		r.done <- nil
 	}
+}
+
+// dropStaleFences fails the fenced requests of a session whose fence is
+// lower than another request's of the same session in batch (a
+// generation only grows, so the lower one is stale) and returns the rest;
+// a session's fence in the store call is then one generation.
+func (l *Log) dropStaleFences(batch []*appendReq) []*appendReq {
+	var top map[string]int64
+	for _, r := range batch {
+		if r.fence > 0 {
+			if top == nil {
+				top = make(map[string]int64)
+			}
+			top[r.session] = max(top[r.session], r.fence)
+		}
+	}
+	if top == nil {
+		return batch
+	}
+	kept := make([]*appendReq, 0, len(batch))
+	for _, r := range batch {
+		if r.fence > 0 && r.fence < top[r.session] {
+			r.done <- fmt.Errorf("eventlog: store events: %w", &store.FencedError{Sessions: []string{r.session}})
+			continue
+		}
+		kept = append(kept, r)
+	}
+	return kept
+}
+
+// fences returns the store fences of batch: one per session with fenced
+// requests (dropStaleFences left one generation per session).
+func fences(batch []*appendReq) []store.Fence {
+	var out []store.Fence
+	var seen map[string]bool
+	for _, r := range batch {
+		if r.fence == 0 || seen[r.session] {
+			continue
+		}
+		if seen == nil {
+			seen = make(map[string]bool)
+		}
+		seen[r.session] = true
+		out = append(out, store.Fence{SessionID: r.session, Generation: r.fence})
+	}
+	return out
 }
 
 // publish hands events to every live subscriber without blocking; a

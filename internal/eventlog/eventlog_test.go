@@ -104,11 +104,11 @@ type failingStore struct {
 	fail atomic.Bool
 }
 
-func (f *failingStore) AppendEvents(ctx context.Context, ev []conversation.Event) error {
+func (f *failingStore) AppendEvents(ctx context.Context, ev []conversation.Event, fence ...store.Fence) error {
 	if f.fail.Load() {
 		return errors.New("disk on fire")
 	}
-	return f.EventStore.AppendEvents(ctx, ev)
+	return f.EventStore.AppendEvents(ctx, ev, fence...)
 }
 
 func TestFailedCommitGivesSeqsBack(t *testing.T) {
@@ -143,12 +143,12 @@ type slowStore struct {
 	batches []int
 }
 
-func (s *slowStore) AppendEvents(ctx context.Context, ev []conversation.Event) error {
+func (s *slowStore) AppendEvents(ctx context.Context, ev []conversation.Event, fence ...store.Fence) error {
 	time.Sleep(2 * time.Millisecond)
 	s.mu.Lock()
 	s.batches = append(s.batches, len(ev))
 	s.mu.Unlock()
-	return s.EventStore.AppendEvents(ctx, ev)
+	return s.EventStore.AppendEvents(ctx, ev, fence...)
 }
 
 func TestGroupCommit(t *testing.T) {

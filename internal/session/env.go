@@ -300,7 +300,7 @@ func (r *leaseRenewer) run() {
 		}
 		r.mu.Unlock()
 		for _, e := range due {
-			if err := e.m.cfg.Store.AcquireLease(e.ctx, e.id, e.m.cfg.Holder, e.m.cfg.LeaseTTL); err != nil && e.ctx.Err() == nil {
+			if _, err := e.m.cfg.Store.AcquireLease(e.ctx, e.id, e.m.cfg.Holder, e.m.cfg.LeaseTTL); err != nil && e.ctx.Err() == nil {
 				e.m.log.Error("renew lease", "session", e.id, "err", err)
 			}
 		}

@@ -21,9 +21,9 @@ type leaseCounter struct {
 	fail        error
 }
 
-func (l *leaseCounter) AcquireLease(ctx context.Context, id, holder string, ttl time.Duration) error {
+func (l *leaseCounter) AcquireLease(ctx context.Context, id, holder string, ttl time.Duration) (int64, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return 0, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -31,7 +31,7 @@ func (l *leaseCounter) AcquireLease(ctx context.Context, id, holder string, ttl 
 		panic("lease renewed with the wrong holder or ttl")
 	}
 	l.renewals[id]++
-	return l.fail
+	return 1, l.fail
 }
 
 func (l *leaseCounter) count(id string) int {

@@ -17,7 +17,18 @@ import (
 // (sandbox.Recoverer) and a recorded handle, the owner re-attaches to the
 // environment and, when the runner can (agent.Resumer), takes over the turn
 // that was running. Otherwise the session is settled: see settle.
+//
+// A session whose lease another server holds is left alone: it was not
+// active here but runs there (two servers share the store). Taking the
+// lease first also fences that server out should its lease have expired.
 func (m *Manager) recoverOrSettle(ctx context.Context, s *Session) error {
+	if _, err := m.cfg.Store.AcquireLease(ctx, s.id, m.cfg.Holder, m.cfg.LeaseTTL); err != nil {
+		if errors.Is(err, store.ErrLeaseHeld) {
+			m.log.Info("session runs on another server; left to it", "session", s.id)
+			return nil
+		}
+		return fmt.Errorf("acquire lease: %w", err)
+	}
 	rec := s.record()
 	rc, ok := m.cfg.Sandbox.(sandbox.Recoverer)
 	if !ok || len(rec.SandboxState) == 0 {

@@ -26,19 +26,19 @@ type hookStore struct {
 	failEvents atomic.Bool
 }
 
-func (h *hookStore) UpdateSession(ctx context.Context, rec store.Session) error {
-	err := h.Store.UpdateSession(ctx, rec)
+func (h *hookStore) UpdateSession(ctx context.Context, rec store.Session, fence ...store.Fence) error {
+	err := h.Store.UpdateSession(ctx, rec, fence...)
 	if f := h.onUpdate.Load(); f != nil {
 		(*f)(rec)
 	}
 	return err
 }
 
-func (h *hookStore) AppendEvents(ctx context.Context, evs []conversation.Event) error {
+func (h *hookStore) AppendEvents(ctx context.Context, evs []conversation.Event, fence ...store.Fence) error {
 	if h.failEvents.Load() {
 		return errors.New("disk on fire")
 	}
-	return h.Store.AppendEvents(ctx, evs)
+	return h.Store.AppendEvents(ctx, evs, fence...)
 }
 
 func hookFixture(t *testing.T) (*hookStore, *session.Manager, *eventlog.Log) {
@@ -179,7 +179,7 @@ func TestSendWithEndedContextStartsNothing(t *testing.T) {
 		t.Fatalf("Send with an ended context: %v", err)
 	}
 	checkNoPhantomTurn(t, st, m, lg, rec.ID)
-	if err := st.AcquireLease(ctx, rec.ID, "other", time.Minute); err != nil {
+	if _, err := st.AcquireLease(ctx, rec.ID, "other", time.Minute); err != nil {
 		t.Fatalf("lease left held: %v", err)
 	}
 }
@@ -201,7 +201,7 @@ func TestSendRollsBackWhenTheMessageIsNotRecorded(t *testing.T) {
 	}
 	st.failEvents.Store(false)
 	checkNoPhantomTurn(t, st, m, lg, rec.ID)
-	if err := st.AcquireLease(ctx, rec.ID, "other", time.Minute); err != nil {
+	if _, err := st.AcquireLease(ctx, rec.ID, "other", time.Minute); err != nil {
 		t.Fatalf("lease left held after the rolled back turn: %v", err)
 	}
 	if err := st.ReleaseLease(ctx, rec.ID, "other"); err != nil {

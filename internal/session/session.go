@@ -309,7 +309,7 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 	// that this turn starts a new one.
 	o.checkEnv()
 	leaseHeld := o.env != nil || o.starting // held and renewed while the environment is up
-	if err := s.m.cfg.Store.AcquireLease(ctx, s.id, s.m.cfg.Holder, s.m.cfg.LeaseTTL); err != nil {
+	if _, err := s.m.cfg.Store.AcquireLease(ctx, s.id, s.m.cfg.Holder, s.m.cfg.LeaseTTL); err != nil {
 		if errors.Is(err, store.ErrLeaseHeld) {
 			return "", ErrLeased
 		}

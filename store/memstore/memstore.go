@@ -31,8 +31,9 @@ type Store struct {
 }
 
 type lease struct {
-	holder string
-	until  time.Time
+	holder     string
+	until      time.Time // zero once released
+	generation int64
 }
 
 // New returns an empty store.
@@ -95,12 +96,18 @@ func (s *Store) CreateSession(ctx context.Context, v store.Session) error {
 	return nil
 }
 
-func (s *Store) UpdateSession(ctx context.Context, v store.Session) error {
+func (s *Store) UpdateSession(ctx context.Context, v store.Session, fences ...store.Fence) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := store.ValidateSessionFences(v.ID, fences); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.checkFencesLocked(fences); err != nil {
+		return err
+	}
 	if _, ok := s.sessions[v.ID]; !ok {
 		return store.ErrNotFound
 	}
@@ -126,12 +133,18 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	return nil
 }
 
-func (s *Store) AppendEvents(ctx context.Context, events []conversation.Event) error {
+func (s *Store) AppendEvents(ctx context.Context, events []conversation.Event, fences ...store.Fence) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := store.ValidateFences(fences); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.checkFencesLocked(fences); err != nil {
+		return err
+	}
 	// Check the whole batch first: all or nothing.
 	batch := make(map[string]map[int64]bool)
 	for _, e := range events {
@@ -153,6 +166,21 @@ func (s *Store) AppendEvents(ctx context.Context, events []conversation.Event) e
 		list := s.events[id]
 		i := sort.Search(len(list), func(i int) bool { return list[i].Seq > e.Seq })
 		s.events[id] = slices.Insert(list, i, e)
+	}
+	return nil
+}
+
+// checkFencesLocked fails with a *store.FencedError naming every session
+// of fences whose lease generation is not the fence's.
+func (s *Store) checkFencesLocked(fences []store.Fence) error {
+	var stale []string
+	for _, f := range fences {
+		if s.leases[f.SessionID].generation != f.Generation && !slices.Contains(stale, f.SessionID) {
+			stale = append(stale, f.SessionID)
+		}
+	}
+	if len(stale) > 0 {
+		return &store.FencedError{Sessions: stale}
 	}
 	return nil
 }
@@ -317,18 +345,25 @@ func (s *Store) SaveAgentProfile(ctx context.Context, p profile.Profile) error {
 	return nil
 }
 
-func (s *Store) AcquireLease(ctx context.Context, sessionID, holder string, ttl time.Duration) error {
+// AcquireLease takes or renews the lease; its generation grows when the
+// holder changes.
+func (s *Store) AcquireLease(ctx context.Context, sessionID, holder string, ttl time.Duration) (int64, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return 0, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	if l, ok := s.leases[sessionID]; ok && l.holder != holder && now.Before(l.until) {
-		return store.ErrLeaseHeld
+	l, ok := s.leases[sessionID]
+	if ok && l.holder != holder && now.Before(l.until) {
+		return 0, store.ErrLeaseHeld
 	}
-	s.leases[sessionID] = lease{holder: holder, until: now.Add(ttl)}
-	return nil
+	if !ok || l.holder != holder {
+		l.generation++
+	}
+	l.holder, l.until = holder, now.Add(ttl)
+	s.leases[sessionID] = l
+	return l.generation, nil
 }
 
 func (s *Store) ReleaseLease(ctx context.Context, sessionID, holder string) error {
@@ -338,7 +373,8 @@ func (s *Store) ReleaseLease(ctx context.Context, sessionID, holder string) erro
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l, ok := s.leases[sessionID]; ok && l.holder == holder {
-		delete(s.leases, sessionID)
+		l.until = time.Time{} // kept: the generation must not repeat
+		s.leases[sessionID] = l
 	}
 	return nil
 }

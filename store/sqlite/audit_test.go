@@ -18,7 +18,7 @@ func TestAuditMigrationKeepsData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ms) < 2 || ms[1].name != "0002_audit.sql" {
+	if len(ms) < 2 || ms[1].Name != "0002_audit.sql" {
 		t.Fatalf("migrations %v: want 0002_audit.sql second", ms)
 	}
 	path := filepath.Join(t.TempDir(), "old.db")

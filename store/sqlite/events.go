@@ -52,12 +52,16 @@ func (s *Store) prepareInserts(ctx context.Context, table string) (inserts, erro
 // (session, seq) fails the batch with store.ErrSeqConflict (seqs.go); an
 // event of a session that does not exist fails it with store.ErrNotFound
 // (the schema's foreign key keeps a deleted session from getting events
-// back). Once the tail holds enough rows, the compactor is told to move it.
-func (s *Store) AppendEvents(ctx context.Context, events []conversation.Event) error {
+// back). Fences are checked first, in the same transaction (leases.go).
+// Once the tail holds enough rows, the compactor is told to move it.
+func (s *Store) AppendEvents(ctx context.Context, events []conversation.Event, fences ...store.Fence) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("append events: %w", err)
 	}
-	if len(events) == 0 {
+	if err := store.ValidateFences(fences); err != nil {
+		return fmt.Errorf("append events: %w", err)
+	}
+	if len(events) == 0 && len(fences) == 0 {
 		return nil
 	}
 	// Convert and check everything before taking the write lock.
@@ -96,6 +100,12 @@ func (s *Store) AppendEvents(ctx context.Context, events []conversation.Event) e
 	// statements, so a cancelled batch stores nothing.
 	rowCtx := context.WithoutCancel(ctx)
 	err := s.write(ctx, func(tx *sql.Tx) error {
+		if err := checkFencesLocked(rowCtx, tx, fences); err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			return nil
+		}
 		if err := s.seqs.checkLocked(rowCtx, tx, s.dataVersion, rows); err != nil {
 			return err
 		}

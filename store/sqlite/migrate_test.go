@@ -3,11 +3,13 @@ package sqlite
 import (
 	"database/sql"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/store"
@@ -30,8 +32,8 @@ func TestEmbeddedMigrationsLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ms[0].version != 1 || ms[0].name != "0001_init.sql" || !strings.Contains(ms[0].sql, "CREATE TABLE events") {
-		t.Fatalf("first migration = %d %q", ms[0].version, ms[0].name)
+	if ms[0].Version != 1 || ms[0].Name != "0001_init.sql" || !strings.Contains(ms[0].SQL, "CREATE TABLE events") {
+		t.Fatalf("first migration = %d %q", ms[0].Version, ms[0].Name)
 	}
 }
 
@@ -86,8 +88,8 @@ func FuzzParseMigrationName(f *testing.F) {
 func TestMigrateAppliesInOrderOnce(t *testing.T) {
 	db := rawDB(t)
 	ms := []migration{
-		{1, "0001_a.sql", "CREATE TABLE a (x INTEGER); INSERT INTO a VALUES (1);"},
-		{2, "0002_b.sql", "CREATE TABLE b (y INTEGER); INSERT INTO b SELECT x + 1 FROM a;"},
+		{Version: 1, Name: "0001_a.sql", SQL: "CREATE TABLE a (x INTEGER); INSERT INTO a VALUES (1);"},
+		{Version: 2, Name: "0002_b.sql", SQL: "CREATE TABLE b (y INTEGER); INSERT INTO b SELECT x + 1 FROM a;"},
 	}
 	applied, err := migrate(t.Context(), db, ms[:1])
 	if err != nil || len(applied) != 1 || applied[0] != 1 {
@@ -127,8 +129,8 @@ func TestMigrateAppliesInOrderOnce(t *testing.T) {
 func TestMigrateFailureLeavesSchemaUntouched(t *testing.T) {
 	db := rawDB(t)
 	ms := []migration{
-		{1, "0001_a.sql", "CREATE TABLE a (x INTEGER);"},
-		{2, "0002_broken.sql", "CREATE TABLE b (y INTEGER); THIS IS NOT SQL;"},
+		{Version: 1, Name: "0001_a.sql", SQL: "CREATE TABLE a (x INTEGER);"},
+		{Version: 2, Name: "0002_broken.sql", SQL: "CREATE TABLE b (y INTEGER); THIS IS NOT SQL;"},
 	}
 	if _, err := migrate(t.Context(), db, ms); err == nil || !strings.Contains(err.Error(), "0002_broken.sql") {
 		t.Fatalf("migrate with a broken migration = %v, want an error naming it", err)
@@ -144,7 +146,7 @@ func TestMigrateFailureLeavesSchemaUntouched(t *testing.T) {
 
 func TestMigrateRefusesNewerSchema(t *testing.T) {
 	db := rawDB(t)
-	ms := []migration{{1, "0001_a.sql", "CREATE TABLE a (x INTEGER);"}}
+	ms := []migration{{Version: 1, Name: "0001_a.sql", SQL: "CREATE TABLE a (x INTEGER);"}}
 	if _, err := migrate(t.Context(), db, ms); err != nil {
 		t.Fatal(err)
 	}
@@ -201,6 +203,68 @@ func TestEventTailMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n, err := s.LastSeq(t.Context(), "old"); err != nil || n != 3 {
+		t.Fatalf("LastSeq = %d, %v; want 3", n, err)
+	}
+}
+
+// TestLeaseGenerationMigration: a database made by the binary before
+// fencing (schema 3) with a lease held and events stored opens at the
+// current schema; the held lease is generation 1, its holder keeps it, a
+// take-over raises it, and the former holder's fenced writes are refused.
+func TestLeaseGenerationMigration(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v3.db")
+	db, err := sql.Open("sqlite", path+"?_txlock=immediate&_pragma=foreign_keys(1)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := loadMigrations(embeddedMigrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrate(t.Context(), db, ms[:3]); err != nil {
+		t.Fatal(err)
+	}
+	future := time.Now().Add(time.Hour).UnixNano()
+	for _, q := range []string{
+		`INSERT INTO sessions (id, architecture, agent_profile_ref, name, status, runtime, turns) VALUES ('old', 'shell', '', '', 'running', CAST('{}' AS BLOB), 1)`,
+		`INSERT INTO events (session_id, seq, type, payload, conversation_id, source) VALUES ('old', 1, 'log', NULL, 'main', 'server')`,
+		`INSERT INTO events_tail (session_id, seq, type, payload, conversation_id, source) VALUES ('old', 2, 'log', NULL, 'main', 'server')`,
+		fmt.Sprintf(`INSERT INTO leases (session_id, holder, expires_at) VALUES ('old', 'node-a', %d)`, future),
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+
+	s, err := Open(t.Context(), path, WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	if _, err := s.AcquireLease(ctx, "old", "node-b", time.Minute); !errors.Is(err, store.ErrLeaseHeld) {
+		t.Fatalf("the migrated lease is not held: %v", err)
+	}
+	gen, err := s.AcquireLease(ctx, "old", "node-a", 10*time.Millisecond)
+	if err != nil || gen != 1 {
+		t.Fatalf("renewal of the migrated lease = %d, %v; want generation 1", gen, err)
+	}
+	e := conversation.Event{Seq: 3, Type: conversation.TypeLog, Payload: []byte(`{}`),
+		Context: conversation.Context{SessionID: "old", ConversationID: "main", Source: conversation.SourceServer}}
+	if err := s.AppendEvents(ctx, []conversation.Event{e}, store.Fence{SessionID: "old", Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	genB, err := s.AcquireLease(ctx, "old", "node-b", time.Minute)
+	if err != nil || genB != 2 {
+		t.Fatalf("take-over = %d, %v; want generation 2", genB, err)
+	}
+	e.Seq = 4
+	if err := s.AppendEvents(ctx, []conversation.Event{e}, store.Fence{SessionID: "old", Generation: 1}); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("the former holder's append = %v, want ErrFenced", err)
+	}
+	if n, err := s.LastSeq(ctx, "old"); err != nil || n != 3 {
 		t.Fatalf("LastSeq = %d, %v; want 3", n, err)
 	}
 }

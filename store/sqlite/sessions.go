@@ -112,16 +112,34 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session) error {
 	return nil
 }
 
-// UpdateSession replaces an existing record or returns store.ErrNotFound.
-func (s *Store) UpdateSession(ctx context.Context, sess store.Session) error {
+const updateSessionSQL = `UPDATE sessions SET
+	architecture = ?2, agent_profile_ref = ?3, name = ?4, status = ?5, session_options = ?6,
+	runtime = ?7, created_at = ?8, last_activity = ?9, turns = ?10, sandbox_state = ?11, agent_state = ?12
+	WHERE id = ?1`
+
+// UpdateSession replaces an existing record or returns store.ErrNotFound;
+// with a fence, only while the fence's generation is the lease's (checked
+// in the same transaction), else store.ErrFenced.
+func (s *Store) UpdateSession(ctx context.Context, sess store.Session, fences ...store.Fence) error {
+	if err := store.ValidateSessionFences(sess.ID, fences); err != nil {
+		return fmt.Errorf("update session %q: %w", sess.ID, err)
+	}
 	args, err := sessionArgs(sess)
 	if err != nil {
 		return fmt.Errorf("update session %q: %w", sess.ID, err)
 	}
-	res, err := s.w.ExecContext(ctx, `UPDATE sessions SET
-		architecture = ?2, agent_profile_ref = ?3, name = ?4, status = ?5, session_options = ?6,
-		runtime = ?7, created_at = ?8, last_activity = ?9, turns = ?10, sandbox_state = ?11, agent_state = ?12
-		WHERE id = ?1`, args...)
+	var res sql.Result
+	if len(fences) == 0 {
+		res, err = s.w.ExecContext(ctx, updateSessionSQL, args...)
+	} else {
+		err = s.write(ctx, func(tx *sql.Tx) error {
+			if err := checkFencesLocked(ctx, tx, fences); err != nil {
+				return err
+			}
+			res, err = tx.ExecContext(ctx, updateSessionSQL, args...)
+			return err
+		})
+	}
 	if err != nil {
 		return fmt.Errorf("update session %q: %w", sess.ID, withCtxErr(ctx, err))
 	}

@@ -212,7 +212,7 @@ func (s *Store) open(ctx context.Context, path string, cfg config) error {
 		return err
 	}
 	if len(applied) > 0 {
-		cfg.logger.Info("sqlite store migrated", "path", abs, "applied", applied, "version", ms[len(ms)-1].version)
+		cfg.logger.Info("sqlite store migrated", "path", abs, "applied", applied, "version", ms[len(ms)-1].Version)
 	}
 
 	if s.insertTail, err = s.prepareInserts(ctx, "events_tail"); err != nil {

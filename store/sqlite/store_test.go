@@ -179,15 +179,15 @@ func TestSchemaOnDisk(t *testing.T) {
 	if err := db.QueryRow("SELECT version, name FROM schema_migrations ORDER BY version DESC LIMIT 1").Scan(&version, &name); err != nil {
 		t.Fatal(err)
 	}
-	if version != 3 || name != "0003_event_tail.sql" {
+	if version != 4 || name != "0004_lease_generation.sql" {
 		t.Errorf("schema_migrations latest = %d %q", version, name)
 	}
 	// Reopening applies nothing twice.
 	s2 := openTemp2(t, path)
 	defer s2.Close()
 	var n int
-	if err := db.QueryRow("SELECT count(*) FROM schema_migrations").Scan(&n); err != nil || n != 3 {
-		t.Errorf("schema_migrations has %d rows after a reopen, %v; want 3", n, err)
+	if err := db.QueryRow("SELECT count(*) FROM schema_migrations").Scan(&n); err != nil || n != 4 {
+		t.Errorf("schema_migrations has %d rows after a reopen, %v; want 4", n, err)
 	}
 }
 
@@ -262,11 +262,12 @@ func TestUnknownSessionWritesAreNotFound(t *testing.T) {
 	defer s.Close()
 	ctx := t.Context()
 	mustCreate(t, s, "real")
+	_, leaseErr := s.AcquireLease(ctx, "ghost", "h", time.Minute)
 	checks := map[string]error{
 		"AppendEvents":      s.AppendEvents(ctx, []conversation.Event{ev("real", 1), ev("ghost", 1)}),
 		"SaveTranscript":    s.SaveTranscript(ctx, "ghost", "t", []byte("x")),
 		"SaveWorkspaceFile": s.SaveWorkspaceFile(ctx, "ghost", store.WorkspaceFile{Path: "f"}),
-		"AcquireLease":      s.AcquireLease(ctx, "ghost", "h", time.Minute),
+		"AcquireLease":      leaseErr,
 	}
 	for name, err := range checks {
 		if !errors.Is(err, store.ErrNotFound) {
@@ -326,10 +327,10 @@ func TestRejectsUnstorableValues(t *testing.T) {
 	if err := s.SaveWorkspaceFile(ctx, "s1", store.WorkspaceFile{}); err == nil {
 		t.Error("SaveWorkspaceFile without a path succeeded")
 	}
-	if err := s.AcquireLease(ctx, "s1", "h", 0); err == nil {
+	if _, err := s.AcquireLease(ctx, "s1", "h", 0); err == nil {
 		t.Error("AcquireLease with ttl 0 succeeded")
 	}
-	if err := s.AcquireLease(ctx, "s1", "", time.Minute); err == nil {
+	if _, err := s.AcquireLease(ctx, "s1", "", time.Minute); err == nil {
 		t.Error("AcquireLease without a holder succeeded")
 	}
 	// Zero times round-trip as zero.

@@ -19,7 +19,7 @@ func (h harness) cancellation(t *testing.T) {
 		if err := s.AppendEvents(ctx(t), events("s1", 1, 2)); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.AcquireLease(ctx(t), "s1", "holder", longTTL); err != nil {
+		if _, err := s.AcquireLease(ctx(t), "s1", "holder", longTTL); err != nil {
 			t.Fatal(err)
 		}
 		file := store.WorkspaceFile{Path: "f", Content: []byte("f"), Mode: 0o644, UpdatedAt: baseTime}
@@ -52,7 +52,7 @@ func (h harness) cancellation(t *testing.T) {
 			{"ListAgentProfiles", func(c context.Context) error { _, err := s.ListAgentProfiles(c); return err }},
 			{"LoadAgentProfile", func(c context.Context) error { _, err := s.LoadAgentProfile(c, "p"); return err }},
 			{"SaveAgentProfile", func(c context.Context) error { return s.SaveAgentProfile(c, profile.Profile{ID: "p", Name: "P"}) }},
-			{"AcquireLease", func(c context.Context) error { return s.AcquireLease(c, "s1", "other", longTTL) }},
+			{"AcquireLease", func(c context.Context) error { _, err := s.AcquireLease(c, "s1", "other", longTTL); return err }},
 			{"ReleaseLease", func(c context.Context) error { return s.ReleaseLease(c, "s1", "holder") }},
 		}
 		for _, c := range calls {
@@ -78,7 +78,7 @@ func (h harness) cancellation(t *testing.T) {
 		if _, err := s.LoadAgentProfile(ctx(t), "p"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("a cancelled SaveAgentProfile saved the profile: LoadAgentProfile = %v", err)
 		}
-		if err := s.AcquireLease(ctx(t), "s1", "other", longTTL); !errors.Is(err, store.ErrLeaseHeld) {
+		if _, err := s.AcquireLease(ctx(t), "s1", "other", longTTL); !errors.Is(err, store.ErrLeaseHeld) {
 			t.Errorf("a cancelled ReleaseLease released the lease: AcquireLease = %v", err)
 		}
 	})

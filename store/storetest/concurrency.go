@@ -112,7 +112,8 @@ func (h harness) concurrency(t *testing.T) {
 		s := h.store(t)
 		createSession(t, s, "s1")
 		raceOne(t, store.ErrLeaseHeld, "ErrLeaseHeld", "holders got the lease", func(r int) error {
-			return s.AcquireLease(ctx(t), "s1", fmt.Sprintf("server-%d", r), longTTL)
+			_, err := s.AcquireLease(ctx(t), "s1", fmt.Sprintf("server-%d", r), longTTL)
+			return err
 		})
 	})
 }

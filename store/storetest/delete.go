@@ -24,7 +24,7 @@ func (h harness) deleteSession(t *testing.T) {
 			if err := s.SaveWorkspaceFile(ctx(t), id, file); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.AcquireLease(ctx(t), id, "holder-"+id, longTTL); err != nil {
+			if _, err := s.AcquireLease(ctx(t), id, "holder-"+id, longTTL); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -63,7 +63,7 @@ func (h harness) deleteSession(t *testing.T) {
 		if err := s.AppendEvents(ctx(t), events("doomed", 1, 2)); err != nil {
 			t.Errorf("AppendEvents to the re-created session from seq 1: %v", err)
 		}
-		if err := s.AcquireLease(ctx(t), "doomed", "someone-else", longTTL); err != nil {
+		if _, err := s.AcquireLease(ctx(t), "doomed", "someone-else", longTTL); err != nil {
 			t.Errorf("the deleted session's lease survived: %v", err)
 		}
 		checkFiles(t, s, "doomed", nil)
@@ -80,7 +80,7 @@ func (h harness) deleteSession(t *testing.T) {
 		checkEvents(t, "events of the other session", events("kept", 1, 5), readAll(t, s, "kept"))
 		checkTranscript(t, s, "kept", "t.jsonl", []byte("kept"))
 		checkFiles(t, s, "kept", []store.WorkspaceFile{file})
-		if err := s.AcquireLease(ctx(t), "kept", "someone-else", longTTL); !errors.Is(err, store.ErrLeaseHeld) {
+		if _, err := s.AcquireLease(ctx(t), "kept", "someone-else", longTTL); !errors.Is(err, store.ErrLeaseHeld) {
 			t.Errorf("the other session's lease: AcquireLease = %v, want ErrLeaseHeld", err)
 		}
 		if _, err := s.LoadAgentProfile(ctx(t), "p"); err != nil {

@@ -19,17 +19,17 @@ func (h harness) leases(t *testing.T) {
 	t.Run("AcquireRenewHeld", func(t *testing.T) {
 		s := h.store(t)
 		createSession(t, s, "s1")
-		if err := s.AcquireLease(ctx(t), "s1", "server-a", longTTL); err != nil {
+		if _, err := s.AcquireLease(ctx(t), "s1", "server-a", longTTL); err != nil {
 			t.Fatalf("AcquireLease: %v", err)
 		}
-		if err := s.AcquireLease(ctx(t), "s1", "server-a", longTTL); err != nil {
+		if _, err := s.AcquireLease(ctx(t), "s1", "server-a", longTTL); err != nil {
 			t.Fatalf("renewing by the same holder: %v", err)
 		}
-		if err := s.AcquireLease(ctx(t), "s1", "server-b", longTTL); !errors.Is(err, store.ErrLeaseHeld) {
+		if _, err := s.AcquireLease(ctx(t), "s1", "server-b", longTTL); !errors.Is(err, store.ErrLeaseHeld) {
 			t.Fatalf("AcquireLease by another holder: got %v, want ErrLeaseHeld", err)
 		}
 		// Still held by a after b's failed attempt.
-		if err := s.AcquireLease(ctx(t), "s1", "server-a", longTTL); err != nil {
+		if _, err := s.AcquireLease(ctx(t), "s1", "server-a", longTTL); err != nil {
 			t.Fatalf("renewing after another holder's failed attempt: %v", err)
 		}
 	})
@@ -38,13 +38,13 @@ func (h harness) leases(t *testing.T) {
 		s := h.store(t)
 		createSession(t, s, "s1")
 		createSession(t, s, "s2")
-		if err := s.AcquireLease(ctx(t), "s1", "server-a", longTTL); err != nil {
+		if _, err := s.AcquireLease(ctx(t), "s1", "server-a", longTTL); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.AcquireLease(ctx(t), "s2", "server-b", longTTL); err != nil {
+		if _, err := s.AcquireLease(ctx(t), "s2", "server-b", longTTL); err != nil {
 			t.Fatalf("lease on another session: %v", err)
 		}
-		if err := s.AcquireLease(ctx(t), "s2", "server-a", longTTL); !errors.Is(err, store.ErrLeaseHeld) {
+		if _, err := s.AcquireLease(ctx(t), "s2", "server-a", longTTL); !errors.Is(err, store.ErrLeaseHeld) {
 			t.Fatalf("AcquireLease of s2 by a: got %v, want ErrLeaseHeld", err)
 		}
 	})
@@ -52,20 +52,20 @@ func (h harness) leases(t *testing.T) {
 	t.Run("ExpiresAfterTTL", func(t *testing.T) {
 		s := h.store(t)
 		createSession(t, s, "s1")
-		if err := s.AcquireLease(ctx(t), "s1", "server-a", shortTTL); err != nil {
+		if _, err := s.AcquireLease(ctx(t), "s1", "server-a", shortTTL); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(shortTTL)
-		eventually(t, func() error { return s.AcquireLease(ctx(t), "s1", "server-b", longTTL) })
+		eventually(t, func() error { _, err := s.AcquireLease(ctx(t), "s1", "server-b", longTTL); return err })
 		// The takeover is a real lease: a cannot renew its expired one.
-		if err := s.AcquireLease(ctx(t), "s1", "server-a", longTTL); !errors.Is(err, store.ErrLeaseHeld) {
+		if _, err := s.AcquireLease(ctx(t), "s1", "server-a", longTTL); !errors.Is(err, store.ErrLeaseHeld) {
 			t.Fatalf("renewal by the expired holder: got %v, want ErrLeaseHeld", err)
 		}
 		// And a's release after the takeover changes nothing.
 		if err := s.ReleaseLease(ctx(t), "s1", "server-a"); err != nil {
 			t.Fatalf("ReleaseLease by the former holder: %v", err)
 		}
-		if err := s.AcquireLease(ctx(t), "s1", "server-c", longTTL); !errors.Is(err, store.ErrLeaseHeld) {
+		if _, err := s.AcquireLease(ctx(t), "s1", "server-c", longTTL); !errors.Is(err, store.ErrLeaseHeld) {
 			t.Fatalf("after the former holder's release: got %v, want ErrLeaseHeld", err)
 		}
 	})
@@ -73,14 +73,14 @@ func (h harness) leases(t *testing.T) {
 	t.Run("RenewExtends", func(t *testing.T) {
 		s := h.store(t)
 		createSession(t, s, "s1")
-		if err := s.AcquireLease(ctx(t), "s1", "server-a", shortTTL); err != nil {
+		if _, err := s.AcquireLease(ctx(t), "s1", "server-a", shortTTL); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.AcquireLease(ctx(t), "s1", "server-a", longTTL); err != nil {
+		if _, err := s.AcquireLease(ctx(t), "s1", "server-a", longTTL); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(3 * shortTTL)
-		if err := s.AcquireLease(ctx(t), "s1", "server-b", longTTL); !errors.Is(err, store.ErrLeaseHeld) {
+		if _, err := s.AcquireLease(ctx(t), "s1", "server-b", longTTL); !errors.Is(err, store.ErrLeaseHeld) {
 			t.Fatalf("after renewal past the first ttl: got %v, want ErrLeaseHeld", err)
 		}
 	})
@@ -88,19 +88,19 @@ func (h harness) leases(t *testing.T) {
 	t.Run("Release", func(t *testing.T) {
 		s := h.store(t)
 		createSession(t, s, "s1")
-		if err := s.AcquireLease(ctx(t), "s1", "server-a", longTTL); err != nil {
+		if _, err := s.AcquireLease(ctx(t), "s1", "server-a", longTTL); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.ReleaseLease(ctx(t), "s1", "server-b"); err != nil {
 			t.Fatalf("ReleaseLease by a non-holder: %v", err)
 		}
-		if err := s.AcquireLease(ctx(t), "s1", "server-b", longTTL); !errors.Is(err, store.ErrLeaseHeld) {
+		if _, err := s.AcquireLease(ctx(t), "s1", "server-b", longTTL); !errors.Is(err, store.ErrLeaseHeld) {
 			t.Fatalf("release by a non-holder freed the lease: AcquireLease = %v", err)
 		}
 		if err := s.ReleaseLease(ctx(t), "s1", "server-a"); err != nil {
 			t.Fatalf("ReleaseLease by the holder: %v", err)
 		}
-		if err := s.AcquireLease(ctx(t), "s1", "server-b", longTTL); err != nil {
+		if _, err := s.AcquireLease(ctx(t), "s1", "server-b", longTTL); err != nil {
 			t.Fatalf("AcquireLease after release: %v", err)
 		}
 		if err := s.ReleaseLease(ctx(t), "s1", "server-b"); err != nil {

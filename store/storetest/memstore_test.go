@@ -33,8 +33,9 @@ type memStore struct {
 }
 
 type lease struct {
-	holder  string
-	expires time.Time
+	holder     string
+	expires    time.Time // zero once released
+	generation int64
 }
 
 func newMemStore(bug string) *memStore {
@@ -136,12 +137,18 @@ func (m *memStore) CreateSession(ctx context.Context, s store.Session) error {
 	return nil
 }
 
-func (m *memStore) UpdateSession(ctx context.Context, s store.Session) error {
+func (m *memStore) UpdateSession(ctx context.Context, s store.Session, fences ...store.Fence) error {
 	if err := m.check(ctx); err != nil {
+		return err
+	}
+	if err := store.ValidateSessionFences(s.ID, fences); err != nil {
 		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if err := m.checkFences(fences); err != nil && m.bug != "update-ignores-fence" {
+		return err
+	}
 	if _, ok := m.sessions[s.ID]; !ok && m.bug != "update-creates" {
 		return store.ErrNotFound
 	}
@@ -171,12 +178,18 @@ func (m *memStore) DeleteSession(ctx context.Context, id string) error {
 	return nil
 }
 
-func (m *memStore) AppendEvents(ctx context.Context, evs []conversation.Event) error {
+func (m *memStore) AppendEvents(ctx context.Context, evs []conversation.Event, fences ...store.Fence) error {
 	if err := m.check(ctx); err != nil {
+		return err
+	}
+	if err := store.ValidateFences(fences); err != nil {
 		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if err := m.checkFences(fences); err != nil && m.bug != "append-ignores-fence" {
+		return err
+	}
 	type key struct {
 		session string
 		seq     int64
@@ -197,6 +210,24 @@ func (m *memStore) AppendEvents(ctx context.Context, evs []conversation.Event) e
 	}
 	for _, e := range evs {
 		m.put(e)
+	}
+	return nil
+}
+
+// checkFences fails with a *store.FencedError naming every session of
+// fences whose lease generation is not the fence's.
+func (m *memStore) checkFences(fences []store.Fence) error {
+	var stale []string
+	for _, f := range fences {
+		if m.leases[f.SessionID].generation != f.Generation && !slices.Contains(stale, f.SessionID) {
+			stale = append(stale, f.SessionID)
+			if m.bug == "fenced-names-first" {
+				break
+			}
+		}
+	}
+	if len(stale) > 0 {
+		return &store.FencedError{Sessions: stale}
 	}
 	return nil
 }
@@ -364,23 +395,31 @@ func (m *memStore) SaveAgentProfile(ctx context.Context, p profile.Profile) erro
 	return nil
 }
 
-func (m *memStore) AcquireLease(ctx context.Context, session, holder string, ttl time.Duration) error {
+func (m *memStore) AcquireLease(ctx context.Context, session, holder string, ttl time.Duration) (int64, error) {
 	if err := m.check(ctx); err != nil {
-		return err
+		return 0, err
 	}
 	if ttl <= 0 {
-		return errors.New("acquire lease: ttl must be positive")
+		return 0, errors.New("acquire lease: ttl must be positive")
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
-	if l, ok := m.leases[session]; ok && l.holder != holder {
+	l, ok := m.leases[session]
+	if ok && l.holder != holder {
 		if m.bug == "lease-never-expires" || now.Before(l.expires) {
-			return store.ErrLeaseHeld
+			return 0, store.ErrLeaseHeld
 		}
 	}
-	m.leases[session] = lease{holder: holder, expires: now.Add(ttl)}
-	return nil
+	if !ok || l.holder != holder || m.bug == "generation-grows-on-renewal" {
+		l.generation++
+	}
+	if m.bug == "takeover-keeps-generation" && ok && l.holder != holder {
+		l.generation--
+	}
+	l.holder, l.expires = holder, now.Add(ttl)
+	m.leases[session] = l
+	return l.generation, nil
 }
 
 func (m *memStore) ReleaseLease(ctx context.Context, session, holder string) error {
@@ -390,7 +429,12 @@ func (m *memStore) ReleaseLease(ctx context.Context, session, holder string) err
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if l, ok := m.leases[session]; ok && (l.holder == holder || m.bug == "release-by-anyone") {
-		delete(m.leases, session)
+		if m.bug == "release-forgets-generation" {
+			delete(m.leases, session)
+			return nil
+		}
+		l.expires = time.Time{} // kept: the generation must not repeat
+		m.leases[session] = l
 	}
 	return nil
 }

@@ -45,6 +45,11 @@
 //     whole batch or none of it, and returns nil only if it stored it.
 //   - The suite creates a session before storing anything for it, so a store
 //     may refuse events, files, transcripts or leases of unknown sessions.
+//   - Fencing (store.Fence): a lease's generation grows exactly when the
+//     lease passes to another holder; a fenced AppendEvents or UpdateSession
+//     whose generation is stale stores nothing and fails with a
+//     *store.FencedError naming every stale session of the call, checked
+//     before seq conflicts.
 package storetest
 
 import (
@@ -64,6 +69,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("WorkspaceFiles", h.workspaceFiles)
 	t.Run("Profiles", h.profiles)
 	t.Run("Leases", h.leases)
+	t.Run("Fencing", h.fencing)
 	t.Run("DeleteSession", h.deleteSession)
 	t.Run("Concurrency", h.concurrency)
 	t.Run("Cancellation", h.cancellation)
