@@ -61,6 +61,7 @@ var (
 	_ sandbox.Environment = (*Environment)(nil)
 	_ sandbox.Handler     = (*Environment)(nil)
 	_ sandbox.Attacher    = (*Environment)(nil)
+	_ sandbox.FileOpener  = (*Environment)(nil)
 )
 
 func newEnvironment(p *Provider, spec sandbox.Spec, h Handle) *Environment {
@@ -343,6 +344,23 @@ func (e *Environment) ReadFile(ctx context.Context, path string) ([]byte, error)
 		r.Data = []byte{}
 	}
 	return r.Data, nil
+}
+
+// OpenFile opens a workspace file to stream (sandbox.FileOpener). The
+// workspace is a folder of this host: the server opens it itself, as the
+// local backend does (regular files only, non-blocking, symlinks followed
+// inside the workspace only), instead of moving it through the executor
+// in one message (ReadFile, about 12 MiB at most).
+func (e *Environment) OpenFile(ctx context.Context, path string) (sandbox.FileReader, error) {
+	if err := e.usable(); err != nil {
+		return nil, err
+	}
+	view, err := e.p.files.Create(ctx, sandbox.Spec{SessionID: e.spec.SessionID, Workspace: e.spec.Workspace})
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer view.Terminate(context.Background())
+	return view.(sandbox.FileOpener).OpenFile(ctx, path)
 }
 
 // WriteFile writes a workspace file (atomically, as the local backend does).

@@ -21,6 +21,7 @@ import (
 	rpc "github.com/agentd/agentd/internal/executor"
 	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor/cgroup"
+	"github.com/agentd/agentd/internal/sandbox/local"
 )
 
 // Name is the backend name given to --sandbox.
@@ -138,6 +139,7 @@ type Provider struct {
 	cred *credential // nil without RunAsUser
 	pool *userPool   // nil without UserPool
 
+	files     *local.Provider // process-less views of workspaces (OpenFile)
 	cg        *cgroup.Manager // nil: no cgroups
 	rlimits   bool            // enforce what rlimits can
 	limitsHow string
@@ -186,7 +188,7 @@ func New(opts Options) (*Provider, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	p := &Provider{opts: opts, log: opts.Logger.With("sandbox", Name)}
+	p := &Provider{opts: opts, log: opts.Logger.With("sandbox", Name), files: local.New(local.Options{Logger: opts.Logger})}
 	switch {
 	case len(opts.UserPool) > 0:
 		if os.Getuid() != 0 {

@@ -2,9 +2,11 @@ package executor
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/agentd/agentd/internal/sandbox"
@@ -38,5 +40,44 @@ func TestReadFileUnderMemoryLimit(t *testing.T) {
 	}
 	if _, err := e.client.Ping(bg); err != nil {
 		t.Fatalf("executor after the read: %v", err)
+	}
+}
+
+// TestOpenFile: a live executor environment hands out workspace files to
+// stream (the server opens them on the host): regular files of any size,
+// nothing else.
+func TestOpenFile(t *testing.T) {
+	p, dir := newTestProvider(t, nil)
+	spec := sandbox.Spec{SessionID: "open", Workspace: filepath.Join(dir, "ws")}
+	e := sandboxtest.Create(t, p, spec).(*Environment)
+	ws := spec.Workspace
+	f, err := os.Create(filepath.Join(ws, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(64 << 20) // over what fs.read can move
+	f.Close()
+	syscall.Mkfifo(filepath.Join(ws, "fifo"), 0o644)
+	os.Symlink("/etc/passwd", filepath.Join(ws, "out"))
+	r, err := e.OpenFile(bg, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, r)
+	r.Close()
+	if err != nil || n != 64<<20 || r.Info().Size != 64<<20 {
+		t.Fatalf("big: %d bytes, %v", n, err)
+	}
+	if _, err := e.OpenFile(bg, "fifo"); !errors.Is(err, sandbox.ErrNotRegular) {
+		t.Fatalf("fifo: %v", err)
+	}
+	if _, err := e.OpenFile(bg, "out"); !errors.Is(err, sandbox.ErrInvalidPath) {
+		t.Fatalf("link out: %v", err)
+	}
+	if err := e.Terminate(bg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.OpenFile(bg, "big"); !errors.Is(err, sandbox.ErrTerminated) {
+		t.Fatalf("after Terminate: %v", err)
 	}
 }
