@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -95,18 +96,31 @@ func (e *Environment) forgetLive(p *process) {
 	e.mu.Unlock()
 }
 
-// connect dials the executor and checks it with ping. On a ping failure
-// the client stays set for the caller to close.
-func (e *Environment) connect(ctx context.Context) error {
+// connect dials the executor and checks it with ping. verify, when set,
+// checks the peer credentials of the socket before anything is sent. On a
+// ping failure the client stays set for the caller to close.
+func (e *Environment) connect(ctx context.Context, verify func(pid, uid int) error) error {
 	opts := rpc.ConnOptions{Logger: e.log, AcceptBinary: true}
 	if f := e.p.opts.OnCall; f != nil {
 		sid := e.spec.SessionID
 		opts.OnCall = func(method string, n int, err error, d time.Duration) { f(sid, method, n, err, d) }
 	}
-	c, err := rpc.Dial(ctx, e.handle.Socket, (*connHandler)(e), opts)
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", e.handle.Socket)
 	if err != nil {
-		return err
+		return fmt.Errorf("dial executor: %w", err)
 	}
+	if verify != nil {
+		pid, uid, err := rpc.PeerCred(nc)
+		if err == nil {
+			err = verify(pid, uid)
+		}
+		if err != nil {
+			nc.Close()
+			return err
+		}
+	}
+	c := rpc.NewClient(rpc.NewConn(nc, (*connHandler)(e), opts))
 	e.client = c
 	ping, err := c.Ping(ctx)
 	if err != nil {
