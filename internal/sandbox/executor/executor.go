@@ -199,7 +199,7 @@ func New(opts Options) (*Provider, error) {
 		if err != nil {
 			return nil, fmt.Errorf("executor backend: %w", err)
 		}
-		if err := ensureRunDir(opts.RunDir, true); err != nil {
+		if err := ensureRunDir(opts.RunDir, !p.switchInside()); err != nil {
 			return nil, fmt.Errorf("executor backend: %w", err)
 		}
 		if p.pool, err = newUserPool(users, filepath.Join(opts.RunDir, "users")); err != nil {
@@ -207,6 +207,12 @@ func New(opts Options) (*Provider, error) {
 		}
 	case opts.RunAsUser != "":
 		c, err := lookupUser(opts.RunAsUser)
+		if err != nil && isDigits(opts.RunAsUser) {
+			// A uid without a passwd entry, as in a pool.
+			if n, perr := strconv.ParseUint(opts.RunAsUser, 10, 32); perr == nil {
+				c, err = uidCredential(uint32(n)), nil
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("executor backend: run as %q: %w", opts.RunAsUser, err)
 		}
@@ -221,9 +227,17 @@ func New(opts Options) (*Provider, error) {
 	return p, nil
 }
 
-// sharedRunDir reports whether executors run as other users, who must
-// pass through the run folder to their own folders in it.
-func (p *Provider) sharedRunDir() bool { return p.pool != nil || p.cred != nil }
+// OtherUsersReachWorkspaces reports whether environments run as other
+// users who open their workspace by its host path (not mounted for them
+// by a root wrapper): the folders above a workspace must let them pass.
+func (p *Provider) OtherUsersReachWorkspaces() bool {
+	return (p.pool != nil || p.cred != nil) && !p.switchInside()
+}
+
+// sharedRunDir reports whether executors run as other users who must
+// pass through the run folder to their own folders in it (not when a root
+// wrapper mounts those for them).
+func (p *Provider) sharedRunDir() bool { return p.OtherUsersReachWorkspaces() }
 
 func lookupUser(name string) (*credential, error) {
 	u, err := user.Lookup(name)

@@ -120,7 +120,7 @@ func newUserPool(users []*credential, lockDir string) (*userPool, error) {
 	if err := os.Mkdir(lockDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("user pool: %w", err)
 	}
-	if err := checkOwnDir(lockDir); err != nil {
+	if _, err := checkOwnDir(lockDir); err != nil {
 		return nil, fmt.Errorf("user pool: lock folder %s: %w", lockDir, err)
 	}
 	if err := os.Chmod(lockDir, 0o700); err != nil {

@@ -18,8 +18,10 @@ import (
 // server may change (not writable by others, or sticky like /tmp). The
 // default /tmp/agentd-<uid> is predictable: a local user who made it first
 // would otherwise choose what the server's sockets, locks and logs open.
-// The folder becomes 0711 when shared (executors run as other users and
-// pass through it to their own folders), else 0700.
+// A new folder is 0700, or 0711 when shared (executors run as other users
+// and pass through it to their own folders); an existing one loses read and
+// write for others and keeps its passability (another server sharing it
+// may need it).
 func ensureRunDir(dir string, shared bool) error {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
@@ -43,38 +45,45 @@ func ensureRunDir(dir string, shared bool) error {
 	if err := os.Mkdir(dir, mode); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("run folder: %w", err)
 	}
-	if err := checkOwnDir(dir); err != nil {
+	cur, err := checkOwnDir(dir)
+	if err != nil {
 		return fmt.Errorf("run folder %s: %w; remove it or use another run folder (XDG_RUNTIME_DIR)", dir, err)
 	}
-	if err := os.Chmod(dir, mode); err != nil {
-		return fmt.Errorf("run folder: %w", err)
+	// Never listable; passable when shared. A folder another server
+	// sharing it made passable stays so (its users still need that).
+	want := cur&0o700 | mode&0o011 | cur&0o011
+	if cur != want {
+		if err := os.Chmod(dir, want); err != nil {
+			return fmt.Errorf("run folder: %w", err)
+		}
 	}
 	return nil
 }
 
 // checkOwnDir checks that dir is a folder, not a symlink, owned by this
-// process's uid and writable by nobody else. The check is made on the
-// opened folder (O_NOFOLLOW), not on a path that could change under it.
-func checkOwnDir(dir string) error {
+// process's uid and writable by nobody else, and returns its permission
+// bits. The check is made on the opened folder (O_NOFOLLOW), not on a path
+// that could change under it.
+func checkOwnDir(dir string) (fs.FileMode, error) {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-			return errors.New("not a folder (a symlink?)")
+			return 0, errors.New("not a folder (a symlink?)")
 		}
-		return err
+		return 0, err
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return err
+		return 0, err
 	}
 	if int(st.Uid) != os.Getuid() {
-		return fmt.Errorf("belongs to uid %d, not to this server (uid %d)", st.Uid, os.Getuid())
+		return 0, fmt.Errorf("belongs to uid %d, not to this server (uid %d)", st.Uid, os.Getuid())
 	}
 	if st.Mode&0o022 != 0 {
-		return fmt.Errorf("others may write it (mode %o)", st.Mode&0o7777)
+		return 0, fmt.Errorf("others may write it (mode %o)", st.Mode&0o7777)
 	}
-	return nil
+	return fs.FileMode(st.Mode & 0o777), nil
 }
 
 // checkParents checks every folder from / down to dir (symlinks already

@@ -115,8 +115,15 @@ func TestRunDirRefusesOthers(t *testing.T) {
 		if _, err := New(testOptions(run)); err != nil {
 			t.Fatal(err)
 		}
-		if _, mode := owner(t, run); mode != 0o700 {
-			t.Fatalf("run folder mode %o, want 0700 (no users)", mode)
+		if _, mode := owner(t, run); mode != 0o711 {
+			t.Fatalf("run folder mode %o, want 0711 (not listable; passable as it was)", mode)
+		}
+		fresh := filepath.Join(dir, "fresh")
+		if _, err := New(testOptions(fresh)); err != nil {
+			t.Fatal(err)
+		}
+		if _, mode := owner(t, fresh); mode != 0o700 {
+			t.Fatalf("new run folder mode %o, want 0700 (no users)", mode)
 		}
 	})
 }

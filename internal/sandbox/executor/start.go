@@ -48,7 +48,9 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 	if err != nil {
 		return nil, fmt.Errorf("create executor: %w", err)
 	}
-	if err := os.MkdirAll(ws, 0o755); err != nil {
+	// The session's alone (given to its user below, if any): no other
+	// user may reach what its agents leave there.
+	if err := os.MkdirAll(ws, 0o700); err != nil {
 		return nil, fmt.Errorf("create executor: %w", err)
 	}
 	name := runName(spec.SessionID)
@@ -224,7 +226,6 @@ func (p *Provider) command(spec sandbox.Spec, ws, dir string, cred *credential, 
 		"--workspace", ws,
 		"--session", spec.SessionID,
 		"--spool-dir", filepath.Join(dir, "spool"),
-		"--peer-uid", strconv.Itoa(os.Getuid()),
 		"--path", p.opts.Path,
 	}
 	if p.opts.Nice > 0 {
@@ -271,16 +272,23 @@ func (p *Provider) command(spec sandbox.Spec, ws, dir string, cred *credential, 
 		}
 		argv = append(argv, "--uid", strconv.Itoa(uid), "--gid", strconv.Itoa(gid), "--groups", strings.Join(gs, ","))
 	}
+	launch := Launch{
+		Spec: spec, Workspace: ws, RunDir: dir, Path: p.opts.Path,
+		UID: uid, GID: gid, SwitchUser: switchUser,
+	}
+	if p.opts.ModelProxy != nil {
+		launch.ModelProxyDir = proxyDir(dir)
+	}
+	// The only uid the executor accepts: the server's, as it sees it.
+	peer := os.Getuid()
+	if pm, ok := p.opts.Wrapper.(PeerMapper); ok {
+		peer = pm.PeerUID(launch)
+	}
+	argv = append(argv, "--peer-uid", strconv.Itoa(peer))
 	switch {
 	case p.opts.Wrapper != nil:
-		l := Launch{
-			Argv: argv, Spec: spec, Workspace: ws, RunDir: dir, Path: p.opts.Path,
-			UID: uid, GID: gid, SwitchUser: switchUser,
-		}
-		if p.opts.ModelProxy != nil {
-			l.ModelProxyDir = proxyDir(dir)
-		}
-		wrapped, err := p.opts.Wrapper.Wrap(l)
+		launch.Argv = argv
+		wrapped, err := p.opts.Wrapper.Wrap(launch)
 		if err != nil {
 			return nil, fmt.Errorf("wrap executor: %w", err)
 		}

@@ -29,7 +29,7 @@ func TestCreateWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 	info, err := os.Stat(ws)
-	if err != nil || info.Mode().Perm() != 0o755 || !info.IsDir() {
+	if err != nil || info.Mode().Perm() != 0o700 || !info.IsDir() {
 		t.Fatalf("workspace %v %v", info, err)
 	}
 	if e.WorkDir() != ws || !e.Running() {

@@ -119,7 +119,9 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 	if err != nil {
 		return nil, fmt.Errorf("create local environment: %w", err)
 	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
+	// The workspace is the session's alone: no other user may reach what
+	// its agents leave there (set-uid programs included).
+	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("create local environment: %w", err)
 	}
 	real, err := filepath.EvalSymlinks(abs)
