@@ -38,10 +38,13 @@ func chownTree(root string, uid, gid int) error {
 		if p == "." {
 			return nil
 		}
-		if d.Type().IsRegular() {
-			if info, err := d.Info(); err == nil {
-				if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 && st.Uid == server {
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				if d.Type().IsRegular() && st.Nlink > 1 && st.Uid == server {
 					return nil
+				}
+				if int(st.Uid) == uid && int(st.Gid) == gid {
+					return nil // already the user's (most of a workspace given again)
 				}
 			}
 		}
