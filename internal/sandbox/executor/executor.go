@@ -55,7 +55,9 @@ type Options struct {
 	Binary string
 	// RunDir holds each environment's socket, log and output spool.
 	// Default: $XDG_RUNTIME_DIR/agentd, else <temp>/agentd-<uid>. Keep it
-	// short: a socket path is limited to 107 bytes.
+	// short: a socket path is limited to 107 bytes. It must be the
+	// server's: New refuses a folder of another user, a symlink, one
+	// others may write, or one under a parent others may change.
 	RunDir string
 	// RunAsUser, when set, is the user (name or uid) the executor and so
 	// every process of the environment run as. The workspace is chowned to
