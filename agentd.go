@@ -30,6 +30,7 @@ import (
 	"github.com/agentd/agentd/internal/agent/shell"
 	"github.com/agentd/agentd/internal/api"
 	"github.com/agentd/agentd/internal/audit"
+	"github.com/agentd/agentd/internal/datadir"
 	"github.com/agentd/agentd/internal/eventlog"
 	"github.com/agentd/agentd/internal/modelproxy"
 	"github.com/agentd/agentd/internal/sandbox"
@@ -91,6 +92,10 @@ type Config struct {
 	// read-only (the system, the agents' PATH and the workspace are
 	// always there).
 	SandboxReadOnly []string
+	// SandboxUID is the host uid a root server's bwrap sandboxes run as
+	// (root inside, mapped to it) when neither RunAsUser nor RunAsUserPool
+	// is set; 0 means bwrap.DefaultSandboxUID.
+	SandboxUID uint32
 	// AgentNice is added to the niceness of every agent process (up to
 	// 19), so that agents' builds and tests yield the CPU to the server
 	// streaming their output (docs/benchmarks.md measures what it does
@@ -206,7 +211,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	cfg.DataDir = dataDir
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	lock, err := lockDataDir(dataDir)
@@ -276,6 +281,17 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 		provider = p
+	}
+	// Other users get no way into the data folder: the workspaces hold
+	// whatever the agents made (set-uid programs included). Sandboxes that
+	// run as other users and open their workspace by its path may pass
+	// through (docs/security.md).
+	shared := false
+	if r, ok := provider.(workspaceUsers); ok {
+		shared = r.OtherUsersReachWorkspaces()
+	}
+	if err := datadir.Secure(dataDir, shared); err != nil {
+		return nil, fmt.Errorf("%s sandbox: %w", cfg.Sandbox, err)
 	}
 
 	// Agent configuration written into workspaces lives under .agentd/; it
@@ -352,21 +368,12 @@ func (s *Server) builtinSandbox(name, dataDir string) (sandbox.Provider, error) 
 			ModelProxy: s.executorModelProxy(),
 			Logger:     s.log,
 		}
-		if name == "executor" && (opts.RunAsUser != "" || len(opts.UserPool) > 0) {
-			// Other users pass through the data folder to their
-			// workspace: nothing else of it may be open to them. (In
-			// bubblewrap the workspace is mounted; the folder is not
-			// there at all.)
-			if err := executor.ProtectDataDir(dataDir); err != nil {
-				return nil, fmt.Errorf("%s sandbox: %w", name, err)
-			}
-		}
 		var p interface {
 			sandbox.Provider
 			LimitsEnforcement() string
 		}
 		if name == "bwrap" {
-			p, err = bwrap.New(bwrap.Options{Options: opts, ReadOnly: s.cfg.SandboxReadOnly})
+			p, err = bwrap.New(bwrap.Options{Options: opts, ReadOnly: s.cfg.SandboxReadOnly, SandboxUID: s.cfg.SandboxUID})
 		} else {
 			p, err = executor.New(opts)
 		}
@@ -378,6 +385,14 @@ func (s *Server) builtinSandbox(name, dataDir string) (sandbox.Provider, error) 
 		return p, nil
 	}
 	return nil, fmt.Errorf("unknown sandbox %q (local, executor, bwrap)", name)
+}
+
+// workspaceUsers is implemented by sandbox providers whose environments
+// may open their workspace by its host path as another user (the executor
+// started as a session's user, bubblewrap started as the sandbox's uid):
+// the data folder must then let other users pass (datadir.Secure).
+type workspaceUsers interface {
+	OtherUsersReachWorkspaces() bool
 }
 
 // nodeID returns this server's stable identity (kept in the data folder),

@@ -3,7 +3,9 @@ package agentd_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
 	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/restapi"
 )
@@ -45,7 +48,14 @@ func TestDeadExecutorIsReplaced(t *testing.T) {
 // executor with kill; then, when fromOutside, an idle executor killed by
 // the test.
 func deadExecutor(t *testing.T, sb, kill string, fromOutside bool) {
-	p := testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + t.TempDir()}, "--data-dir", t.TempDir(), "--no-ui", "--sandbox", sb)
+	// The parents of the run and data folders must let the sandbox's uid
+	// pass (bwrap as root runs as an unprivileged uid).
+	base := sandboxtest.ShortTempDir(t, "gone")
+	runDir := filepath.Join(base, "run")
+	if err := os.Mkdir(runDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + runDir}, "--data-dir", filepath.Join(base, "data"), "--no-ui", "--sandbox", sb)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	c := p.Client

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -299,6 +300,15 @@ echo END`, victimWS, s.dataDir, s.pid, s.port, s.key[:half], s.key[half:], roots
 	}
 	healthy(t, ctx, s, "after the attacks")
 
+	// A set-uid copy of a shell left in the workspace for a local user
+	// (bubblewrap without users used to make it the host root's, in a
+	// workspace anyone could reach).
+	if out, failed := turn(t, ctx, s.c, attacker, `cp /usr/bin/bash ./rootsh && chmod 4755 ./rootsh && echo made`); failed || !strings.Contains(out, "made") {
+		t.Fatalf("set-uid copy: %q", out)
+	}
+	hostUserLockedOut(t, s.dataDir, filepath.Join(s.dataDir, "workspaces", attacker), "rootsh")
+	hostUserLockedOut(t, s.dataDir, victimWS, "secret.txt")
+
 	forkBomb(t, ctx, s, tc, victim, attacker)
 
 	// The victim's session is untouched.
@@ -306,6 +316,109 @@ echo END`, victimWS, s.dataDir, s.pid, s.port, s.key[:half], s.key[half:], roots
 		t.Fatalf("victim after the attacks: %q %v", out, failed)
 	}
 	healthy(t, ctx, s, "at the end")
+}
+
+// hostOutsider is a host uid without a passwd entry: any local user.
+const hostOutsider = 59979
+
+// hostUserLockedOut checks, as a local user of the host, that the file
+// name in workspace ws is out of reach (and, being an agent's file, is not
+// a set-uid program of the host's root), and that the data folder cannot
+// be listed.
+func hostUserLockedOut(t *testing.T, dataDir, ws, name string) {
+	t.Helper()
+	f := filepath.Join(ws, name)
+	fi, err := os.Lstat(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid == 0 && fi.Mode()&os.ModeSetuid != 0 {
+		t.Errorf("%s is a set-uid program of the host's root", f)
+	}
+	for _, argv := range [][]string{{f, "-p", "-c", "id -u"}, {"cat", f}, {"ls", ws}, {"ls", dataDir}} {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: hostOutsider, Gid: hostOutsider, Groups: []uint32{}}}
+		if out, err := cmd.CombinedOutput(); err == nil {
+			t.Errorf("a local user ran %q: %q", argv, out[:min(len(out), 200)])
+		}
+	}
+}
+
+// TestHostUsersLockedOut: with agents running as the server's user
+// (local, executor without users), the data folder and every workspace
+// are the server's alone: an install left open (0755) by an older version
+// is closed at start, and what agents leave in a workspace (a set-uid
+// shell, as root) is out of other local users' reach.
+func TestHostUsersLockedOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real servers")
+	}
+	if os.Getuid() != 0 {
+		t.Skip("runs commands as another local user")
+	}
+	for _, backend := range []string{"local", "executor"} {
+		t.Run(backend, func(t *testing.T) {
+			base := sandboxDir(t)
+			data := filepath.Join(base, "data")
+			old := filepath.Join(data, "workspaces", "old-session")
+			os.MkdirAll(old, 0o755)
+			for _, d := range []string{data, filepath.Join(data, "workspaces"), old} {
+				os.Chmod(d, 0o755)
+			}
+			os.WriteFile(filepath.Join(old, "notes.txt"), []byte("old"), 0o644)
+			run := filepath.Join(base, "run")
+			os.Mkdir(run, 0o755)
+			p := testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + run}, "--data-dir", data, "--no-ui", "--sandbox", backend)
+			for _, d := range []string{data, filepath.Join(data, "workspaces"), old} {
+				if fi, err := os.Stat(d); err != nil || fi.Mode().Perm() != 0o700 {
+					t.Errorf("%s: %v %v, want 0700", d, fi.Mode().Perm(), err)
+				}
+			}
+			hostUserLockedOut(t, data, old, "notes.txt")
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			id := newSession(t, ctx, p.Client)
+			if out, failed := turn(t, ctx, p.Client, id, `cp /usr/bin/bash ./rootsh && chmod 4755 ./rootsh && echo made`); failed || !strings.Contains(out, "made") {
+				t.Fatalf("set-uid copy: %q", out)
+			}
+			ws := filepath.Join(data, "workspaces", id)
+			if fi, err := os.Stat(ws); err != nil || fi.Mode().Perm() != 0o700 {
+				t.Errorf("new workspace: %v %v, want 0700", fi.Mode().Perm(), err)
+			}
+			// Here the copy is the host root's (agents run as the server):
+			// what matters is that nobody else reaches it.
+			cmd := exec.Command(filepath.Join(ws, "rootsh"), "-p", "-c", "id -u")
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: hostOutsider, Gid: hostOutsider, Groups: []uint32{}}}
+			if out, err := cmd.CombinedOutput(); err == nil {
+				t.Errorf("a local user ran the agent's set-uid shell: %q", out)
+			}
+			for _, argv := range [][]string{{"ls", ws}, {"ls", data}} {
+				cmd := exec.Command(argv[0], argv[1:]...)
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: hostOutsider, Gid: hostOutsider, Groups: []uint32{}}}
+				if out, err := cmd.CombinedOutput(); err == nil {
+					t.Errorf("a local user ran %q: %q", argv, out)
+				}
+			}
+		})
+	}
+}
+
+// sandboxDir is a folder other users may pass (as a real data folder's
+// parents are), removed at the test's end: not under /tmp where /srv
+// exists.
+func sandboxDir(t *testing.T) string {
+	t.Helper()
+	parent := ""
+	if fi, err := os.Stat("/srv"); err == nil && fi.IsDir() {
+		parent = "/srv"
+	}
+	base, err := os.MkdirTemp(parent, "iso")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	os.Chmod(base, 0o755)
+	return base
 }
 
 // forkBomb: a fork storm fails against the pids limit, a real fork bomb

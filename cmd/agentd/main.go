@@ -51,6 +51,7 @@ type serveCmd struct {
 	SandboxCPU         int           `help:"CPU limit of each executor/bwrap environment in percent of one core (0: none)." default:"0" env:"AGENTD_SANDBOX_CPU"`
 	SandboxLimits      string        `help:"How limits are enforced: auto (cgroups where possible, else rlimits), cgroup, rlimit, off." default:"auto" enum:"auto,cgroup,rlimit,off" env:"AGENTD_SANDBOX_LIMITS"`
 	SandboxReadOnly    []string      `help:"With --sandbox bwrap: more host paths shown read-only inside." env:"AGENTD_SANDBOX_READ_ONLY"`
+	SandboxUID         uint32        `help:"With --sandbox bwrap, a root server and neither --run-as-user nor --run-as-user-pool: the host uid sandboxes run as (their root is mapped to it; 0: 2000000000)." default:"0" env:"AGENTD_SANDBOX_UID"`
 	AgentNice          int           `help:"Niceness added to agent processes (0-19), so they yield the CPU to the server streaming their output; 0 runs them at the server's priority." default:"10" env:"AGENTD_AGENT_NICE"`
 	APIKey             string        `help:"Require this bearer key on /api/* and the WebSocket." env:"AGENTD_API_KEY"`
 	IdleTimeout        time.Duration `help:"Terminate an idle environment after this long." default:"15m" env:"AGENTD_IDLE_TIMEOUT"`
@@ -70,7 +71,7 @@ func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
 		Addr: c.Addr, DataDir: c.DataDir, StoreURL: c.Store, ProfilesDir: c.Profiles,
 		Sandbox: c.Sandbox, RunAsUser: c.RunAsUser, APIKey: c.APIKey, IdleTimeout: c.IdleTimeout,
 		AgentNice:     agentNice(c.AgentNice),
-		RunAsUserPool: c.RunAsUserPool, SandboxLimitMode: c.SandboxLimits, SandboxReadOnly: c.SandboxReadOnly,
+		RunAsUserPool: c.RunAsUserPool, SandboxLimitMode: c.SandboxLimits, SandboxReadOnly: c.SandboxReadOnly, SandboxUID: c.SandboxUID,
 		SandboxLimits:     sandbox.Limits{MemoryBytes: c.SandboxMemory, Pids: c.SandboxPids, CPUPercent: c.SandboxCPU},
 		PermissionTimeout: c.PermissionTimeout, MaxBody: c.MaxBody, DisableUI: c.NoUI, Logger: log,
 		DisableModelProxy: !c.ModelProxy, ModelProxyAddr: c.ModelProxyAddr, SessionTokenBudget: c.SessionTokenBudget,

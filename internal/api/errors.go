@@ -36,6 +36,13 @@ const (
 	CodeUnknownOp         = "UNKNOWN_OP"
 )
 
+// Error codes of the files API (docs/api.md).
+const (
+	CodeNotAFile            = "NOT_A_FILE"
+	CodeFileTooLarge        = "FILE_TOO_LARGE"
+	CodeRangeNotSatisfiable = "RANGE_NOT_SATISFIABLE"
+)
+
 // apiError is the JSON error body.
 type apiError = restapi.Error
 
@@ -44,9 +51,12 @@ type apiError = restapi.Error
 func classify(err error) (int, string) {
 	var mbe *http.MaxBytesError
 	var ce cursorError
+	var re rangeError
 	switch {
 	case errors.As(err, &ce):
 		return http.StatusBadRequest, CodeInvalidCursor
+	case errors.As(err, &re):
+		return http.StatusRequestedRangeNotSatisfiable, CodeRangeNotSatisfiable
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, CodeTooLarge
 	case errors.Is(err, session.ErrNotFound):
@@ -67,6 +77,10 @@ func classify(err error) (int, string) {
 		return http.StatusConflict, CodePermissionDone
 	case errors.Is(err, session.ErrInvalidRequest):
 		return http.StatusBadRequest, CodeBadRequest
+	case errors.Is(err, sandbox.ErrNotRegular):
+		return http.StatusBadRequest, CodeNotAFile
+	case errors.Is(err, sandbox.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge, CodeFileTooLarge
 	case errors.Is(err, sandbox.ErrInvalidPath):
 		return http.StatusBadRequest, CodeInvalidPath
 	case errors.Is(err, sandbox.ErrNotFound):

@@ -5,13 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"mime"
 	"net/http"
-	"path"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/eventlog"
@@ -159,17 +156,6 @@ func writeSSE(bw *bufio.Writer, rec eventlog.Record) {
 	bw.WriteString("\ndata: ")
 	bw.Write(rec.JSON) // compact JSON: no newlines
 	bw.WriteString("\n\n")
-}
-
-// contentType picks a type by extension, else sniffs text vs binary.
-func contentType(p string, data []byte) string {
-	if t := mime.TypeByExtension(path.Ext(p)); t != "" {
-		return t
-	}
-	if utf8.Valid(data) {
-		return "text/plain; charset=utf-8"
-	}
-	return "application/octet-stream"
 }
 
 // checkFilesPath rejects paths the mux would otherwise clean or redirect:

@@ -7,7 +7,6 @@ import (
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/profile"
 	"github.com/agentd/agentd/restapi"
@@ -247,22 +246,4 @@ func (s *Server) handleFiles(w http.ResponseWriter, r *http.Request) {
 		out.Files[i] = restapi.FileEntry(f)
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-func (s *Server) handleFile(w http.ResponseWriter, r *http.Request) {
-	p := r.PathValue("path")
-	if _, err := sandbox.CleanPath(p); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	data, err := s.cfg.Sessions.ReadFile(r.Context(), r.PathValue("id"), p)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.Header().Set("Content-Type", contentType(p, data))
-	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(data)
 }

@@ -37,6 +37,10 @@ type Config struct {
 	APIKey string
 	// MaxBody bounds request bodies (default 1 MiB).
 	MaxBody int64
+	// MaxFileBytes bounds what one GET of a workspace file sends: a whole
+	// file up to it, ranges totalling up to it (default
+	// DefaultMaxFileBytes).
+	MaxFileBytes int64
 	// Gatherer serves /metrics (default prometheus.DefaultGatherer).
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
@@ -90,6 +94,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 1 << 20
+	}
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = DefaultMaxFileBytes
 	}
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.DefaultGatherer

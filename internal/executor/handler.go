@@ -62,7 +62,9 @@ func (h *handler) HandleCall(ctx context.Context, c *Conn, req *Request) (any, e
 		if err := req.Decode(&p); err != nil {
 			return nil, err
 		}
-		data, err := e.cfg.Env.ReadFile(ctx, p.Path)
+		// The size is checked on the open file before anything is read:
+		// a file that cannot fit one message is never read into memory.
+		data, err := sandbox.ReadFileLimit(ctx, e.cfg.Env, p.Path, maxFileBytes(c.opts.MaxLine))
 		if err != nil {
 			return nil, errorFor(err)
 		}

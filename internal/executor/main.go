@@ -118,6 +118,13 @@ func Main(ctx context.Context, args []string) error {
 			ln.Close()
 			return fmt.Errorf("executor: --listen-fd %d is not a Unix socket listener", *listenFD)
 		}
+		// The server created the socket; from now on a client sees this
+		// executor, as the user it switched to, as its peer: a restarted
+		// server checks that before trusting the socket (Recover).
+		if err := relisten(ln); err != nil {
+			ln.Close()
+			return fmt.Errorf("executor: --listen-fd %d: %w", *listenFD, err)
+		}
 		cfg.Listener = ln
 	}
 

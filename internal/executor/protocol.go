@@ -74,7 +74,19 @@ const (
 	CodeUnavailable  = -32010 // no server connected to answer a callback
 	CodeSecretDenied = -32011 // secrets.get refused by the server
 	CodeNoProgram    = -32012 // exec.start: the program is not in PATH or not executable
+	CodeNotRegular   = -32013 // fs.read of a folder, FIFO, socket or device
 )
+
+// maxFileBytes is the largest file fs.read answers with a connection whose
+// messages may be maxLine bytes long: its data travels base64-encoded
+// (4 bytes per 3) in a JSON-RPC result.
+func maxFileBytes(maxLine int) int64 {
+	const envelope = 1024 // {"jsonrpc":"2.0","id":…,"result":{"data":"…"}}
+	if maxLine <= envelope {
+		return 0
+	}
+	return int64(maxLine-envelope) / 4 * 3
+}
 
 // Error is a JSON-RPC error object. It is what Conn.Call returns when the
 // peer answered with an error, and what handlers return to answer with a
@@ -97,6 +109,10 @@ func (e *Error) Is(target error) bool {
 		return target == sandbox.ErrTerminated
 	case CodeInvalidPath:
 		return target == sandbox.ErrInvalidPath
+	case CodeNotRegular:
+		return target == sandbox.ErrNotRegular || target == sandbox.ErrInvalidPath
+	case CodeTooLarge:
+		return target == sandbox.ErrTooLarge
 	case CodeExists:
 		return target == fs.ErrExist
 	case CodeNoProgram:
@@ -118,8 +134,12 @@ func errorFor(err error) *Error {
 		return nil
 	case errors.As(err, &pe):
 		return pe
+	case errors.Is(err, sandbox.ErrNotRegular):
+		return &Error{Code: CodeNotRegular, Message: err.Error()}
 	case errors.Is(err, sandbox.ErrInvalidPath):
 		return &Error{Code: CodeInvalidPath, Message: err.Error()}
+	case errors.Is(err, sandbox.ErrTooLarge):
+		return &Error{Code: CodeTooLarge, Message: err.Error()}
 	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, fs.ErrNotExist):
 		return &Error{Code: CodeNotFound, Message: err.Error()}
 	case errors.Is(err, sandbox.ErrTerminated), errors.Is(err, errShutdown):

@@ -9,9 +9,12 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"time"
@@ -27,6 +30,11 @@ var (
 	ErrNotFound = errors.New("sandbox: not found")
 	// ErrGone: a recorded environment no longer exists (its process died).
 	ErrGone = errors.New("sandbox: environment gone")
+	// ErrNotRegular: a file operation that needs a regular file met a
+	// folder, FIFO, socket or device. It is also an ErrInvalidPath.
+	ErrNotRegular = fmt.Errorf("%w: not a regular file", ErrInvalidPath)
+	// ErrTooLarge: a file over the size a read accepts.
+	ErrTooLarge = errors.New("sandbox: file too large")
 )
 
 // Spec describes an environment to create.
@@ -91,6 +99,60 @@ type Environment interface {
 	Terminate(ctx context.Context) error
 	// WorkDir is the workspace root as processes inside see it.
 	WorkDir() string
+}
+
+// FileOpener is implemented by environments that can hand out a workspace
+// file to stream instead of reading it whole (ReadFile). OpenFile opens only
+// regular files (ErrNotRegular otherwise), without blocking (a FIFO or
+// device is refused before anything waits on it) and without leaving the
+// workspace through a symlink. The file is the caller's to close; it stays
+// readable after the environment is terminated.
+type FileOpener interface {
+	OpenFile(ctx context.Context, path string) (FileReader, error)
+}
+
+// FileReader is an open regular workspace file. Info describes it as it
+// was when opened (fstat of the open file).
+type FileReader interface {
+	io.ReadSeekCloser
+	Info() FileInfo
+}
+
+// ReadFileLimit reads the file at path of env whole, refusing a file over
+// limit bytes with ErrTooLarge. With a FileOpener the size is checked on
+// the open file before anything is read, and at most limit+1 bytes are
+// read (a file growing meanwhile is refused too); otherwise the
+// environment's ReadFile bounds what it reads itself.
+func ReadFileLimit(ctx context.Context, env Environment, path string, limit int64) ([]byte, error) {
+	o, ok := env.(FileOpener)
+	if !ok {
+		data, err := env.ReadFile(ctx, path)
+		if err != nil {
+			return nil, err
+		}
+		if int64(len(data)) > limit {
+			return nil, fmt.Errorf("read %s: %w: %d bytes (limit %d)", path, ErrTooLarge, len(data), limit)
+		}
+		return data, nil
+	}
+	f, err := o.OpenFile(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	size := f.Info().Size
+	if size > limit {
+		return nil, fmt.Errorf("read %s: %w: %d bytes (limit %d)", path, ErrTooLarge, size, limit)
+	}
+	var b bytes.Buffer
+	b.Grow(int(size) + bytes.MinRead) // one allocation unless it grows meanwhile
+	if _, err := b.ReadFrom(io.LimitReader(f, limit+1)); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if int64(b.Len()) > limit {
+		return nil, fmt.Errorf("read %s: %w: it grew beyond %d bytes", path, ErrTooLarge, limit)
+	}
+	return b.Bytes(), nil
 }
 
 // Handler is implemented by environments that can be re-attached after a

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"errors"
 
@@ -55,6 +56,41 @@ func (m *Manager) ReadFile(ctx context.Context, id, path string) ([]byte, error)
 	})
 	return out, err
 }
+
+// OpenFile opens one regular workspace file to stream: through the live
+// environment when it is up, otherwise through a process-less view of the
+// folder. Environments that cannot hand out a file (no sandbox.FileOpener)
+// read it whole instead, up to maxRead bytes (sandbox.ErrTooLarge beyond).
+// The caller closes the file.
+func (m *Manager) OpenFile(ctx context.Context, id, path string, maxRead int64) (sandbox.FileReader, error) {
+	if _, err := sandbox.CleanPath(path); err != nil {
+		return nil, err
+	}
+	var out sandbox.FileReader
+	err := m.withFiles(ctx, id, func(e sandbox.Environment) error {
+		if o, ok := e.(sandbox.FileOpener); ok {
+			f, err := o.OpenFile(ctx, path)
+			out = f
+			return err
+		}
+		data, err := sandbox.ReadFileLimit(ctx, e, path, maxRead)
+		if err != nil {
+			return err
+		}
+		out = &memFile{Reader: bytes.NewReader(data), info: sandbox.FileInfo{Path: path, Size: int64(len(data)), Mode: 0o644}}
+		return nil
+	})
+	return out, err
+}
+
+// memFile is a FileReader over bytes read whole.
+type memFile struct {
+	*bytes.Reader
+	info sandbox.FileInfo
+}
+
+func (f *memFile) Info() sandbox.FileInfo { return f.info }
+func (f *memFile) Close() error           { return nil }
 
 // liveEnv returns the environment if it is up. It asks the owner only when
 // one runs; a nil answer means "use the folder".

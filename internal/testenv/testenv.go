@@ -183,6 +183,12 @@ func Binary(t testing.TB) string {
 			buildErr = err
 			return
 		}
+		// Sandboxes running as other uids (bwrap's sandbox uid, a user
+		// pool) execute this binary.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			buildErr = err
+			return
+		}
 		buildPath = filepath.Join(dir, "agentd")
 		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/agentd")
 		cmd.Dir = RepoRoot(t)

@@ -16,11 +16,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/agentd/agentd/internal/sandbox"
@@ -44,7 +46,18 @@ type Options struct {
 	// TmpSize bounds the private /tmp in bytes (0: the tmpfs default,
 	// half the RAM; its pages count against the memory limit anyway).
 	TmpSize int64
+	// SandboxUID is the host uid (and gid) a root server runs sandboxes
+	// as when neither RunAsUser nor UserPool is set (0: DefaultSandboxUID).
+	// Inside, it is root: the sandbox's user namespace maps its uid 0 to
+	// this uid, so nothing the sandbox makes (a set-uid copy of a shell,
+	// say) is the host root's.
+	SandboxUID uint32
 }
+
+// DefaultSandboxUID is Options.SandboxUID's default: a uid no system
+// allocates (above the ranges systemd and Debian assign, below 2^31) and
+// without a passwd entry.
+const DefaultSandboxUID = 2000000000
 
 // Provider creates bubblewrap environments. Safe for concurrent use.
 type Provider struct {
@@ -52,8 +65,9 @@ type Provider struct {
 }
 
 var (
-	_ sandbox.Provider  = (*Provider)(nil)
-	_ sandbox.Recoverer = (*Provider)(nil)
+	_ sandbox.Provider    = (*Provider)(nil)
+	_ sandbox.Recoverer   = (*Provider)(nil)
+	_ executor.PeerMapper = (*wrapper)(nil)
 )
 
 // New checks that bubblewrap works here and returns a Provider.
@@ -66,18 +80,44 @@ func New(opts Options) (*Provider, error) {
 		}
 	}
 	w := &wrapper{bwrap: bin, readOnly: opts.ReadOnly, tmpSize: opts.TmpSize, root: os.Getuid() == 0}
-	if err := w.probe(); err != nil {
+	if err := w.probe(-1, ""); err != nil {
 		return nil, fmt.Errorf("bwrap backend: %w", err)
 	}
 	eo := opts.Options
 	eo.Wrapper = w
-	// As root, bubblewrap builds the sandbox without a user namespace and
-	// the executor drops to the session's user itself: the executor's
-	// peer check then sees the server's real uid, and no user namespace
-	// is needed for users (some distributions restrict them).
+	if eo.Logger == nil {
+		eo.Logger = slog.Default()
+	}
+	eo.Logger = eo.Logger.With("wrapper", Name)
+	// As root with users, bubblewrap builds the sandbox without a user
+	// namespace and the executor drops to the session's user itself: the
+	// executor's peer check then sees the server's real uid, and no user
+	// namespace is needed for users (some distributions restrict them).
 	eo.SwitchUserInside = w.root
-	if eo.Logger != nil {
-		eo.Logger = eo.Logger.With("wrapper", Name)
+	if w.root && eo.RunAsUser == "" && len(eo.UserPool) == 0 {
+		// Root's sandbox is never the host's root: bubblewrap runs as the
+		// sandbox uid, unprivileged, in a user namespace whose uid 0 is
+		// that uid (so the sandbox keeps no nested user namespaces). Where
+		// such namespaces are not allowed, the executor switches to the
+		// uid itself (no user namespace).
+		uid := opts.SandboxUID
+		if uid == 0 {
+			uid = DefaultSandboxUID
+		}
+		eo.RunAsUser = strconv.FormatUint(uint64(uid), 10)
+		if err := w.probe(int(uid), ""); err != nil {
+			eo.Logger.Warn("bubblewrap cannot make a user namespace as the sandbox uid: the sandbox runs as that uid without one (no root inside, nested user namespaces possible)",
+				"uid", uid, "err", err)
+		} else {
+			eo.SwitchUserInside = false
+			bin := eo.Binary
+			if bin == "" {
+				bin, _ = os.Executable()
+			}
+			if err := w.probe(int(uid), bin); err != nil {
+				return nil, fmt.Errorf("bwrap backend: the sandbox uid %d cannot reach the agentd binary %s (every folder above it must let other users pass): %w", uid, bin, err)
+			}
+		}
 	}
 	p, err := executor.New(eo)
 	if err != nil {
@@ -112,24 +152,79 @@ var etcFiles = []string{
 	"/etc/terminfo", "/etc/mime.types", "/etc/gitconfig", "/etc/npmrc", "/etc/environment",
 }
 
-// namespaces are the flags that isolate: everything but, for a root server
-// starting the executor as root to switch users, the user namespace (see
-// New).
-func (w *wrapper) namespaces(switchUser bool) []string {
+// userMode is how bubblewrap runs and who the sandbox is.
+type userMode int
+
+const (
+	// asServer: bubblewrap runs as the (non-root) server, in a user
+	// namespace whose only uid is the server's.
+	asServer userMode = iota
+	// switchInside: a root bubblewrap without a user namespace; the
+	// executor switches to the session's user itself.
+	switchInside
+	// mappedRoot: bubblewrap runs as the sandbox's unprivileged host uid,
+	// in a user namespace mapping the sandbox's uid 0 to it.
+	mappedRoot
+)
+
+// mode is the userMode of a launch.
+func (w *wrapper) mode(l executor.Launch) userMode {
+	switch {
+	case l.SwitchUser:
+		return switchInside
+	case w.root && l.UID != 0:
+		return mappedRoot
+	}
+	return asServer
+}
+
+// PeerUID is the server's uid as the executor sees it (executor.PeerMapper):
+// in the mappedRoot mode the sandbox's user namespace maps only the sandbox
+// uid, so the (root) server is the overflow uid there. Only the server can
+// reach the executor's socket (0600, its own, in its run folder), so that
+// uid, which every unmapped user shares, admits no one else.
+func (w *wrapper) PeerUID(l executor.Launch) int {
+	if w.mode(l) != mappedRoot {
+		return os.Getuid()
+	}
+	return overflowUID()
+}
+
+// overflowUID is the uid the kernel shows for a uid a user namespace does
+// not map.
+func overflowUID() int {
+	b, err := os.ReadFile("/proc/sys/kernel/overflowuid")
+	if err != nil {
+		return 65534
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 65534
+	}
+	return n
+}
+
+// namespaces are the flags that isolate: everything, and the user
+// namespace unless a root bubblewrap leaves the switch of users to the
+// executor (see New).
+func (w *wrapper) namespaces(m userMode) []string {
 	args := []string{
 		"--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--hostname", "agentd",
 		// Own session: no TIOCSTI into a terminal of ours.
 		"--new-session",
 	}
-	if !switchUser {
+	if m != switchInside {
 		// A user namespace whose only uid is the sandbox's, and no
 		// further ones inside (less kernel surface for the agent).
 		args = append(args, "--unshare-user", "--disable-userns")
 	}
+	if m == mappedRoot {
+		args = append(args, "--uid", "0", "--gid", "0")
+	}
 	if w.root {
 		args = append(args, "--cap-drop", "ALL")
-		if switchUser {
+		if m == switchInside {
 			args = append(args, "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID")
 		}
 	}
@@ -138,15 +233,30 @@ func (w *wrapper) namespaces(switchUser bool) []string {
 
 // probe runs a trivial sandbox, so that a machine where bubblewrap cannot
 // work (no user namespaces for a non-root server, seccomp of a container)
-// fails at start with bubblewrap's own words.
-func (w *wrapper) probe() error {
+// fails at start with bubblewrap's own words. With uid >= 0 (a root
+// server) bubblewrap runs as that uid, in the mappedRoot mode, and shows
+// bin (when set), which the uid must be able to reach.
+func (w *wrapper) probe(uid int, bin string) error {
 	b := newBuilder(w.bwrap)
-	b.add(w.namespaces(false)...)
+	m := asServer
+	if uid >= 0 {
+		m = mappedRoot
+	}
+	b.add(w.namespaces(m)...)
 	w.system(b)
-	b.add("--proc", "/proc", "--dev", "/dev", "--", "true")
+	b.add("--proc", "/proc", "--dev", "/dev")
+	if bin != "" && !underSystem(bin) {
+		b.mount("--ro-bind", bin, bin, true)
+	}
+	b.add("--", "true")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, b.args[0], b.args[1:]...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, b.args[0], b.args[1:]...)
+	cmd.Dir = "/"
+	if uid >= 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}
+	}
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("bubblewrap does not work here: %v: %s", err, strings.TrimSpace(string(out)))
 	}
@@ -233,7 +343,7 @@ func (w *wrapper) Wrap(l executor.Launch) ([]string, error) {
 		return nil, errors.New("bwrap: no workspace or run folder")
 	}
 	b := newBuilder(w.bwrap)
-	b.add(w.namespaces(l.SwitchUser)...)
+	b.add(w.namespaces(w.mode(l))...)
 	w.system(b)
 	b.mount("--proc", "", "/proc", false)
 	b.mount("--dev", "", "/dev", false)
@@ -251,6 +361,7 @@ func (w *wrapper) Wrap(l executor.Launch) ([]string, error) {
 	if l.ModelProxyDir != "" {
 		private = append(private, l.ModelProxyDir)
 	}
+	mode := w.mode(l)
 	var shown []string
 	show := func(p string) {
 		for _, s := range shown {
@@ -261,8 +372,16 @@ func (w *wrapper) Wrap(l executor.Launch) ([]string, error) {
 		if _, err := os.Stat(p); err != nil {
 			return
 		}
+		// bubblewrap started as the sandbox's uid mounts only what
+		// that uid can reach (a PATH folder under /root cannot be).
+		if mode == mappedRoot && !reachable(p, uint32(l.UID), uint32(l.GID)) {
+			return
+		}
 		shown = append(shown, p)
 		b.mount("--ro-bind", p, p, true)
+	}
+	if mode == mappedRoot && !reachable(l.Argv[0], uint32(l.UID), uint32(l.GID)) {
+		return nil, fmt.Errorf("bwrap: the sandbox uid %d cannot reach the agentd binary %s: every folder above it must let other users pass", l.UID, l.Argv[0])
 	}
 	show(l.Argv[0])
 	for _, d := range pathDirs(l.Path, private) {
@@ -315,6 +434,42 @@ func pathDirs(path string, private []string) []string {
 		out = append(out, d)
 	}
 	return out
+}
+
+// reachable reports whether uid (with gid as its only group) may read p:
+// pass through every folder above it (symlinks resolved) and read it (and
+// pass through it, if a folder).
+func reachable(p string, uid, gid uint32) bool {
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return false
+	}
+	may := func(path string, want uint32) bool {
+		var st syscall.Stat_t
+		if err := syscall.Stat(path, &st); err != nil {
+			return false
+		}
+		perm := st.Mode & 0o7
+		switch {
+		case st.Uid == uid:
+			perm = st.Mode >> 6 & 0o7
+		case st.Gid == gid:
+			perm = st.Mode >> 3 & 0o7
+		}
+		if want&0o1 != 0 && st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+			want &^= 0o1 // a file need not be executable to be shown
+		}
+		return perm&want == want
+	}
+	for d := filepath.Dir(real); ; d = filepath.Dir(d) {
+		if !may(d, 0o1) {
+			return false
+		}
+		if d == "/" {
+			break
+		}
+	}
+	return may(real, 0o5)
 }
 
 func underSystem(d string) bool {

@@ -23,7 +23,7 @@ import (
 )
 
 func TestWrapCommandLine(t *testing.T) {
-	dir := t.TempDir()
+	dir := sandboxtest.ShortTempDir(t, "bw") // other users may pass
 	bin := filepath.Join(dir, "bin", "agentd")
 	tools := filepath.Join(dir, "tools")
 	data := filepath.Join(dir, "data")
@@ -68,12 +68,43 @@ func TestWrapCommandLine(t *testing.T) {
 	if strings.Index(line, "--tmpfs /tmp") > strings.Index(line, "--bind "+ws) {
 		t.Error("workspace bound before /tmp is mounted")
 	}
+	if w.PeerUID(l) != os.Getuid() {
+		t.Errorf("peer uid %d", w.PeerUID(l))
+	}
+	// Started as the sandbox's uid by a root server: its root is that uid,
+	// and the server is the overflow uid inside.
+	l.UID, l.GID = DefaultSandboxUID, DefaultSandboxUID
+	args, err = w.Wrap(l)
+	line = strings.Join(args, " ")
+	if err != nil || !strings.Contains(line, "--unshare-user --disable-userns --uid 0 --gid 0 --cap-drop ALL") {
+		t.Fatalf("mapped root: %v %s", err, line)
+	}
+	// What that uid cannot reach is not shown.
+	closed := filepath.Join(dir, "closed")
+	os.MkdirAll(filepath.Join(closed, "bin"), 0o755)
+	os.Chmod(closed, 0o700)
+	l.Path += ":" + filepath.Join(closed, "bin")
+	if args, err = w.Wrap(l); err != nil || strings.Contains(strings.Join(args, " "), closed) {
+		t.Fatalf("unreachable PATH folder shown: %v %s", err, args)
+	}
+	bl := l
+	bl.Argv = append([]string{filepath.Join(closed, "bin", "agentd")}, l.Argv[1:]...)
+	os.WriteFile(bl.Argv[0], nil, 0o755)
+	if _, err := w.Wrap(bl); err == nil || !strings.Contains(err.Error(), "cannot reach the agentd binary") {
+		t.Fatalf("unreachable binary: %v", err)
+	}
+	if w.PeerUID(l) != overflowUID() || overflowUID() == 0 {
+		t.Errorf("peer uid %d (overflow uid %d)", w.PeerUID(l), overflowUID())
+	}
 	// Switching users inside: no user namespace, the two capabilities.
 	l.SwitchUser = true
 	args, _ = w.Wrap(l)
 	line = strings.Join(args, " ")
-	if strings.Contains(line, "--unshare-user") || !strings.Contains(line, "--cap-drop ALL --cap-add CAP_SETUID --cap-add CAP_SETGID") {
+	if strings.Contains(line, "--unshare-user") || strings.Contains(line, "--uid") || !strings.Contains(line, "--cap-drop ALL --cap-add CAP_SETUID --cap-add CAP_SETGID") {
 		t.Fatalf("switch user: %s", line)
+	}
+	if w.PeerUID(l) != os.Getuid() {
+		t.Errorf("peer uid %d", w.PeerUID(l))
 	}
 	if _, err := w.Wrap(executor.Launch{Argv: []string{"agentd"}, Workspace: "/w", RunDir: "/r"}); err == nil {
 		t.Fatal("relative binary accepted")
@@ -392,6 +423,132 @@ func TestTerminateKillsEverything(t *testing.T) {
 			if env, _ := os.ReadFile("/proc/" + e.Name() + "/environ"); strings.Contains(string(env), h.Dir) || strings.Contains(string(env), "ws") {
 				t.Fatalf("daemon %s survived", e.Name())
 			}
+		}
+	}
+}
+
+// TestRootSandboxIsNotHostRoot: with a root server and no users, the
+// sandbox's root is an unprivileged host uid. An agent that copied a shell
+// and made it set-uid used to leave a set-uid-root shell in a workspace
+// any local user could reach; now the copy is the sandbox uid's, the
+// workspace is closed to other users, and nested user namespaces stay
+// refused.
+func TestRootSandboxIsNotHostRoot(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("the server's root is what is mapped away")
+	}
+	p, dir := newProvider(t, nil)
+	data := filepath.Join(dir, "data")
+	os.MkdirAll(filepath.Join(data, "workspaces"), 0o711)
+	ws := filepath.Join(data, "workspaces", "s1")
+	env := sandboxtest.Create(t, p, sandbox.Spec{SessionID: "suid", Workspace: ws})
+	o, e, st := sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c",
+		`id -u; cp /usr/bin/bash ./rootsh && chmod 4755 ./rootsh && echo copied; unshare -U true 2>/dev/null && echo NESTED USERNS; grep CapEff /proc/self/status`}})
+	if !st.Success() || !strings.HasPrefix(o, "0\n") || !strings.Contains(o, "copied") || strings.Contains(o, "NESTED") || !strings.Contains(o, "CapEff:\t0000000000000000") {
+		t.Fatalf("inside: %q %q %+v", o, e, st)
+	}
+	var fst, wst syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(ws, "rootsh"), &fst); err != nil {
+		t.Fatal(err)
+	}
+	if fst.Uid != DefaultSandboxUID || fst.Gid != DefaultSandboxUID {
+		t.Fatalf("the sandbox's file is owned by %d:%d on the host, want %d", fst.Uid, fst.Gid, DefaultSandboxUID)
+	}
+	syscall.Stat(ws, &wst)
+	if wst.Uid != DefaultSandboxUID || wst.Mode&0o777 != 0o700 {
+		t.Fatalf("workspace %o owned by %d", wst.Mode&0o777, wst.Uid)
+	}
+	// Another host user gets nowhere near it.
+	const other = 59983
+	cmd := exec.Command(filepath.Join(ws, "rootsh"), "-p", "-c", "id -u")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: other, Gid: other, Groups: []uint32{}}}
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Fatalf("another user ran the sandbox's set-uid copy: %q", out)
+	}
+	// The server still reads and writes the workspace, and takes it back
+	// when the environment ends (files keep their owner).
+	if err := env.WriteFile(bg, "from-server", []byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Terminate(bg); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Stat(ws, &wst)
+	if wst.Uid != 0 || wst.Mode&0o777 != 0o700 {
+		t.Fatalf("workspace after Terminate: %o owned by %d", wst.Mode&0o777, wst.Uid)
+	}
+	// A new environment on it gets it back, with what the server wrote
+	// meanwhile (root's file becomes the sandbox uid's).
+	if err := os.WriteFile(filepath.Join(ws, "restored"), []byte("r"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env2 := sandboxtest.Create(t, p, sandbox.Spec{SessionID: "suid", Workspace: ws})
+	o, e, st = sandboxtest.Run(t, env2, sandbox.Cmd{Argv: []string{"sh", "-c", `cat restored && echo more >> restored && stat -c '%u' restored rootsh`}})
+	if !st.Success() || o != "r0\n0\n" {
+		t.Fatalf("second environment: %q %q %+v", o, e, st)
+	}
+	for _, f := range []string{"restored", "rootsh"} {
+		syscall.Stat(filepath.Join(ws, f), &fst)
+		if fst.Uid != DefaultSandboxUID {
+			t.Fatalf("%s owned by %d on the host", f, fst.Uid)
+		}
+	}
+}
+
+// TestRootSandboxWithoutUserNamespaces: where the sandbox uid may not make
+// a user namespace, a root server's sandbox still is not the host's root:
+// the executor switches to that uid itself.
+func TestRootSandboxWithoutUserNamespaces(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("the server's root is what is mapped away")
+	}
+	needBwrap(t)
+	real, _ := exec.LookPath("bwrap")
+	dir := sandboxtest.ShortTempDir(t, "bu")
+	fake := filepath.Join(dir, "bwrap")
+	script := "#!/bin/sh\nif [ \"$(id -u)\" != 0 ]; then echo 'bwrap: setting up uid map: Permission denied' >&2; exit 1; fi\nexec " + real + " \"$@\"\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := testOptions(dir)
+	opts.Bwrap = fake
+	p, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(dir, "ws")
+	env := sandboxtest.Create(t, p, sandbox.Spec{SessionID: "nouserns", Workspace: ws})
+	o, e, st := sandboxtest.Run(t, env, sandbox.Cmd{Argv: []string{"sh", "-c", `id -u; touch made`}})
+	if !st.Success() || o != strconv.Itoa(DefaultSandboxUID)+"\n" {
+		t.Fatalf("inside: %q %q %+v", o, e, st)
+	}
+	var fst syscall.Stat_t
+	syscall.Stat(filepath.Join(ws, "made"), &fst)
+	if fst.Uid != DefaultSandboxUID {
+		t.Fatalf("file owned by %d", fst.Uid)
+	}
+}
+
+func TestReachable(t *testing.T) {
+	dir := sandboxtest.ShortTempDir(t, "br")
+	closed := filepath.Join(dir, "closed")
+	passable := filepath.Join(dir, "passable")
+	os.MkdirAll(filepath.Join(closed, "bin"), 0o755)
+	os.MkdirAll(filepath.Join(passable, "bin"), 0o755)
+	os.Chmod(closed, 0o700)
+	os.Chmod(passable, 0o711)
+	os.WriteFile(filepath.Join(passable, "bin", "tool"), nil, 0o755)
+	os.WriteFile(filepath.Join(passable, "secret"), nil, 0o600)
+	os.Symlink(filepath.Join(closed, "bin"), filepath.Join(passable, "link"))
+	const uid = DefaultSandboxUID
+	for p, want := range map[string]bool{
+		"/usr/bin": true, "/etc/passwd": true,
+		filepath.Join(closed, "bin"): false, filepath.Join(passable, "bin"): true,
+		filepath.Join(passable, "bin", "tool"): true, filepath.Join(passable, "secret"): false,
+		filepath.Join(passable, "link"): false, filepath.Join(dir, "missing"): false,
+	} {
+		if got := reachable(p, uid, uid); got != want {
+			t.Errorf("reachable(%s) = %v, want %v", p, got, want)
 		}
 	}
 }

@@ -2,71 +2,10 @@ package executor
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"syscall"
 )
-
-// ProtectDataDir prepares the server's data folder for sandboxes that run
-// as other users: they must reach their workspace
-// (<dataDir>/workspaces/<id>) and nothing else. The folder and workspaces/
-// become 0711 (passable, not listable) and every other entry of the folder
-// (the database and its WAL and shared-memory files, node-id, …) loses
-// all group and other permissions. SQLite creates its -wal and -shm files
-// with the database's mode, so they stay closed too.
-//
-// What another component creates later directly in the data folder with a
-// world-readable mode is not covered: its name is guessable.
-//
-// It fails when a parent of the folder cannot be passed by other users:
-// sessions running as them could not reach their workspace.
-func ProtectDataDir(dataDir string) error {
-	abs, err := filepath.Abs(dataDir)
-	if err != nil {
-		return fmt.Errorf("protect data dir: %w", err)
-	}
-	for d := filepath.Dir(abs); ; d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		if err != nil {
-			return fmt.Errorf("protect data dir: %w", err)
-		}
-		if fi.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("protect data dir: %s (mode %v) cannot be passed by other users, so sessions running as them could not reach their workspaces under %s: put the data folder where every parent is at least 0711", d, fi.Mode().Perm(), abs)
-		}
-		if d == "/" {
-			break
-		}
-	}
-	if err := os.MkdirAll(filepath.Join(dataDir, "workspaces"), 0o711); err != nil {
-		return fmt.Errorf("protect data dir: %w", err)
-	}
-	for _, d := range []string{dataDir, filepath.Join(dataDir, "workspaces")} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			return fmt.Errorf("protect data dir: %w", err)
-		}
-	}
-	ents, err := os.ReadDir(dataDir)
-	if err != nil {
-		return fmt.Errorf("protect data dir: %w", err)
-	}
-	for _, e := range ents {
-		if e.Name() == "workspaces" || e.Type()&fs.ModeSymlink != 0 {
-			continue
-		}
-		info, err := e.Info()
-		if err != nil {
-			continue // gone meanwhile
-		}
-		if m := info.Mode().Perm(); m&0o077 != 0 {
-			if err := os.Chmod(filepath.Join(dataDir, e.Name()), m&^0o077); err != nil {
-				return fmt.Errorf("protect data dir: %w", err)
-			}
-		}
-	}
-	return nil
-}
 
 // chownTree gives the workspace at root to uid/gid, safely although its
 // previous owner may still be changing it: every path is resolved inside
@@ -99,10 +38,13 @@ func chownTree(root string, uid, gid int) error {
 		if p == "." {
 			return nil
 		}
-		if d.Type().IsRegular() {
-			if info, err := d.Info(); err == nil {
-				if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 && st.Uid == server {
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				if d.Type().IsRegular() && st.Nlink > 1 && st.Uid == server {
 					return nil
+				}
+				if int(st.Uid) == uid && int(st.Gid) == gid {
+					return nil // already the user's (most of a workspace given again)
 				}
 			}
 		}

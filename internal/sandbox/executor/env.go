@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -62,6 +63,7 @@ var (
 	_ sandbox.Handler     = (*Environment)(nil)
 	_ sandbox.Attacher    = (*Environment)(nil)
 	_ sandbox.WatchSyncer = (*Environment)(nil)
+	_ sandbox.FileOpener  = (*Environment)(nil)
 )
 
 func newEnvironment(p *Provider, spec sandbox.Spec, h Handle) *Environment {
@@ -95,18 +97,31 @@ func (e *Environment) forgetLive(p *process) {
 	e.mu.Unlock()
 }
 
-// connect dials the executor and checks it with ping. On a ping failure
-// the client stays set for the caller to close.
-func (e *Environment) connect(ctx context.Context) error {
+// connect dials the executor and checks it with ping. verify, when set,
+// checks the peer credentials of the socket before anything is sent. On a
+// ping failure the client stays set for the caller to close.
+func (e *Environment) connect(ctx context.Context, verify func(pid, uid int) error) error {
 	opts := rpc.ConnOptions{Logger: e.log, AcceptBinary: true}
 	if f := e.p.opts.OnCall; f != nil {
 		sid := e.spec.SessionID
 		opts.OnCall = func(method string, n int, err error, d time.Duration) { f(sid, method, n, err, d) }
 	}
-	c, err := rpc.Dial(ctx, e.handle.Socket, (*connHandler)(e), opts)
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", e.handle.Socket)
 	if err != nil {
-		return err
+		return fmt.Errorf("dial executor: %w", err)
 	}
+	if verify != nil {
+		pid, uid, err := rpc.PeerCred(nc)
+		if err == nil {
+			err = verify(pid, uid)
+		}
+		if err != nil {
+			nc.Close()
+			return err
+		}
+	}
+	c := rpc.NewClient(rpc.NewConn(nc, (*connHandler)(e), opts))
 	e.client = c
 	ping, err := c.Ping(ctx)
 	if err != nil {
@@ -344,6 +359,23 @@ func (e *Environment) ReadFile(ctx context.Context, path string) ([]byte, error)
 		r.Data = []byte{}
 	}
 	return r.Data, nil
+}
+
+// OpenFile opens a workspace file to stream (sandbox.FileOpener). The
+// workspace is a folder of this host: the server opens it itself, as the
+// local backend does (regular files only, non-blocking, symlinks followed
+// inside the workspace only), instead of moving it through the executor
+// in one message (ReadFile, about 12 MiB at most).
+func (e *Environment) OpenFile(ctx context.Context, path string) (sandbox.FileReader, error) {
+	if err := e.usable(); err != nil {
+		return nil, err
+	}
+	view, err := e.p.files.Create(ctx, sandbox.Spec{SessionID: e.spec.SessionID, Workspace: e.spec.Workspace})
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer view.Terminate(context.Background())
+	return view.(sandbox.FileOpener).OpenFile(ctx, path)
 }
 
 // WriteFile writes a workspace file (atomically, as the local backend does).

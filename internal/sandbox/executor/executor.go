@@ -16,11 +16,13 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	rpc "github.com/agentd/agentd/internal/executor"
 	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor/cgroup"
+	"github.com/agentd/agentd/internal/sandbox/local"
 )
 
 // Name is the backend name given to --sandbox.
@@ -53,7 +55,9 @@ type Options struct {
 	Binary string
 	// RunDir holds each environment's socket, log and output spool.
 	// Default: $XDG_RUNTIME_DIR/agentd, else <temp>/agentd-<uid>. Keep it
-	// short: a socket path is limited to 107 bytes.
+	// short: a socket path is limited to 107 bytes. It must be the
+	// server's: New refuses a folder of another user, a symlink, one
+	// others may write, or one under a parent others may change.
 	RunDir string
 	// RunAsUser, when set, is the user (name or uid) the executor and so
 	// every process of the environment run as. The workspace is chowned to
@@ -138,6 +142,7 @@ type Provider struct {
 	cred *credential // nil without RunAsUser
 	pool *userPool   // nil without UserPool
 
+	files     *local.Provider // process-less views of workspaces (OpenFile)
 	cg        *cgroup.Manager // nil: no cgroups
 	rlimits   bool            // enforce what rlimits can
 	limitsHow string
@@ -186,7 +191,7 @@ func New(opts Options) (*Provider, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	p := &Provider{opts: opts, log: opts.Logger.With("sandbox", Name)}
+	p := &Provider{opts: opts, log: opts.Logger.With("sandbox", Name), files: local.New(local.Options{Logger: opts.Logger})}
 	switch {
 	case len(opts.UserPool) > 0:
 		if os.Getuid() != 0 {
@@ -196,24 +201,45 @@ func New(opts Options) (*Provider, error) {
 		if err != nil {
 			return nil, fmt.Errorf("executor backend: %w", err)
 		}
-		if p.pool, err = newUserPool(users, filepath.Join(opts.RunDir, "users")); err != nil {
+		if err := ensureRunDir(opts.RunDir, !p.switchInside()); err != nil {
 			return nil, fmt.Errorf("executor backend: %w", err)
 		}
-		if err := os.Chmod(opts.RunDir, 0o711); err != nil {
+		if p.pool, err = newUserPool(users, filepath.Join(opts.RunDir, "users")); err != nil {
 			return nil, fmt.Errorf("executor backend: %w", err)
 		}
 	case opts.RunAsUser != "":
 		c, err := lookupUser(opts.RunAsUser)
+		if err != nil && isDigits(opts.RunAsUser) {
+			// A uid without a passwd entry, as in a pool.
+			if n, perr := strconv.ParseUint(opts.RunAsUser, 10, 32); perr == nil {
+				c, err = uidCredential(uint32(n)), nil
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("executor backend: run as %q: %w", opts.RunAsUser, err)
 		}
 		p.cred = c
+	}
+	if err := ensureRunDir(opts.RunDir, p.sharedRunDir()); err != nil {
+		return nil, fmt.Errorf("executor backend: %w", err)
 	}
 	if err := p.setupLimits(); err != nil {
 		return nil, fmt.Errorf("executor backend: %w", err)
 	}
 	return p, nil
 }
+
+// OtherUsersReachWorkspaces reports whether environments run as other
+// users who open their workspace by its host path (not mounted for them
+// by a root wrapper): the folders above a workspace must let them pass.
+func (p *Provider) OtherUsersReachWorkspaces() bool {
+	return (p.pool != nil || p.cred != nil) && !p.switchInside()
+}
+
+// sharedRunDir reports whether executors run as other users who must
+// pass through the run folder to their own folders in it (not when a root
+// wrapper mounts those for them).
+func (p *Provider) sharedRunDir() bool { return p.OtherUsersReachWorkspaces() }
 
 func lookupUser(name string) (*credential, error) {
 	u, err := user.Lookup(name)
@@ -261,6 +287,10 @@ type Handle struct {
 	// InnerPID is the executor's pid as it sees itself, when it runs in a
 	// pid namespace of its own (PID is then its wrapper's).
 	InnerPID int `json:"innerPid,omitempty"`
+	// OwnSocket: the executor called listen() on its socket itself, so
+	// the socket's peer credentials are its own (set by this version's
+	// Create; Recover then checks them strictly).
+	OwnSocket bool `json:"ownSocket,omitempty"`
 }
 
 // Recover re-attaches to the executor described by handle. A dead
@@ -284,7 +314,11 @@ func (p *Provider) Recover(ctx context.Context, spec sandbox.Spec, handle json.R
 	e := newEnvironment(p, spec, h)
 	cctx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
 	defer cancel()
-	if err := e.connect(cctx); err != nil {
+	if err := e.connect(cctx, func(pid, uid int) error { return p.checkPeer(h, pid, uid) }); err != nil {
+		if errors.Is(err, errImpostor) {
+			p.log.Error("executor socket answered by another process: not re-attaching", "session", spec.SessionID, "socket", h.Socket, "err", err)
+			return nil, fmt.Errorf("recover executor: %w: %v", sandbox.ErrGone, err)
+		}
 		var pe *rpc.Error
 		if errors.Is(err, ErrIncompatible) || errors.As(err, &pe) || cctx.Err() != nil {
 			return nil, fmt.Errorf("recover executor: %w", err)
@@ -307,6 +341,87 @@ func (p *Provider) Recover(ctx context.Context, spec sandbox.Spec, handle json.R
 	}
 	p.log.Info("executor recovered", "session", spec.SessionID, "pid", h.PID, "socket", h.Socket)
 	return e, nil
+}
+
+// errImpostor: the process listening on an executor's socket is not that
+// executor.
+var errImpostor = errors.New("socket not served by the recorded executor")
+
+// checkPeer checks the credentials of the process serving an executor's
+// socket (SO_PEERCRED) before anything is sent to it: a socket another
+// process put at that path could otherwise be handed commands, secrets
+// and permission answers. Its uid must be the environment's (the
+// server's own without a user). An executor of this version called
+// listen() itself (Handle.OwnSocket): the pid must be the executor's,
+// which under bubblewrap is the process of the wrapper's pid namespace
+// whose own pid there is InnerPID. An older executor serves the socket
+// the server created, whose credentials are that server's: the server's
+// uid is accepted then, as the one who could have made it.
+func (p *Provider) checkPeer(h Handle, pid, uid int) error {
+	want := os.Getuid()
+	if h.UID != 0 {
+		want = int(h.UID)
+	}
+	if !h.OwnSocket {
+		if uid != want && uid != os.Getuid() {
+			return fmt.Errorf("%w: its uid is %d, not %d", errImpostor, uid, want)
+		}
+		return nil
+	}
+	if uid != want {
+		return fmt.Errorf("%w: its uid is %d, not %d", errImpostor, uid, want)
+	}
+	if !executorPID(h, pid) {
+		return fmt.Errorf("%w: it is pid %d, not the executor (pid %d, inner pid %d)", errImpostor, pid, h.PID, h.InnerPID)
+	}
+	return nil
+}
+
+// executorPID reports whether pid (as this process sees it) is the
+// executor h describes: h.PID itself, or, in a pid namespace of its own,
+// a descendant of h.PID (bubblewrap) whose pid in its innermost namespace
+// is h.InnerPID.
+func executorPID(h Handle, pid int) bool {
+	if h.InnerPID == 0 {
+		return pid == h.PID
+	}
+	st, err := readStatus(pid)
+	if err != nil {
+		return false
+	}
+	ns := strings.Fields(st["NSpid"])
+	if len(ns) < 2 || ns[len(ns)-1] != strconv.Itoa(h.InnerPID) {
+		return false
+	}
+	for depth, cur := 0, pid; depth < 4; depth++ {
+		ppid, err := strconv.Atoi(st["PPid"])
+		if err != nil || ppid <= 1 {
+			return false
+		}
+		if ppid == h.PID {
+			return true
+		}
+		cur = ppid
+		if st, err = readStatus(cur); err != nil {
+			return false
+		}
+	}
+	return false
+}
+
+// readStatus reads the "Key:\tvalue" lines of /proc/<pid>/status.
+func readStatus(pid int) (map[string]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			out[k] = strings.TrimSpace(v)
+		}
+	}
+	return out, nil
 }
 
 // cleanupGone releases what an executor that died while the server was

@@ -367,39 +367,6 @@ func TestChownTreeStaysInside(t *testing.T) {
 	}
 }
 
-func TestProtectDataDir(t *testing.T) {
-	dir := filepath.Join(sandboxtest.ShortTempDir(t, "sx"), "data")
-	os.Mkdir(dir, 0o755)
-	os.WriteFile(filepath.Join(dir, "agentd.db"), nil, 0o644)
-	os.WriteFile(filepath.Join(dir, "node-id"), nil, 0o644)
-	os.Mkdir(filepath.Join(dir, "artifacts"), 0o755)
-	os.Symlink("/etc/passwd", filepath.Join(dir, "link"))
-	if err := ProtectDataDir(dir); err != nil {
-		t.Fatal(err)
-	}
-	for p, want := range map[string]os.FileMode{
-		dir: 0o711, filepath.Join(dir, "workspaces"): 0o711, filepath.Join(dir, "agentd.db"): 0o600,
-		filepath.Join(dir, "node-id"): 0o600, filepath.Join(dir, "artifacts"): 0o700,
-	} {
-		fi, err := os.Stat(p)
-		if err != nil || fi.Mode().Perm() != want {
-			t.Errorf("%s: %v %v, want %v", p, fi.Mode().Perm(), err, want)
-		}
-	}
-	if fi, _ := os.Stat("/etc/passwd"); fi.Mode().Perm() != 0o644 {
-		t.Fatal("followed a symlink")
-	}
-	if err := ProtectDataDir(filepath.Join(dir, "agentd.db", "x")); err == nil {
-		t.Fatal("bad data dir accepted")
-	}
-	// A parent other users cannot pass.
-	closed := filepath.Join(dir, "closed")
-	os.Mkdir(closed, 0o700)
-	if err := ProtectDataDir(filepath.Join(closed, "data")); err == nil || !strings.Contains(err.Error(), "cannot be passed") {
-		t.Fatalf("closed parent: %v", err)
-	}
-}
-
 func TestLimitModes(t *testing.T) {
 	for _, s := range []string{"", "auto", "cgroup", "rlimit", "off"} {
 		if _, err := ParseLimitMode(s); err != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,9 +114,14 @@ func uidCredential(uid uint32) *credential {
 	return &credential{uid: uid, gid: uid, home: "/", name: strconv.FormatUint(uint64(uid), 10)}
 }
 
+// newUserPool makes lockDir (in a run folder ensureRunDir checked): the
+// server's, 0700.
 func newUserPool(users []*credential, lockDir string) (*userPool, error) {
-	if err := os.MkdirAll(lockDir, 0o700); err != nil {
+	if err := os.Mkdir(lockDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("user pool: %w", err)
+	}
+	if _, err := checkOwnDir(lockDir); err != nil {
+		return nil, fmt.Errorf("user pool: lock folder %s: %w", lockDir, err)
 	}
 	if err := os.Chmod(lockDir, 0o700); err != nil {
 		return nil, fmt.Errorf("user pool: %w", err)
@@ -135,7 +139,7 @@ func (p *userPool) acquire() (*credential, *os.File, error) {
 	for i := range p.users {
 		j := (p.next + i) % len(p.users)
 		c := p.users[j]
-		f, err := os.OpenFile(filepath.Join(p.lockDir, strconv.FormatUint(uint64(c.uid), 10)+".lock"), os.O_CREATE|os.O_RDWR|syscall.O_CLOEXEC, 0o600)
+		f, err := openLockFile(p.lockDir, strconv.FormatUint(uint64(c.uid), 10)+".lock")
 		if err != nil {
 			return nil, nil, fmt.Errorf("user pool: %w", err)
 		}

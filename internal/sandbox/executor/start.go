@@ -48,7 +48,9 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 	if err != nil {
 		return nil, fmt.Errorf("create executor: %w", err)
 	}
-	if err := os.MkdirAll(ws, 0o755); err != nil {
+	// The session's alone (given to its user below, if any): no other
+	// user may reach what its agents leave there.
+	if err := os.MkdirAll(ws, 0o700); err != nil {
 		return nil, fmt.Errorf("create executor: %w", err)
 	}
 	name := runName(spec.SessionID)
@@ -84,10 +86,12 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 		}
 		undo = append(undo, func() { _ = revokeWorkspace(ws) })
 	}
-	if err := p.makeRunDir(dir, cred); err != nil {
+	logFile, err := p.makeRunDir(dir, cred)
+	if err != nil {
 		return fail(err)
 	}
 	undo = append(undo, func() {
+		logFile.Close()
 		_ = os.Remove(socket)
 		_ = os.RemoveAll(dir)
 		_ = os.RemoveAll(proxyDir(dir))
@@ -123,15 +127,9 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 	if err != nil {
 		return fail(err)
 	}
-	logFile, err := os.OpenFile(filepath.Join(dir, "executor.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		lnFile.Close()
-		return fail(err)
-	}
 	argv, err := p.command(spec, ws, dir, cred, lock != nil)
 	if err != nil {
 		lnFile.Close()
-		logFile.Close()
 		return fail(err)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -175,7 +173,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 	sctx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
 	defer cancel()
 	connected := make(chan error, 1)
-	go func() { connected <- e.connect(sctx) }()
+	go func() { connected <- e.connect(sctx, nil) }()
 	exitedEarly := false
 	select {
 	case err = <-connected:
@@ -206,6 +204,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 		return fail(fmt.Errorf("%s; executor log: %s", why, logTail(dir)))
 	}
 	e.handle.StartedAt = e.ping.StartedAt
+	e.handle.OwnSocket = true // it called listen() itself (see Recover)
 	if e.ping.PID != e.handle.PID {
 		e.handle.InnerPID = e.ping.PID // in a pid namespace of its own
 	}
@@ -227,7 +226,6 @@ func (p *Provider) command(spec sandbox.Spec, ws, dir string, cred *credential, 
 		"--workspace", ws,
 		"--session", spec.SessionID,
 		"--spool-dir", filepath.Join(dir, "spool"),
-		"--peer-uid", strconv.Itoa(os.Getuid()),
 		"--path", p.opts.Path,
 	}
 	if p.opts.Nice > 0 {
@@ -274,16 +272,23 @@ func (p *Provider) command(spec sandbox.Spec, ws, dir string, cred *credential, 
 		}
 		argv = append(argv, "--uid", strconv.Itoa(uid), "--gid", strconv.Itoa(gid), "--groups", strings.Join(gs, ","))
 	}
+	launch := Launch{
+		Spec: spec, Workspace: ws, RunDir: dir, Path: p.opts.Path,
+		UID: uid, GID: gid, SwitchUser: switchUser,
+	}
+	if p.opts.ModelProxy != nil {
+		launch.ModelProxyDir = proxyDir(dir)
+	}
+	// The only uid the executor accepts: the server's, as it sees it.
+	peer := os.Getuid()
+	if pm, ok := p.opts.Wrapper.(PeerMapper); ok {
+		peer = pm.PeerUID(launch)
+	}
+	argv = append(argv, "--peer-uid", strconv.Itoa(peer))
 	switch {
 	case p.opts.Wrapper != nil:
-		l := Launch{
-			Argv: argv, Spec: spec, Workspace: ws, RunDir: dir, Path: p.opts.Path,
-			UID: uid, GID: gid, SwitchUser: switchUser,
-		}
-		if p.opts.ModelProxy != nil {
-			l.ModelProxyDir = proxyDir(dir)
-		}
-		wrapped, err := p.opts.Wrapper.Wrap(l)
+		launch.Argv = argv
+		wrapped, err := p.opts.Wrapper.Wrap(launch)
 		if err != nil {
 			return nil, fmt.Errorf("wrap executor: %w", err)
 		}
@@ -307,30 +312,35 @@ func (p *Provider) executorEnv(cred *credential) []string {
 	return append(env, p.opts.ExecutorEnv...)
 }
 
-// makeRunDir creates the run folder (0711: the executor's user may pass
-// through to its own folder, nobody may list it) and the environment's
-// folder inside it (0700, owned by the executor's user).
-func (p *Provider) makeRunDir(dir string, cred *credential) error {
-	if err := os.MkdirAll(p.opts.RunDir, 0o711); err != nil {
-		return err
+// makeRunDir checks the run folder (made again if something removed it;
+// 0711 with users: the executor's user may pass through to its own
+// folder, nobody may list it) and creates the environment's folder inside
+// it (0700, given to the executor's user) with its log file, opened
+// while the folder is still the server's alone (0600, the server's: the
+// executor writes it through its inherited stdout).
+func (p *Provider) makeRunDir(dir string, cred *credential) (*os.File, error) {
+	if err := ensureRunDir(p.opts.RunDir, p.sharedRunDir()); err != nil {
+		return nil, err
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
-		return err
+		return nil, err
 	}
 	if err := os.Mkdir(filepath.Join(dir, "spool"), 0o700); err != nil {
-		return err
+		return nil, err
+	}
+	logFile, err := os.OpenFile(filepath.Join(dir, "executor.log"), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
 	}
 	if cred != nil {
-		if err := os.Chmod(p.opts.RunDir, 0o711); err != nil {
-			return err
-		}
 		for _, d := range []string{dir, filepath.Join(dir, "spool")} {
 			if err := os.Chown(d, int(cred.uid), int(cred.gid)); err != nil {
-				return err
+				logFile.Close()
+				return nil, err
 			}
 		}
 	}
-	return nil
+	return logFile, nil
 }
 
 // listen creates the listening socket (0600) and returns it as a file to
@@ -376,7 +386,7 @@ func runName(sessionID string) string {
 
 // logTail returns the end of an executor's log, for error messages.
 func logTail(dir string) string {
-	b, err := os.ReadFile(filepath.Join(dir, "executor.log"))
+	b, err := readTail(filepath.Join(dir, "executor.log"), 2000)
 	if err != nil {
 		return "(no log: " + err.Error() + ")"
 	}

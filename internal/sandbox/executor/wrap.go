@@ -35,3 +35,11 @@ type Launch struct {
 type Wrapper interface {
 	Wrap(l Launch) ([]string, error)
 }
+
+// PeerMapper is an optional Wrapper ability: the uid the executor will see
+// (SO_PEERCRED) for the server's connections, when the wrapper's user
+// namespace shows the server's uid as another one (an unmapped uid is the
+// kernel's overflow uid). The executor is told to accept only that uid.
+type PeerMapper interface {
+	PeerUID(l Launch) int
+}

@@ -138,8 +138,21 @@ func (e *Environment) target(p string, followLast, allowRoot bool) (string, erro
 	return real, nil
 }
 
-// ReadFile returns the contents of the file at p.
+// ReadFile returns the contents of the regular file at p: at most
+// Options.MaxReadBytes (ErrTooLarge beyond, checked before reading), never
+// a FIFO, socket, device or folder (ErrNotRegular), opened as OpenFile
+// does.
 func (e *Environment) ReadFile(ctx context.Context, p string) ([]byte, error) {
+	return sandbox.ReadFileLimit(ctx, e, p, e.opts.MaxReadBytes)
+}
+
+// OpenFile opens the regular file at p for reading (sandbox.FileOpener).
+// Symlinks are followed only inside the workspace. What is not a regular
+// file is refused before it is opened (ErrNotRegular), and the open itself
+// is non-blocking and checked again on the open file (fstat), so a FIFO or
+// device swapped in meanwhile is refused without waiting on it or reading
+// it.
+func (e *Environment) OpenFile(ctx context.Context, p string) (sandbox.FileReader, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -152,11 +165,58 @@ func (e *Environment) ReadFile(ctx context.Context, p string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, err := e.root.ReadFile(real)
+	info, err := e.root.Lstat(real)
 	if err != nil {
-		return nil, fsError("read", p, err)
+		return nil, fsError("open", p, err)
 	}
-	return data, nil
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("open %s: %w (%s)", p, sandbox.ErrNotRegular, fileKind(info.Mode()))
+	}
+	// os.Root opens every component with O_NOFOLLOW and resolves links
+	// inside the root itself.
+	f, err := e.root.OpenFile(real, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, fsError("open", p, err)
+	}
+	info, err = f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fsError("open", p, err)
+	}
+	if !info.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("open %s: %w (%s)", p, sandbox.ErrNotRegular, fileKind(info.Mode()))
+	}
+	return &openFile{File: f, info: sandbox.FileInfo{
+		Path: p, Size: info.Size(), Mode: info.Mode(), ModTime: info.ModTime(),
+	}}, nil
+}
+
+// openFile is a FileReader over an *os.File.
+type openFile struct {
+	*os.File
+	info sandbox.FileInfo
+}
+
+func (f *openFile) Info() sandbox.FileInfo { return f.info }
+
+// fileKind names what a non-regular file is, for error messages.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a folder"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m&fs.ModeSymlink != 0:
+		return "a symlink"
+	}
+	return "not a regular file"
 }
 
 // WriteFile writes data to p atomically (a temporary file in the same

@@ -3,11 +3,16 @@ package local
 import (
 	"context"
 	"errors"
+	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agentd/agentd/internal/sandbox"
 )
@@ -24,7 +29,7 @@ func TestCreateWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 	info, err := os.Stat(ws)
-	if err != nil || info.Mode().Perm() != 0o755 || !info.IsDir() {
+	if err != nil || info.Mode().Perm() != 0o700 || !info.IsDir() {
 		t.Fatalf("workspace %v %v", info, err)
 	}
 	if e.WorkDir() != ws || !e.Running() {
@@ -389,4 +394,102 @@ func FuzzFilePaths(f *testing.F) {
 			t.Fatalf("path %q removed outside the workspace", p)
 		}
 	})
+}
+
+// TestOpenFileRegularOnly: reads hand out regular files only, refusing a
+// FIFO (which would block the reader until a writer comes), a device, a
+// folder or a socket before reading anything; ReadFile refuses a file
+// over its bound before reading it; OpenFile streams one of any size.
+func TestOpenFileRegularOnly(t *testing.T) {
+	ws := t.TempDir()
+	e, err := New(Options{MaxReadBytes: 1 << 20}).Create(t.Context(), sandbox.Spec{Workspace: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Terminate(context.Background())
+	env := e.(*Environment)
+	if err := syscall.Mkfifo(filepath.Join(ws, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Symlink("fifo", filepath.Join(ws, "to-fifo"))
+	os.Mkdir(filepath.Join(ws, "dir"), 0o755)
+	ln, err := net.Listen("unix", filepath.Join(ws, "sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	bad := []string{"fifo", "to-fifo", "dir", "sock", ""}
+	if os.Getuid() == 0 {
+		if err := syscall.Mknod(filepath.Join(ws, "zero"), syscall.S_IFCHR|0o666, 1<<8|5); err != nil {
+			t.Fatal(err)
+		}
+		bad = append(bad, "zero")
+	}
+	for _, p := range bad {
+		done := make(chan error, 2)
+		go func() {
+			_, err := env.ReadFile(t.Context(), p)
+			done <- err
+			_, err = env.OpenFile(t.Context(), p)
+			done <- err
+		}()
+		for range 2 {
+			select {
+			case err := <-done:
+				if !errors.Is(err, sandbox.ErrNotRegular) || !errors.Is(err, sandbox.ErrInvalidPath) {
+					t.Fatalf("%q: want ErrNotRegular, got %v", p, err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%q: still reading after 5 s", p)
+			}
+		}
+	}
+	// Links out stay refused; missing files are not found.
+	os.Symlink("/etc/passwd", filepath.Join(ws, "out"))
+	if _, err := env.OpenFile(t.Context(), "out"); !errors.Is(err, sandbox.ErrInvalidPath) {
+		t.Fatalf("link out: %v", err)
+	}
+	if _, err := env.OpenFile(t.Context(), "missing"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("missing: %v", err)
+	}
+
+	// Over MaxReadBytes: ReadFile refuses it without reading it; OpenFile
+	// streams it.
+	f, err := os.Create(filepath.Join(ws, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(1 << 30)
+	f.WriteAt([]byte("end"), 1<<30-3)
+	f.Close()
+	os.Symlink("big", filepath.Join(ws, "to-big"))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = env.ReadFile(t.Context(), "to-big")
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, sandbox.ErrTooLarge) {
+		t.Fatalf("1 GiB file over a 1 MiB bound: %v", err)
+	}
+	if a := after.TotalAlloc - before.TotalAlloc; a > 1<<20 {
+		t.Fatalf("refusing it allocated %d bytes", a)
+	}
+	r, err := env.OpenFile(t.Context(), "to-big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if info := r.Info(); info.Size != 1<<30 || !info.Mode.IsRegular() || info.Path != "to-big" {
+		t.Fatalf("info %+v", info)
+	}
+	if _, err := r.Seek(-3, io.SeekEnd); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(r); err != nil || string(b) != "end" {
+		t.Fatalf("tail %q %v", b, err)
+	}
+	// Exactly the bound is read.
+	os.WriteFile(filepath.Join(ws, "fits"), make([]byte, 1<<20), 0o644)
+	if b, err := env.ReadFile(t.Context(), "fits"); err != nil || len(b) != 1<<20 {
+		t.Fatalf("a file of the bound: %d %v", len(b), err)
+	}
 }

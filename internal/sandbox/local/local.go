@@ -29,6 +29,8 @@ const Name = "local"
 const (
 	DefaultKillGrace    = 2 * time.Second
 	DefaultDrainTimeout = 2 * time.Second
+	// DefaultMaxReadBytes bounds ReadFile: a file is read into memory whole.
+	DefaultMaxReadBytes = 64 << 20
 	defaultPath         = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
@@ -56,8 +58,12 @@ type Options struct {
 	// output instead of starving it. It is set on the command's process
 	// group right after the start: what the command moves out of its group
 	// within those microseconds keeps this process's priority.
-	Nice   int
-	Logger *slog.Logger
+	Nice int
+	// MaxReadBytes bounds what ReadFile reads into memory (0:
+	// DefaultMaxReadBytes); larger files fail with sandbox.ErrTooLarge.
+	// OpenFile streams files of any size.
+	MaxReadBytes int64
+	Logger       *slog.Logger
 }
 
 // Provider creates local environments. It is safe for concurrent use.
@@ -67,6 +73,8 @@ type Provider struct {
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
+
+var _ sandbox.FileOpener = (*Environment)(nil)
 
 // New returns a local Provider.
 func New(opts Options) *Provider {
@@ -84,6 +92,9 @@ func New(opts Options) *Provider {
 	}
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = DefaultDrainTimeout
+	}
+	if opts.MaxReadBytes <= 0 {
+		opts.MaxReadBytes = DefaultMaxReadBytes
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -108,7 +119,9 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 	if err != nil {
 		return nil, fmt.Errorf("create local environment: %w", err)
 	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
+	// The workspace is the session's alone: no other user may reach what
+	// its agents leave there (set-uid programs included).
+	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("create local environment: %w", err)
 	}
 	real, err := filepath.EvalSymlinks(abs)
