@@ -68,8 +68,9 @@ type Config struct {
 	Profiles []profile.Profile
 	// Sandbox is the sandbox backend: "local" (default), "executor" (a
 	// detached executor per session), "bwrap" (the executor inside
-	// bubblewrap). Other backends register through Sandboxes. What each
-	// protects against: docs/security.md.
+	// bubblewrap), "docker" (the executor in a container per session,
+	// docs/sandboxes.md). Other backends register through Sandboxes. What
+	// each protects against: docs/security.md.
 	Sandbox string
 	// Sandboxes adds sandbox backends by name, for embedding programs.
 	Sandboxes map[string]sandbox.Provider
@@ -86,6 +87,20 @@ type Config struct {
 	// SandboxLimitMode says how: "auto" (default: cgroups where possible,
 	// else rlimits), "cgroup", "rlimit", "off".
 	SandboxLimitMode string
+	// DockerImage is the docker sandbox's image (default
+	// agentd-sandbox:latest, built by scripts/sandbox-image.sh); a
+	// profile's sandbox.image overrides it.
+	DockerImage string
+	// DockerUser is "uid:gid" the docker sandbox's processes run as
+	// (default 10001:10001).
+	DockerUser string
+	// DockerExecutor, when set, is an agentd binary (this host's path)
+	// mounted into every container and run as its executor, instead of
+	// the image's own.
+	DockerExecutor string
+	// WarmPool is how many environments of each kind (image and limits)
+	// the docker sandbox keeps started ahead for new sessions (0: none).
+	WarmPool int
 	// SandboxReadOnly are more host paths the bwrap sandbox shows,
 	// read-only (the system, the agents' PATH and the workspace are
 	// always there).
@@ -156,6 +171,9 @@ type Server struct {
 	api      *api.Server
 	handler  http.Handler
 
+	sandbox   sandbox.Provider            // where sessions run
+	sandboxes map[string]sandbox.Provider // every backend this server has, by name
+
 	manager atomic.Pointer[session.Manager] // sessions, for hooks that may run before New returns
 
 	mu       sync.Mutex
@@ -220,6 +238,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.store, s.ownStore = st, true
 	}
 	fail := func(err error) (*Server, error) {
+		s.closeSandbox(context.Background())
 		s.closeSecurity(context.Background())
 		if s.ownStore {
 			s.store.Close()
@@ -262,7 +281,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return fail(err)
 		}
 		provider = p
+		providers[cfg.Sandbox] = p
 	}
+	s.sandbox, s.sandboxes = provider, providers
 
 	// Agent configuration written into workspaces lives under .agentd/; it
 	// is not the user's work, so it is not watched.
@@ -292,6 +313,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.events.Close()
 		return fail(err)
 	}
+	if err := s.collectSandbox(ctx); err != nil {
+		s.sessions.Close(ctx)
+		s.events.Close()
+		return fail(err)
+	}
 	var ui http.Handler
 	if !cfg.DisableUI {
 		ui = web.Handler()
@@ -300,7 +326,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Sessions: s.sessions, Log: s.events, Profiles: profiles, Architectures: archs,
 		APIKey: cfg.APIKey, MaxBody: cfg.MaxBody, Gatherer: cfg.Registerer, Registerer: cfg.Registerer,
 		UI: ui, Logger: log, Version: Version,
-		Audit: auditReader(s.store), ModelUsage: s.modelUsage(),
+		Audit: auditReader(s.store), ModelUsage: s.modelUsage(), Sandboxes: sandboxLister{s},
 	})
 	if err != nil {
 		s.events.Close()
@@ -351,8 +377,10 @@ func (s *Server) builtinSandbox(name, dataDir string) (sandbox.Provider, error) 
 		s.log.Info("sandbox", "backend", name, "limits", p.LimitsEnforcement(), "user", s.cfg.RunAsUser,
 			"userPool", len(s.cfg.RunAsUserPool) > 0, "modelProxy", opts.ModelProxy != nil)
 		return p, nil
+	case "docker":
+		return s.dockerSandbox(dataDir)
 	}
-	return nil, fmt.Errorf("unknown sandbox %q (local, executor, bwrap)", name)
+	return nil, fmt.Errorf("unknown sandbox %q (local, executor, bwrap, docker)", name)
 }
 
 // nodeID returns this server's stable identity (kept in the data folder),
@@ -466,6 +494,9 @@ func (s *Server) Close(ctx context.Context) error {
 	var errs []error
 	if err := s.sessions.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("close sessions: %w", err))
+	}
+	if err := s.closeSandbox(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close sandbox: %w", err))
 	}
 	if err := s.events.Close(); err != nil {
 		errs = append(errs, err)

@@ -20,6 +20,8 @@ package docker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,10 +86,10 @@ type Options struct {
 	// into every container and run as the executor; empty: the image's
 	// own `agentd` (on its PATH).
 	Executor string
-	// RunDir holds each environment's folder (socket, spool) and model
-	// proxy folder on this host. Default: $XDG_RUNTIME_DIR/agentd-docker,
-	// else <temp>/agentd-docker-<uid>. Keep it short: socket paths are
-	// limited to 107 bytes.
+	// RunDir holds, in a sub-folder per Node, each environment's folder
+	// (socket, spool) and model proxy folder on this host. Default:
+	// $XDG_RUNTIME_DIR/agentd-docker, else <temp>/agentd-docker-<uid>.
+	// Keep it short: socket paths are limited to 107 bytes.
 	RunDir string
 	// WarmDir holds the workspaces of warm containers; it must be on the
 	// file system of the sessions' workspaces (a claim renames one into
@@ -173,7 +175,13 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 			opts.RunDir = filepath.Join(os.TempDir(), "agentd-docker-"+strconv.Itoa(os.Getuid()))
 		}
 	}
-	if opts.RunDir, err = filepath.Abs(opts.RunDir); err != nil {
+	if opts.Node == "" {
+		opts.Node = "default"
+	}
+	// Servers sharing a run folder (and a daemon) keep out of each
+	// other's way: Collect cleans only its node's folder.
+	node := sha256.Sum256([]byte(opts.Node))
+	if opts.RunDir, err = filepath.Abs(filepath.Join(opts.RunDir, hex.EncodeToString(node[:4]))); err != nil {
 		return nil, fmt.Errorf("docker sandbox: %w", err)
 	}
 	if len(filepath.Join(opts.RunDir, "agentd-0123456789ab", socketName)) > 107 {
@@ -184,9 +192,6 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	}
 	if opts.WarmPool > 0 && opts.WarmDir == "" {
 		return nil, errors.New("docker sandbox: a warm pool needs WarmDir")
-	}
-	if opts.Node == "" {
-		opts.Node = "default"
 	}
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = DefaultStartTimeout
@@ -231,6 +236,9 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		}
 		p.opts.Executor = opts.Executor
 	}
+	if err := os.MkdirAll(filepath.Dir(opts.RunDir), 0o711); err != nil {
+		return fail(err)
+	}
 	if err := os.MkdirAll(opts.RunDir, 0o711); err != nil {
 		return fail(err)
 	}
@@ -263,6 +271,9 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 
 // Name returns "docker".
 func (p *Provider) Name() string { return Name }
+
+// RunDir is the folder of this node's environments (socket, spool).
+func (p *Provider) RunDir() string { return p.opts.RunDir }
 
 // LimitsEnforcement says how limits are enforced, for logs.
 func (p *Provider) LimitsEnforcement() string { return p.limits }

@@ -182,7 +182,7 @@ curl -s -H "x-api-key: $ANTHROPIC_API_KEY" $ANTHROPIC_BASE_URL/v1/messages; echo
 	if f.exists(e.Container()) {
 		t.Fatal("container left after Terminate")
 	}
-	if ents, _ := os.ReadDir(f.opts.RunDir); len(ents) != 0 {
+	if ents, _ := os.ReadDir(p.RunDir()); len(ents) != 0 {
 		t.Fatalf("run folder left: %v", ents)
 	}
 	// The workspace stays, taken back from the sandbox's uid.
@@ -296,7 +296,7 @@ func TestCollect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := f.provider(func(o *docker.Options) { o.Node += "-other"; o.RunDir += "-other" })
+	other := f.provider(func(o *docker.Options) { o.Node += "-other" }) // same run folder, another node
 	foreign, err := other.Create(ctx, f.spec("foreign"))
 	if err != nil {
 		t.Fatal(err)
@@ -313,8 +313,11 @@ func TestCollect(t *testing.T) {
 	if !f.exists(kept.(*docker.Environment).Container()) || !f.exists(foreign.(*docker.Environment).Container()) {
 		t.Fatal("Collect removed a kept or foreign container")
 	}
-	if _, err := os.Stat(filepath.Join(f.opts.RunDir, dropped.(*docker.Environment).ContainerName())); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(p2.RunDir(), dropped.(*docker.Environment).ContainerName())); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the dropped container's folder: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(other.RunDir(), foreign.(*docker.Environment).ContainerName())); err != nil {
+		t.Fatalf("the other node's folder: %v", err)
 	}
 	env, err := p2.Recover(ctx, f.spec("keep"), kept.(sandbox.Handler).Handle())
 	if err != nil {
@@ -418,7 +421,7 @@ func TestStartFailure(t *testing.T) {
 	if left := testenv.DockerContainers(t, f.cli, f.opts.Node); len(left) != 0 {
 		t.Fatalf("containers left: %v", left)
 	}
-	if ents, _ := os.ReadDir(f.opts.RunDir); len(ents) != 0 {
+	if ents, _ := os.ReadDir(p.RunDir()); len(ents) != 0 {
 		t.Fatalf("run folder left: %v", ents)
 	}
 }

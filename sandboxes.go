@@ -1,0 +1,169 @@
+package agentd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/sandbox/docker"
+	"github.com/agentd/agentd/restapi"
+)
+
+// dockerSandbox builds the docker backend (docs/sandboxes.md).
+func (s *Server) dockerSandbox(dataDir string) (sandbox.Provider, error) {
+	node, err := nodeID(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return docker.New(ctx, docker.Options{
+		Image: s.cfg.DockerImage, User: s.cfg.DockerUser, Executor: s.cfg.DockerExecutor,
+		WarmDir: filepath.Join(dataDir, "docker-warm"), Node: node,
+		Limits: s.cfg.SandboxLimits, Ignore: append(slices.Clone(s.cfg.WatchIgnore), ".agentd"),
+		WarmPool: s.cfg.WarmPool, ModelProxy: s.executorModelProxy(), Nice: s.cfg.AgentNice,
+		OnCall: s.audit.ExecutorCall, Logger: s.log,
+	})
+}
+
+// collectSandbox has a backend whose environments live outside the
+// server (containers) remove those no active session records — sessions
+// deleted or ended while the server was down — once the sessions are
+// loaded and before requests are served.
+func (s *Server) collectSandbox(ctx context.Context) error {
+	c, ok := s.sandbox.(sandbox.Collector)
+	if !ok {
+		return nil
+	}
+	recs, err := s.store.ListSessions(ctx)
+	if err != nil {
+		return fmt.Errorf("collect sandboxes: %w", err)
+	}
+	var keep []json.RawMessage
+	for _, rec := range recs {
+		if rec.Status.Active() && len(rec.SandboxState) > 0 {
+			keep = append(keep, rec.SandboxState)
+		}
+	}
+	if err := c.Collect(ctx, keep); err != nil {
+		return fmt.Errorf("collect sandboxes: %w", err)
+	}
+	return nil
+}
+
+// closeSandbox releases what the backend holds of its own (warm pools).
+func (s *Server) closeSandbox(ctx context.Context) error {
+	if c, ok := s.sandbox.(sandbox.Closer); ok {
+		return c.Close(ctx)
+	}
+	return nil
+}
+
+// sandboxLister answers GET /api/sandboxes.
+type sandboxLister struct{ s *Server }
+
+func (l sandboxLister) Sandboxes(ctx context.Context) restapi.SandboxList {
+	s := l.s
+	out := restapi.SandboxList{Sandboxes: []restapi.SandboxInfo{}}
+	names := make([]string, 0, len(s.sandboxes))
+	for name := range s.sandboxes {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		p := s.sandboxes[name]
+		var info sandbox.Info
+		if d, ok := p.(sandbox.Describer); ok {
+			info = d.Describe()
+		} else {
+			info = s.describeBuiltin(name, p)
+		}
+		si := restapi.SandboxInfo{
+			Name: name, Default: p == s.sandbox, SurvivesRestart: info.SurvivesRestart,
+			Limits: restapi.SandboxLimits{
+				MemoryBytes: info.Limits.MemoryBytes, Pids: info.Limits.Pids, CPUPercent: info.Limits.CPUPercent,
+				Enforcement: info.LimitsEnforcement,
+			},
+			Protections: []restapi.SandboxProtects{}, Pools: []restapi.WarmPool{},
+		}
+		for _, pr := range info.Protections {
+			si.Protections = append(si.Protections, restapi.SandboxProtects{Threat: string(pr.Threat), Protected: pr.Protected, Detail: pr.Detail})
+		}
+		for _, pl := range info.Pools {
+			profiles := pl.Profiles
+			if profiles == nil {
+				profiles = []string{}
+			}
+			si.Pools = append(si.Pools, restapi.WarmPool{
+				Key: pl.Key, Image: pl.Image, Profiles: profiles, Size: pl.Size, Ready: pl.Ready, Starting: pl.Starting,
+				Claims: pl.Claims, Misses: pl.Misses, Failures: pl.Failures, LastError: pl.LastError, LastStartMS: pl.LastStartMS,
+			})
+		}
+		out.Sandboxes = append(out.Sandboxes, si)
+	}
+	return out
+}
+
+// describeBuiltin is docs/security.md's column for the local, executor
+// and bwrap backends as configured; other backends without a Describe
+// report unknowns.
+func (s *Server) describeBuiltin(name string, p sandbox.Provider) sandbox.Info {
+	cfg := s.cfg
+	users := cfg.RunAsUser != "" || len(cfg.RunAsUserPool) > 0
+	pool := len(cfg.RunAsUserPool) > 0
+	proxy := s.proxy != nil
+	how := "none"
+	if le, ok := p.(interface{ LimitsEnforcement() string }); ok {
+		how = le.LimitsEnforcement()
+	}
+	limited := !strings.HasPrefix(how, "none")
+	pr := func(t sandbox.Threat, ok bool, detail string) sandbox.Protection {
+		return sandbox.Protection{Threat: t, Protected: ok, Detail: detail}
+	}
+	key := pr(sandbox.ThreatProviderKey, proxy, "the model proxy holds the keys; agents get a per-session token")
+	if !proxy {
+		key.Detail = "no model proxy: provider keys, if the server has any, are passed in"
+	}
+	switch name {
+	case "local":
+		return sandbox.Info{Protections: []sandbox.Protection{
+			pr(sandbox.ThreatOtherWorkspaces, false, "agents run as the server's user"),
+			pr(sandbox.ThreatHostFiles, false, "agents run as the server's user"),
+			pr(sandbox.ThreatServerEnvironment, false, "same user"),
+			pr(sandbox.ThreatWriteOutside, false, "same user"),
+			pr(sandbox.ThreatServerPort, false, "same network"),
+			pr(sandbox.ThreatNetwork, false, "same network"),
+			key,
+			pr(sandbox.ThreatExhaustion, false, "no limits"),
+			pr(sandbox.ThreatLeftovers, false, "a process that leaves its process group survives"),
+			pr(sandbox.ThreatSignal, false, "same user"),
+		}, LimitsEnforcement: "none"}
+	case "executor", "bwrap":
+		bw := name == "bwrap"
+		info := sandbox.Info{Limits: cfg.SandboxLimits, LimitsEnforcement: how, SurvivesRestart: true}
+		info.Protections = []sandbox.Protection{
+			pr(sandbox.ThreatOtherWorkspaces, bw || pool, map[bool]string{true: "not mounted / another uid, 0700", false: "sessions share a user"}[bw || pool]),
+			pr(sandbox.ThreatHostFiles, bw || users, map[bool]string{true: "not mounted / data folder closed to other users", false: "the server's user"}[bw || users]),
+			pr(sandbox.ThreatServerEnvironment, bw || users, map[bool]string{true: "own pid namespace / another uid", false: "the server's user"}[bw || users]),
+			pr(sandbox.ThreatWriteOutside, bw, map[bool]string{true: "system read-only, private /tmp", false: "where its user may"}[bw]),
+			pr(sandbox.ThreatServerPort, bw, map[bool]string{true: "own network namespace", false: "same network: only --api-key guards /api"}[bw]),
+			pr(sandbox.ThreatNetwork, bw, map[bool]string{true: "only the model proxy relay", false: "same network"}[bw]),
+			key,
+			pr(sandbox.ThreatExhaustion, limited, how),
+			pr(sandbox.ThreatLeftovers, limited || bw, "the environment's cgroup (or pid namespace) is emptied at Terminate"),
+			pr(sandbox.ThreatSignal, bw || pool, map[bool]string{true: "own pid namespace / another uid", false: "same user as other sessions"}[bw || pool]),
+		}
+		return info
+	}
+	info := sandbox.Info{LimitsEnforcement: "unknown"}
+	for _, t := range sandbox.Threats {
+		info.Protections = append(info.Protections, pr(t, false, "not described by this backend"))
+	}
+	return info
+}
