@@ -223,7 +223,7 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	if err != nil {
 		return fail(fmt.Errorf("reach the Docker daemon (DOCKER_HOST=%q): %w", os.Getenv("DOCKER_HOST"), err))
 	}
-	p.limits = fmt.Sprintf("docker (cgroup v%s, %s driver)", info.Info.CgroupVersion, info.Info.CgroupDriver)
+	p.limits = fmt.Sprintf("cgroup v%s (docker, %s driver)", info.Info.CgroupVersion, info.Info.CgroupDriver)
 	if _, err := p.cli.ImageInspect(ctx, opts.Image); err != nil {
 		return fail(fmt.Errorf("image %s: %w (build it with scripts/sandbox-image.sh; nothing is pulled)", opts.Image, err))
 	}
