@@ -288,6 +288,7 @@ func (p *Provider) Close(ctx context.Context) error {
 	if p.ownCli {
 		p.cli.Close()
 	}
+	_ = os.Remove(p.opts.RunDir) // only when no environment is left in it
 	return err
 }
 
