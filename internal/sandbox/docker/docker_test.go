@@ -43,14 +43,14 @@ func TestMain(m *testing.M) {
 }
 
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	cli   *client.Client
 	opts  docker.Options
 	dir   string // short temp folder: run dir, workspaces
 	proxy *sandboxtest.FakeProxy
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts containers")
