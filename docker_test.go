@@ -222,7 +222,7 @@ func TestDockerClaudeCode(t *testing.T) {
 }
 
 // waitWarm waits until the docker sandbox's default pool has n ready.
-func waitWarm(t *testing.T, c *agentdclient.Client, n int) {
+func waitWarm(t testing.TB, c *agentdclient.Client, n int) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -317,4 +317,59 @@ func TestDockerCollectsDeletedWhileDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	noLeftovers(t, cli, node)
+}
+
+// BenchmarkDockerSessionReady: POST /api/sessions, then the first
+// message, until the session's status is ready (its container is up and
+// the runner started), through a real server; cold (no warm pool) and
+// warm (a pool of one, refilled untimed before each session). Targets:
+// cold p50 < 1 s, warm p50 < 100 ms.
+func BenchmarkDockerSessionReady(b *testing.B) {
+	if testing.Short() {
+		b.Skip("starts real servers and containers")
+	}
+	testenv.Docker(b)
+	image := testenv.DockerImage(b)
+	for _, warm := range []int{0, 1} {
+		name := map[int]string{0: "cold", 1: "warm"}[warm]
+		b.Run(name, func(b *testing.B) {
+			srv := testenv.Start(b, agentd.Config{Sandbox: "docker", DockerImage: image, WarmPool: warm, Env: map[string]string{}})
+			c := srv.Client
+			ctx := context.Background()
+			var ds []time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				if warm > 0 {
+					waitWarm(b, c, 1)
+				}
+				b.StartTimer()
+				t0 := time.Now()
+				created, err := c.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				stream := c.Stream(ctx, created.SessionID, 0)
+				if _, err := c.Send(ctx, created.SessionID, "true"); err != nil {
+					b.Fatal(err)
+				}
+				for {
+					ev, err := stream.Next(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if ev.Type == conversation.TypeStatus && e2etest.Payload[conversation.StatusChange](ev).Status == conversation.SessionReady {
+						break
+					}
+				}
+				ds = append(ds, time.Since(t0))
+				b.StopTimer()
+				stream.Close()
+				if err := c.DeleteSession(ctx, created.SessionID, true); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			sandboxtest.ReportPercentiles(b, ds, time.Millisecond, "ms")
+		})
+	}
 }
