@@ -157,7 +157,10 @@ if [ "$use_docker" = 1 ]; then
   printf 'FROM %s\nCOPY usr/local/bin/agentd /usr/local/bin/agentd\nLABEL org.opencontainers.image.title=agentd-sandbox agentd.base=%s\n' \
     "$base_image" "$key" > "$top/Dockerfile"
   # The classic builder: FROM a local image, nothing pulled.
-  DOCKER_BUILDKIT=0 docker build --quiet --tag "$tag" "$top" >/dev/null
+  if ! out=$(DOCKER_BUILDKIT=0 docker build --quiet --tag "$tag" "$top" 2>&1); then
+    echo "$out" >&2
+    exit 1
+  fi
   log "$tag built in $(( $(date +%s) - t ))s"
 fi
 

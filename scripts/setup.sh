@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what agentd's tests need on a fresh Debian machine: Debian
-# packages (bubblewrap, chromium), the pinned agent CLIs and the UI's npm
+# packages (bubblewrap, chromium, docker.io, mmdebstrap), the pinned agent CLIs and the UI's npm
 # packages (from their lockfiles), and the Go modules. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,10 @@ apt_pkgs=()
 command -v bwrap >/dev/null 2>&1 || apt_pkgs+=(bubblewrap)
 [ -x /usr/bin/chromium ] || apt_pkgs+=(chromium)
 command -v useradd >/dev/null 2>&1 || apt_pkgs+=(passwd)
+# The docker sandbox's tests: a daemon (started by scripts/dockerd.sh) and
+# mmdebstrap for the sandbox image's root file system.
+command -v dockerd >/dev/null 2>&1 || apt_pkgs+=(docker.io)
+command -v mmdebstrap >/dev/null 2>&1 || apt_pkgs+=(mmdebstrap)
 if [ ${#apt_pkgs[@]} -gt 0 ]; then
   log "installing Debian packages: ${apt_pkgs[*]}"
   sudo=""

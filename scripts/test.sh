@@ -18,6 +18,19 @@ scripts/build.sh
 step "go vet"
 go vet ./...
 
+step "dockerd and the sandbox image (docker sandbox tests)"
+# A private daemon (no systemd here) and the sandbox image with Claude Code
+# only (the e2e tests need no other CLI); both kept under the cache folder,
+# so a second run on the same machine reuses the image.
+docker_start=$(date +%s)
+docker_dir=${AGENTD_DOCKER_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/agentd/dockerd}
+export "$(scripts/dockerd.sh start "$docker_dir")"
+trap 'scripts/dockerd.sh stop "$docker_dir"' EXIT
+scripts/sandbox-image.sh --agents claude --agentd bin/agentd --tag agentd-sandbox:latest
+# Missing Docker or image fail the docker tests instead of skipping them.
+export AGENTD_REQUIRE_DOCKER=1
+echo "docker set-up: $(( $(date +%s) - docker_start ))s"
+
 step "go test"
 # Missing agent CLIs fail the run instead of skipping tests.
 export AGENTD_REQUIRE_AGENTS=1
