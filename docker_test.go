@@ -104,10 +104,9 @@ func TestDockerShell(t *testing.T) {
 	// A failing command is the turn's error result, not the sandbox's.
 	q, after = e2etest.Send(t, c, id, `echo no >&2; exit 3`)
 	seen, end = e2etest.Turn(t, c, id, after, q, nil)
-	if end.Type == conversation.TypeQueryCompleted {
-		if last := e2etest.State(t, c, id).Blocks; !last[len(last)-1].IsError {
-			t.Fatalf("exit 3 is not an error result: %+v", last[len(last)-1])
-		}
+	e2etest.Completed(t, end, seen)
+	if blocks := e2etest.State(t, c, id).Blocks; !blocks[len(blocks)-1].IsError || !strings.Contains(blocks[len(blocks)-1].Output, "no") {
+		t.Fatalf("exit 3 is not an error result: %+v", blocks[len(blocks)-1])
 	}
 
 	sbs, err := c.Sandboxes(ctx)
