@@ -146,18 +146,31 @@ func (s *Server) describeBuiltin(name string, p sandbox.Provider) sandbox.Info {
 		}, LimitsEnforcement: "none"}
 	case "executor", "bwrap":
 		bw := name == "bwrap"
+		pick := func(ok bool, yes, no string) sandbox.Protection {
+			if ok {
+				return sandbox.Protection{Protected: true, Detail: yes}
+			}
+			return sandbox.Protection{Detail: no}
+		}
+		rows := []struct {
+			t sandbox.Threat
+			p sandbox.Protection
+		}{
+			{sandbox.ThreatOtherWorkspaces, pick(bw || pool, "not mounted, or another uid's (0700)", "sessions share a user")},
+			{sandbox.ThreatHostFiles, pick(bw || users, "not mounted, or the data folder is closed to other users", "the server's user")},
+			{sandbox.ThreatServerEnvironment, pick(bw || users, "own pid namespace, or another uid", "the server's user")},
+			{sandbox.ThreatWriteOutside, pick(bw, "system read-only, private /tmp", "wherever its user may")},
+			{sandbox.ThreatServerPort, pick(bw, "own network namespace", "same network: only --api-key guards /api")},
+			{sandbox.ThreatNetwork, pick(bw, "only the model proxy relay", "same network")},
+			{sandbox.ThreatProviderKey, key},
+			{sandbox.ThreatExhaustion, pick(limited, how, "no limits enforced: "+how)},
+			{sandbox.ThreatLeftovers, pick(limited || bw, "the environment's cgroup (or pid namespace) is emptied at Terminate", "a process that leaves its process group survives")},
+			{sandbox.ThreatSignal, pick(bw || pool, "own pid namespace, or another uid", "same user as other sessions")},
+		}
 		info := sandbox.Info{Limits: cfg.SandboxLimits, LimitsEnforcement: how, SurvivesRestart: true}
-		info.Protections = []sandbox.Protection{
-			pr(sandbox.ThreatOtherWorkspaces, bw || pool, map[bool]string{true: "not mounted / another uid, 0700", false: "sessions share a user"}[bw || pool]),
-			pr(sandbox.ThreatHostFiles, bw || users, map[bool]string{true: "not mounted / data folder closed to other users", false: "the server's user"}[bw || users]),
-			pr(sandbox.ThreatServerEnvironment, bw || users, map[bool]string{true: "own pid namespace / another uid", false: "the server's user"}[bw || users]),
-			pr(sandbox.ThreatWriteOutside, bw, map[bool]string{true: "system read-only, private /tmp", false: "where its user may"}[bw]),
-			pr(sandbox.ThreatServerPort, bw, map[bool]string{true: "own network namespace", false: "same network: only --api-key guards /api"}[bw]),
-			pr(sandbox.ThreatNetwork, bw, map[bool]string{true: "only the model proxy relay", false: "same network"}[bw]),
-			key,
-			pr(sandbox.ThreatExhaustion, limited, how),
-			pr(sandbox.ThreatLeftovers, limited || bw, "the environment's cgroup (or pid namespace) is emptied at Terminate"),
-			pr(sandbox.ThreatSignal, bw || pool, map[bool]string{true: "own pid namespace / another uid", false: "same user as other sessions"}[bw || pool]),
+		for _, r := range rows {
+			r.p.Threat = r.t
+			info.Protections = append(info.Protections, r.p)
 		}
 		return info
 	}

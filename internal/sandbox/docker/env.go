@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
@@ -32,6 +33,10 @@ var (
 	_ sandbox.Handler     = (*Environment)(nil)
 	_ sandbox.Attacher    = (*Environment)(nil)
 )
+
+// removeTimeout bounds a container's removal (docker rm -f: kill, unmount,
+// delete its layer), whatever the caller's context.
+const removeTimeout = 30 * time.Second
 
 // Handle is what Environment.Handle records and Recover reads.
 type Handle struct {
@@ -65,7 +70,7 @@ func (e *Environment) ContainerName() string { return e.box.name }
 func (e *Environment) Terminate(ctx context.Context) error {
 	e.termOnce.Do(func() {
 		err := e.Environment.Terminate(ctx)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.p.opts.StopTimeout+20*e.p.opts.StopTimeout/10)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
 		defer cancel()
 		_, rmErr := e.p.cli.ContainerRemove(rctx, e.box.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 		if rmErr != nil && !cerrdefs.IsNotFound(rmErr) {
