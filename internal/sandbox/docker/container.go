@@ -19,6 +19,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
 
 	rpc "github.com/agentd/agentd/internal/executor"
 	"github.com/agentd/agentd/internal/sandbox"
@@ -56,7 +57,7 @@ func newName() string {
 }
 
 // Create starts a container for spec, or claims one started ahead when the
-// workspace is new and one of its kind is ready.
+// workspace is new (missing or empty) and one of its kind is ready.
 func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Environment, error) {
 	if spec.Workspace == "" {
 		return nil, errors.New("create container: no workspace folder given")
@@ -70,7 +71,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 	p.noteProfile(sh, spec.Profile)
 	if p.pool != nil {
 		p.startPools()
-		if _, err := os.Lstat(ws); errors.Is(err, os.ErrNotExist) {
+		if missingOrEmpty(ws) {
 			for {
 				w, ok := p.pool.Take(sh)
 				if !ok {
@@ -80,8 +81,11 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 				if err == nil {
 					return e, nil
 				}
-				p.log.Warn("warm container unusable; trying another", "container", w.name, "err", err)
+				p.log.Warn("warm container unusable", "container", w.name, "err", err)
 				p.stopWarm(context.WithoutCancel(ctx), sh, w)
+				if !missingOrEmpty(ws) {
+					break // not the container's fault: no other would do better
+				}
 			}
 		}
 	}
@@ -98,6 +102,26 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 	return e, nil
 }
 
+// missingOrEmpty reports whether dir does not exist or is an empty folder
+// (one a files request made before the first message, say): a warm
+// workspace can take its place.
+func missingOrEmpty(dir string) bool {
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return true
+	}
+	if err != nil || !fi.IsDir() {
+		return false
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(1)
+	return len(names) == 0
+}
+
 // claim makes a warm container spec's: its workspace is renamed into
 // place (the container's mount follows the folder) and the executor's
 // environment is bound to the session.
@@ -105,8 +129,9 @@ func (p *Provider) claim(ctx context.Context, spec sandbox.Spec, w *warm) (sandb
 	if err := os.MkdirAll(filepath.Dir(spec.Workspace), 0o755); err != nil {
 		return nil, err
 	}
-	if err := os.Rename(w.ws, spec.Workspace); err != nil {
-		return nil, fmt.Errorf("move the warm workspace into place: %w", err)
+	// rename(2) replaces an empty folder there (os.Rename refuses to).
+	if err := unix.Rename(w.ws, spec.Workspace); err != nil {
+		return nil, fmt.Errorf("move the warm workspace into place: rename %s %s: %w", w.ws, spec.Workspace, err)
 	}
 	w.ws = spec.Workspace
 	e, err := p.bind(ctx, spec, &w.box)

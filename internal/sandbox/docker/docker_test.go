@@ -363,14 +363,25 @@ func TestWarmPool(t *testing.T) {
 	if out, _, _ := run(t, env, `curl -s -H "x-api-key: $ANTHROPIC_API_KEY" $ANTHROPIC_BASE_URL/x`); out != "proxy for w1: GET /x key=tok-w1" {
 		t.Fatalf("model proxy from a claimed container: %q", out)
 	}
-	// An existing workspace cannot take a warm one's place: cold start.
+	// A workspace with files cannot take a warm one's place: cold start.
 	os.MkdirAll(filepath.Join(f.dir, "ws", "w2"), 0o755)
+	os.WriteFile(filepath.Join(f.dir, "ws", "w2", "kept.txt"), []byte("kept"), 0o644)
 	env2, err := p.Create(ctx, f.spec("w2"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if out, _, _ := run(t, env2, "cat kept.txt"); out != "kept" {
+		t.Fatalf("existing workspace: %q", out)
+	}
 	terminate(t, env2)
-	waitPool(t, p, func(pi sandbox.PoolInfo) bool { return pi.Ready == 2 && pi.Claims == 1 })
+	// An empty one (made by a files request before the first message) can.
+	os.MkdirAll(filepath.Join(f.dir, "ws", "w3"), 0o755)
+	env3, err := p.Create(ctx, f.spec("w3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	terminate(t, env3)
+	waitPool(t, p, func(pi sandbox.PoolInfo) bool { return pi.Ready == 2 && pi.Claims == 2 })
 	ws, _ := os.ReadDir(f.opts.WarmDir)
 	if len(ws) != 2 {
 		t.Fatalf("warm workspaces %v", ws)
