@@ -34,12 +34,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("AGENTD_TEST_LOG") == "" {
 		slog.SetDefault(slog.New(slog.DiscardHandler))
 	}
-	goleak.VerifyTestMain(m,
-		// The Docker client's idle keep-alive connections.
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 type fixture struct {
