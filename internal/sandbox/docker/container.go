@@ -247,15 +247,15 @@ func (p *Provider) containerConfig(b *box, sh shape, labels map[string]string, s
 		bin = executorIn
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: p.opts.Executor, Target: executorIn, ReadOnly: true})
 	}
+	if session == "" {
+		session = b.name // a warm container: its name, for the executor's logs
+	}
 	argv := []string{bin, "executor",
 		"--socket", runDir + "/" + socketName,
 		"--workspace", workspaceDir,
 		"--session", session,
 		"--spool-dir", runDir + "/spool",
 		"--peer-uid", strconv.Itoa(os.Getuid()),
-	}
-	if session == "" {
-		argv[7] = b.name // a warm container: its name, for logs
 	}
 	if p.opts.Nice > 0 {
 		argv = append(argv, "--nice", strconv.Itoa(p.opts.Nice))
