@@ -70,8 +70,9 @@ type Config struct {
 	Profiles []profile.Profile
 	// Sandbox is the sandbox backend: "local" (default), "executor" (a
 	// detached executor per session), "bwrap" (the executor inside
-	// bubblewrap). Other backends register through Sandboxes. What each
-	// protects against: docs/security.md.
+	// bubblewrap), "docker" (the executor in a container per session,
+	// docs/sandboxes.md). Other backends register through Sandboxes. What
+	// each protects against: docs/security.md.
 	Sandbox string
 	// Sandboxes adds sandbox backends by name, for embedding programs.
 	Sandboxes map[string]sandbox.Provider
@@ -88,6 +89,20 @@ type Config struct {
 	// SandboxLimitMode says how: "auto" (default: cgroups where possible,
 	// else rlimits), "cgroup", "rlimit", "off".
 	SandboxLimitMode string
+	// DockerImage is the docker sandbox's image (default
+	// agentd-sandbox:latest, built by scripts/sandbox-image.sh); a
+	// profile's sandbox.image overrides it.
+	DockerImage string
+	// DockerUser is "uid:gid" the docker sandbox's processes run as
+	// (default 10001:10001).
+	DockerUser string
+	// DockerExecutor, when set, is an agentd binary (this host's path)
+	// mounted into every container and run as its executor, instead of
+	// the image's own.
+	DockerExecutor string
+	// WarmPool is how many environments of each kind (image and limits)
+	// the docker sandbox keeps started ahead for new sessions (0: none).
+	WarmPool int
 	// SandboxReadOnly are more host paths the bwrap sandbox shows,
 	// read-only (the system, the agents' PATH and the workspace are
 	// always there).
@@ -162,6 +177,9 @@ type Server struct {
 	proxy    *modelproxy.Proxy // nil when off
 	api      *api.Server
 	handler  http.Handler
+
+	sandbox   sandbox.Provider            // where sessions run
+	sandboxes map[string]sandbox.Provider // every backend this server has, by name
 
 	manager atomic.Pointer[session.Manager] // sessions, for hooks that may run before New returns
 
@@ -281,6 +299,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 		provider = p
+		providers[cfg.Sandbox] = p
 	}
 	// Other users get no way into the data folder: the workspaces hold
 	// whatever the agents made (set-uid programs included). Sandboxes that
@@ -293,6 +312,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := datadir.Secure(dataDir, shared); err != nil {
 		return nil, fmt.Errorf("%s sandbox: %w", cfg.Sandbox, err)
 	}
+	s.sandbox, s.sandboxes = provider, providers
+	undo = append(undo, func() { _ = s.closeSandbox(context.Background()) })
 
 	// Agent configuration written into workspaces lives under .agentd/; it
 	// is not the user's work, so it is not watched.
@@ -330,6 +351,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := s.sessions.Start(ctx); err != nil {
 		return nil, err
 	}
+	if err := s.collectSandbox(ctx); err != nil {
+		return nil, err
+	}
 	var ui http.Handler
 	if !cfg.DisableUI {
 		ui = web.Handler()
@@ -338,7 +362,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Sessions: s.sessions, Log: s.events, Profiles: profiles, Architectures: archs,
 		APIKey: cfg.APIKey, MaxBody: cfg.MaxBody, Gatherer: cfg.Registerer, Registerer: cfg.Registerer,
 		UI: ui, Logger: log, Version: Version,
-		Audit: auditReader(s.store), ModelUsage: s.modelUsage(),
+		Audit: auditReader(s.store), ModelUsage: s.modelUsage(), Sandboxes: sandboxLister{s},
 	})
 	if err != nil {
 		return nil, err
@@ -383,8 +407,10 @@ func (s *Server) builtinSandbox(name, dataDir string) (sandbox.Provider, error) 
 		s.log.Info("sandbox", "backend", name, "limits", p.LimitsEnforcement(), "user", s.cfg.RunAsUser,
 			"userPool", len(s.cfg.RunAsUserPool) > 0, "modelProxy", opts.ModelProxy != nil)
 		return p, nil
+	case "docker":
+		return s.dockerSandbox(dataDir)
 	}
-	return nil, fmt.Errorf("unknown sandbox %q (local, executor, bwrap)", name)
+	return nil, fmt.Errorf("unknown sandbox %q (local, executor, bwrap, docker)", name)
 }
 
 // workspaceUsers is implemented by sandbox providers whose environments
@@ -513,6 +539,9 @@ func (s *Server) Close(ctx context.Context) error {
 	var errs []error
 	if err := s.sessions.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("close sessions: %w", err))
+	}
+	if err := s.closeSandbox(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close sandbox: %w", err))
 	}
 	if err := s.events.Close(); err != nil {
 		errs = append(errs, err)

@@ -51,11 +51,15 @@ func isoSetup(t *testing.T) {
 }
 
 type isoCase struct {
-	name  string
-	args  []string
-	bwrap bool // network and file system of its own
-	users bool // a Unix user per session
+	name   string
+	args   []string
+	bwrap  bool // network and file system of its own
+	users  bool // a Unix user per session
+	docker bool // a container per session: network and file system of its own
 }
+
+// own reports whether the sandbox has a network and file system of its own.
+func (tc isoCase) own() bool { return tc.bwrap || tc.docker }
 
 func TestIsolation(t *testing.T) {
 	isoSetup(t)
@@ -63,6 +67,7 @@ func TestIsolation(t *testing.T) {
 		{name: "executor+users", args: []string{"--sandbox", "executor", "--run-as-user-pool", isoUsers}, users: true},
 		{name: "bwrap", args: []string{"--sandbox", "bwrap"}, bwrap: true},
 		{name: "bwrap+users", args: []string{"--sandbox", "bwrap", "--run-as-user-pool", isoUsers}, bwrap: true, users: true},
+		{name: "docker", args: []string{"--sandbox", "docker"}, docker: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -70,6 +75,9 @@ func TestIsolation(t *testing.T) {
 				if _, err := exec.LookPath("bwrap"); err != nil {
 					t.Skip("bubblewrap not installed (scripts/setup.sh installs it)")
 				}
+			}
+			if tc.docker {
+				tc.args = append(tc.args, "--docker-image", testenv.DockerImage(t))
 			}
 			attack(t, tc)
 		})
@@ -236,7 +244,7 @@ func attack(t *testing.T, tc isoCase) {
 	// command line, message or event ever holds it whole.
 	half := len(s.key) / 2
 	roots := "/"
-	if !tc.bwrap {
+	if !tc.own() {
 		// Outside bubblewrap "/" is the host's: scan where a leak could
 		// land (temporary and runtime folders, configuration, homes, the
 		// server's data and run folders). The system trees and the source
@@ -280,9 +288,9 @@ echo END`, victimWS, s.dataDir, s.pid, s.port, s.key[:half], s.key[half:], roots
 	}
 	// The server's port: unreachable without a network; reachable from
 	// an executor (same network), where only the API key guards /api.
-	if tc.bwrap {
+	if tc.own() {
 		if !strings.Contains(out, "HTTP:000") || !strings.Contains(out, "API:000") {
-			t.Errorf("the server's port is reachable from bubblewrap")
+			t.Errorf("the server's port is reachable from the sandbox")
 		}
 	} else if !strings.Contains(out, "HTTP:200") || !strings.Contains(out, "API:401") {
 		t.Errorf("executor: expected /health reachable (200) and /api refused without the key (401)")

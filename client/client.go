@@ -145,6 +145,13 @@ func (c *Client) Architectures(ctx context.Context) ([]restapi.ArchitectureInfo,
 	return out.Architectures, c.do(ctx, "GET", "/api/architectures", nil, nil, &out)
 }
 
+// Sandboxes lists the server's sandbox backends: what each isolates, its
+// limits and warm pools.
+func (c *Client) Sandboxes(ctx context.Context) ([]restapi.SandboxInfo, error) {
+	var out restapi.SandboxList
+	return out.Sandboxes, c.do(ctx, "GET", "/api/sandboxes", nil, nil, &out)
+}
+
 // CreateSession creates a session.
 func (c *Client) CreateSession(ctx context.Context, req restapi.CreateSessionRequest) (restapi.CreateSessionResponse, error) {
 	var out restapi.CreateSessionResponse

@@ -118,6 +118,14 @@ func (p Profile) Validate() error {
 			errs = append(errs, fmt.Errorf("defaultWorkspaceFiles[%d]: path %q must be relative and stay in the workspace", i, f.Path))
 		}
 	}
+	if sb := p.Sandbox; sb != nil {
+		if sb.MemoryBytes < 0 || sb.Pids < 0 || sb.CPUPercent < 0 {
+			errs = append(errs, errors.New("sandbox: limits must not be negative"))
+		}
+		if strings.ContainsAny(sb.Image, " \t\n") {
+			errs = append(errs, fmt.Errorf("sandbox.image %q: not an image reference", sb.Image))
+		}
+	}
 	for _, list := range [][]named{skillsNamed(p.Skills), subagentsNamed(p.Subagents), commandsNamed(p.Commands), rulesNamed(p.Rules)} {
 		for _, n := range list {
 			if !idPattern.MatchString(n.name) {

@@ -91,3 +91,30 @@ func TestLoadDirMissing(t *testing.T) {
 		t.Fatalf("errs %v", errs)
 	}
 }
+
+func TestSandboxSettings(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "big.yaml", `
+name: Big
+sandbox:
+  image: registry.example/agentd-sandbox:1.2
+  memoryBytes: 8589934592
+  pids: 8192
+  cpuPercent: 200
+`)
+	write(t, dir, "bad.yaml", `
+name: Bad
+sandbox: {pids: -1, image: "two words"}
+`)
+	ps, errs := profile.LoadDir(dir)
+	if len(ps) != 1 || len(errs) != 1 {
+		t.Fatalf("profiles %+v errors %v", ps, errs)
+	}
+	sb := ps[0].Sandbox
+	if sb == nil || sb.Image != "registry.example/agentd-sandbox:1.2" || sb.MemoryBytes != 8<<30 || sb.Pids != 8192 || sb.CPUPercent != 200 {
+		t.Fatalf("sandbox %+v", sb)
+	}
+	if msg := errs[0].Error(); !strings.Contains(msg, "bad.yaml") || !strings.Contains(msg, "negative") || !strings.Contains(msg, "two words") {
+		t.Fatalf("error %q", msg)
+	}
+}

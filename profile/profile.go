@@ -35,6 +35,23 @@ type Profile struct {
 	// ApprovalMode applies to agents without a permission channel (Gemini
 	// CLI): "default", "auto_edit" or "yolo".
 	ApprovalMode string `json:"approvalMode,omitempty" yaml:"approvalMode,omitempty"`
+
+	// Sandbox overrides the server's sandbox settings for this profile's
+	// sessions (nil or zero fields: the server's).
+	Sandbox *Sandbox `json:"sandbox,omitempty" yaml:"sandbox,omitempty"`
+}
+
+// Sandbox is a profile's sandbox settings.
+type Sandbox struct {
+	// Image is the container image of the docker backend (built with
+	// scripts/sandbox-image.sh or FROM it); other backends ignore it.
+	Image string `json:"image,omitempty" yaml:"image,omitempty"`
+	// MemoryBytes, Pids (threads included) and CPUPercent (100 = one
+	// core) bound each environment of the executor, bwrap and docker
+	// backends, in place of the server's --sandbox-* limits.
+	MemoryBytes int64 `json:"memoryBytes,omitempty" yaml:"memoryBytes,omitempty"`
+	Pids        int64 `json:"pids,omitempty" yaml:"pids,omitempty"`
+	CPUPercent  int   `json:"cpuPercent,omitempty" yaml:"cpuPercent,omitempty"`
 }
 
 // Skill is a Claude Code style skill: a folder with a SKILL.md and optional

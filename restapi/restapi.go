@@ -139,6 +139,61 @@ type ArchitectureList struct {
 	Architectures []ArchitectureInfo `json:"architectures"`
 }
 
+// SandboxList answers GET /api/sandboxes: the sandbox backends this
+// server has, what each keeps an agent from (docs/security.md's table, as
+// data), its limits and its warm pools.
+type SandboxList struct {
+	Sandboxes []SandboxInfo `json:"sandboxes"`
+}
+
+// SandboxInfo describes one sandbox backend.
+type SandboxInfo struct {
+	Name string `json:"name"`
+	// Default: new sessions run in this backend (--sandbox).
+	Default bool `json:"default"`
+	// SurvivesRestart: environments keep running across a server restart
+	// and are re-attached.
+	SurvivesRestart bool              `json:"survivesRestart"`
+	Limits          SandboxLimits     `json:"limits"`
+	Protections     []SandboxProtects `json:"protections"`
+	Pools           []WarmPool        `json:"pools"`
+}
+
+// SandboxLimits are each environment's default limits (0: none) and how
+// they are enforced.
+type SandboxLimits struct {
+	MemoryBytes int64  `json:"memoryBytes"`
+	Pids        int64  `json:"pids"`
+	CPUPercent  int    `json:"cpuPercent"`
+	Enforcement string `json:"enforcement"`
+}
+
+// SandboxProtects says whether a backend keeps an agent from a threat:
+// otherWorkspaces, hostFiles, serverEnvironment, writeOutside,
+// serverPort, network, providerKey, exhaustion, leftovers, signal.
+type SandboxProtects struct {
+	Threat    string `json:"threat"`
+	Protected bool   `json:"protected"`
+	Detail    string `json:"detail"`
+}
+
+// WarmPool is the state of a warm pool: environments of one kind (image
+// and limits) started ahead, which new sessions claim instead of waiting
+// for a start.
+type WarmPool struct {
+	Key         string   `json:"key"`
+	Image       string   `json:"image,omitempty"`
+	Profiles    []string `json:"profiles"`
+	Size        int      `json:"size"`
+	Ready       int      `json:"ready"`
+	Starting    bool     `json:"starting"`
+	Claims      int64    `json:"claims"`
+	Misses      int64    `json:"misses"`
+	Failures    int64    `json:"failures"`
+	LastError   string   `json:"lastError,omitempty"`
+	LastStartMS int64    `json:"lastStartMs"`
+}
+
 // AuthInfo answers GET /api/auth.
 type AuthInfo struct {
 	Required bool `json:"required"`

@@ -9,6 +9,13 @@ cd "$(dirname "$0")/.."
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 start=$(date +%s)
 
+# What the steps start is stopped at exit, newest first, whatever failed.
+cleanups=()
+on_exit() {
+  for ((i = ${#cleanups[@]} - 1; i >= 0; i--)); do eval "${cleanups[i]}" || true; done
+}
+trap on_exit EXIT
+
 step "setup"
 scripts/setup.sh
 
@@ -19,12 +26,25 @@ step "PostgreSQL (scripts/pg.sh: a throwaway server for the store/postgres and f
 export PGSTATE
 PGSTATE=$(mktemp -u /tmp/agentd-test-pg-state.XXXXXX)
 eval "$(scripts/pg.sh start)"
-trap 'scripts/pg.sh stop' EXIT
+cleanups+=('scripts/pg.sh stop')
 # Without it the PostgreSQL tests fail instead of skipping.
 export AGENTD_REQUIRE_POSTGRES=1
 
 step "go vet"
 go vet ./...
+
+step "dockerd and the sandbox image (docker sandbox tests)"
+# A private daemon (no systemd here) and the sandbox image with Claude Code
+# only (the e2e tests need no other CLI); both kept under the cache folder,
+# so a second run on the same machine reuses the image.
+docker_start=$(date +%s)
+docker_dir=${AGENTD_DOCKER_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/agentd/dockerd}
+export "$(scripts/dockerd.sh start "$docker_dir")"
+cleanups+=('scripts/dockerd.sh stop "$docker_dir"')
+scripts/sandbox-image.sh --agents claude --agentd bin/agentd --tag agentd-sandbox:latest
+# Missing Docker or image fail the docker tests instead of skipping them.
+export AGENTD_REQUIRE_DOCKER=1
+echo "docker set-up: $(( $(date +%s) - docker_start ))s"
 
 step "go test"
 # Missing agent CLIs fail the run instead of skipping tests.

@@ -43,15 +43,19 @@ type serveCmd struct {
 	DataDir            string        `help:"Data folder: database, workspaces, run files." default:"./data" env:"AGENTD_DATA_DIR" type:"path"`
 	Store              string        `help:"Store URL: sqlite://PATH (default sqlite://<data-dir>/agentd.db), or postgres://… for servers sharing one PostgreSQL database." env:"AGENTD_STORE"`
 	Profiles           string        `help:"Folder of agent profiles (YAML or JSON, one a file)." env:"AGENTD_PROFILES" type:"path"`
-	Sandbox            string        `help:"Sandbox backend: local, executor, bwrap." default:"local" env:"AGENTD_SANDBOX"`
+	Sandbox            string        `help:"Sandbox backend: local, executor, bwrap, docker." default:"local" env:"AGENTD_SANDBOX"`
 	RunAsUser          string        `help:"With --sandbox executor or bwrap: run agents as this Unix user, shared by all sessions (needs root)." env:"AGENTD_RUN_AS_USER"`
 	RunAsUserPool      []string      `help:"With --sandbox executor or bwrap: a Unix user per session, from these names, uids and uid ranges (200000-200099); replaces --run-as-user (needs root)." env:"AGENTD_RUN_AS_USER_POOL"`
-	SandboxMemory      int64         `help:"Memory limit of each executor/bwrap environment in bytes (0: none)." default:"4294967296" env:"AGENTD_SANDBOX_MEMORY"`
-	SandboxPids        int64         `help:"Process (and thread) limit of each executor/bwrap environment (0: none)." default:"4096" env:"AGENTD_SANDBOX_PIDS"`
-	SandboxCPU         int           `help:"CPU limit of each executor/bwrap environment in percent of one core (0: none)." default:"0" env:"AGENTD_SANDBOX_CPU"`
+	SandboxMemory      int64         `help:"Memory limit of each executor/bwrap/docker environment in bytes (0: none)." default:"4294967296" env:"AGENTD_SANDBOX_MEMORY"`
+	SandboxPids        int64         `help:"Process (and thread) limit of each executor/bwrap/docker environment (0: none)." default:"4096" env:"AGENTD_SANDBOX_PIDS"`
+	SandboxCPU         int           `help:"CPU limit of each executor/bwrap/docker environment in percent of one core (0: none)." default:"0" env:"AGENTD_SANDBOX_CPU"`
 	SandboxLimits      string        `help:"How limits are enforced: auto (cgroups where possible, else rlimits), cgroup, rlimit, off." default:"auto" enum:"auto,cgroup,rlimit,off" env:"AGENTD_SANDBOX_LIMITS"`
 	SandboxReadOnly    []string      `help:"With --sandbox bwrap: more host paths shown read-only inside." env:"AGENTD_SANDBOX_READ_ONLY"`
 	SandboxUID         uint32        `help:"With --sandbox bwrap, a root server and neither --run-as-user nor --run-as-user-pool: the host uid sandboxes run as (their root is mapped to it; 0: 2000000000)." default:"0" env:"AGENTD_SANDBOX_UID"`
+	DockerImage        string        `help:"With --sandbox docker: the image (built by scripts/sandbox-image.sh; never pulled)." default:"agentd-sandbox:latest" env:"AGENTD_DOCKER_IMAGE"`
+	DockerUser         string        `help:"With --sandbox docker: uid:gid the sandbox's processes run as." default:"10001:10001" env:"AGENTD_DOCKER_USER"`
+	DockerExecutor     string        `help:"With --sandbox docker: mount this agentd binary into every container as its executor instead of the image's." env:"AGENTD_DOCKER_EXECUTOR" type:"path"`
+	WarmPool           int           `help:"With --sandbox docker: environments of each kind (image and limits) kept started ahead for new sessions." default:"0" env:"AGENTD_WARM_POOL"`
 	AgentNice          int           `help:"Niceness added to agent processes (0-19), so they yield the CPU to the server streaming their output; 0 runs them at the server's priority." default:"10" env:"AGENTD_AGENT_NICE"`
 	APIKey             string        `help:"Require this bearer key on /api/* and the WebSocket." env:"AGENTD_API_KEY"`
 	IdleTimeout        time.Duration `help:"Terminate an idle environment after this long." default:"15m" env:"AGENTD_IDLE_TIMEOUT"`
@@ -75,6 +79,7 @@ func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
 		SandboxLimits:     sandbox.Limits{MemoryBytes: c.SandboxMemory, Pids: c.SandboxPids, CPUPercent: c.SandboxCPU},
 		PermissionTimeout: c.PermissionTimeout, MaxBody: c.MaxBody, DisableUI: c.NoUI, Logger: log,
 		DisableModelProxy: !c.ModelProxy, ModelProxyAddr: c.ModelProxyAddr, SessionTokenBudget: c.SessionTokenBudget,
+		DockerImage: c.DockerImage, DockerUser: c.DockerUser, DockerExecutor: c.DockerExecutor, WarmPool: c.WarmPool,
 	})
 	if err != nil {
 		return err

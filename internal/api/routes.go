@@ -53,6 +53,7 @@ func (s *Server) table() []route {
 		{method: "GET", pattern: "/api/agent-profiles", summary: "List agent profiles", handler: s.handleProfiles, auth: true, resp: restapi.ProfileList{}, status: 200},
 		{method: "GET", pattern: "/api/agent-profiles/{id}", summary: "One agent profile", handler: s.handleProfile, auth: true, resp: profile.Profile{}, status: 200, params: []param{pProfile}},
 		{method: "GET", pattern: "/api/architectures", summary: "Architectures and whether their agent CLI is available", handler: s.handleArchitectures, auth: true, resp: restapi.ArchitectureList{}, status: 200},
+		{method: "GET", pattern: "/api/sandboxes", summary: "Sandbox backends: what each isolates, limits, warm pools", handler: s.handleSandboxes, auth: true, resp: restapi.SandboxList{}, status: 200},
 		{method: "POST", pattern: "/api/sessions", summary: "Create a session", handler: s.handleCreate, auth: true, body: true, req: restapi.CreateSessionRequest{}, resp: restapi.CreateSessionResponse{}, status: 201},
 		{method: "GET", pattern: "/api/sessions", summary: "List sessions", handler: s.handleList, auth: true, resp: restapi.SessionList{}, status: 200},
 		{method: "GET", pattern: "/api/sessions/{id}", summary: "A session's full state", handler: s.handleGet, auth: true, resp: restapi.SessionState{}, status: 200, params: []param{pID}},

@@ -54,6 +54,8 @@ type Config struct {
 	Audit AuditReader
 	// ModelUsage adds the model proxy's count to that answer when set.
 	ModelUsage ModelUsage
+	// Sandboxes answers GET /api/sandboxes; nil: an empty list.
+	Sandboxes SandboxLister
 }
 
 // Server is the HTTP handler. It is safe for concurrent use.

@@ -51,6 +51,12 @@ type Spec struct {
 	// the watcher does not report, e.g. ".git", "node_modules".
 	Ignore []string
 	Limits Limits
+	// Profile is the id of the session's agent profile, for backends that
+	// keep environments ready ahead per profile (warm pools).
+	Profile string
+	// Image is the container image of container backends ("": the
+	// backend's default). Other backends ignore it.
+	Image string
 }
 
 // Limits bound the resources of an environment's processes. Zero means the

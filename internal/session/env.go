@@ -69,7 +69,12 @@ func (m *Manager) spec(ctx context.Context, rec store.Session, prof profile.Prof
 		}
 		env = issued
 	}
-	return sandbox.Spec{SessionID: rec.ID, Workspace: m.workspace(rec.ID), Env: env, Ignore: m.cfg.WatchIgnore}, nil
+	spec := sandbox.Spec{SessionID: rec.ID, Workspace: m.workspace(rec.ID), Env: env, Ignore: m.cfg.WatchIgnore, Profile: prof.ID}
+	if sb := prof.Sandbox; sb != nil {
+		spec.Image = sb.Image
+		spec.Limits = sandbox.Limits{MemoryBytes: sb.MemoryBytes, Pids: sb.Pids, CPUPercent: sb.CPUPercent}
+	}
+	return spec, nil
 }
 
 // attachEnvironment makes an environment that is up (new, or recovered

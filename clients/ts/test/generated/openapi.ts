@@ -28,6 +28,7 @@ export interface AgentProfile {
   model?: string;
   name: string;
   rules?: Rule[];
+  sandbox?: Sandbox;
   skills?: Skill[];
   subagents?: ProfileSubagent[];
   systemPrompt?: string;
@@ -327,6 +328,39 @@ export interface Runtime {
   status: "" | "created" | "starting" | "ready" | "running" | "idle" | "terminated" | "error";
 }
 
+export interface Sandbox {
+  cpuPercent?: number;
+  image?: string;
+  memoryBytes?: number;
+  pids?: number;
+}
+
+export interface SandboxInfo {
+  default: boolean;
+  limits: SandboxLimits;
+  name: string;
+  pools: WarmPool[];
+  protections: SandboxProtects[];
+  survivesRestart: boolean;
+}
+
+export interface SandboxLimits {
+  cpuPercent: number;
+  enforcement: string;
+  memoryBytes: number;
+  pids: number;
+}
+
+export interface SandboxList {
+  sandboxes: SandboxInfo[];
+}
+
+export interface SandboxProtects {
+  detail: string;
+  protected: boolean;
+  threat: string;
+}
+
 export interface SessionFrame {
   op: string;
   session: SessionSummary;
@@ -436,6 +470,20 @@ export interface Usage {
   cacheReadInputTokens?: number;
   inputTokens: number;
   outputTokens: number;
+}
+
+export interface WarmPool {
+  claims: number;
+  failures: number;
+  image?: string;
+  key: string;
+  lastError?: string;
+  lastStartMs: number;
+  misses: number;
+  profiles: string[];
+  ready: number;
+  size: number;
+  starting: boolean;
 }
 
 export interface WorkspaceFile {
