@@ -17,6 +17,17 @@ import (
 // TestBlockFieldsKnown fails when conversation.Block gains a field this
 // encoder does not know).
 
+// AppendBlockJSON appends the JSON of b: byte for byte what json.Marshal
+// writes for it when b.Input is already as json.Marshal writes a
+// json.RawMessage (valid, compact, <, > and & escaped), as it is in every
+// block the converters make (BlockSink) and in blocks reduced from their
+// events. agentd convert writes its output with it.
+func AppendBlockJSON(dst []byte, b *conversation.Block) []byte { return appendBlock(dst, b) }
+
+// AppendJSONString appends s as a JSON string exactly as json.Marshal
+// writes it.
+func AppendJSONString(dst []byte, s string) []byte { return appendString(dst, s) }
+
 // appendUpsertPayload appends the JSON of conversation.BlockUpsert{Block: *b}.
 func appendUpsertPayload(dst []byte, b *conversation.Block) []byte {
 	dst = append(dst, `{"block":`...)

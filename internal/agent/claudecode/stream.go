@@ -199,6 +199,20 @@ type Sink interface {
 	Warn(file string, line int, err error)
 }
 
+// BlockSink is a Sink that takes block:upsert and block:delta events
+// unencoded: ConvertStream and ConvertTranscript(s) call EmitBlock and
+// EmitDelta for them, in order with the other events, instead of Emit, so a
+// consumer that reduces them (agentd convert --blocks) or writes them out
+// itself skips encoding and decoding their payloads. EmitBlock(ctx, b) stands
+// for the event conversation.Upsert(*b) with context ctx, EmitDelta for
+// conversation.Delta(id, text); b.Input is what json.Marshal writes for it
+// (compact, HTML characters escaped). b is only valid during the call.
+type BlockSink interface {
+	Sink
+	EmitBlock(ctx conversation.Context, b *conversation.Block) error
+	EmitDelta(ctx conversation.Context, id, text string) error
+}
+
 // ConvertStream converts a file of stream-json lines (or one JSON document,
 // or a JSON array of messages) as the output of one process.
 func ConvertStream(in Input, sink Sink) error {
@@ -208,14 +222,19 @@ func ConvertStream(in Input, sink Sink) error {
 	}
 	sc := NewStreamConverter()
 	for _, ln := range splitLines(data) {
-		events, err := sc.Convert(ln.b)
-		if err != nil {
+		line := bytes.TrimSpace(ln.b)
+		if len(line) == 0 {
+			continue
+		}
+		if err := decodeLine(&sc.c.sc, line, &sc.l); err != nil {
+			sink.Warn(in.Name, ln.no, fmt.Errorf("%w: %v", ErrMalformed, err))
+			continue
+		}
+		if err := sc.c.convertLine(&sc.l, line, sc.l.ParentToolUseID); err != nil {
 			sink.Warn(in.Name, ln.no, err)
 		}
-		for _, e := range events {
-			if err := sink.Emit(e); err != nil {
-				return err
-			}
+		if err := sc.c.emitTo(sink); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -311,17 +311,11 @@ func (r *transcriptRun) flush(f *transcriptFile) error {
 
 func (r *transcriptRun) emit(file string, ln numberedLine, l *wireLine, conv string) error {
 	spawned := len(r.c.subs.order)
-	events, err := r.c.convert(l, ln.b, conv)
-	if err != nil {
+	if err := r.c.convertLine(l, ln.b, conv); err != nil {
 		r.sink.Warn(file, ln.no, err)
 	}
 	if len(r.c.subs.order) != spawned {
 		r.bindSpawned()
 	}
-	for _, e := range events {
-		if err := r.sink.Emit(e); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.c.emitTo(r.sink)
 }
