@@ -1,6 +1,7 @@
 package claudecode
 
 import (
+	"bytes"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -80,10 +81,12 @@ func ConvertTranscripts(inputs []Input, sink Sink) error {
 	return nil
 }
 
-// transcriptFile is a transcript read into memory.
+// transcriptFile is a transcript being read: the lines its role was read
+// from (copied), then the rest of its input, read as it is converted.
 type transcriptFile struct {
 	name       string
-	lines      []numberedLine
+	head       []numberedLine
+	rest       *lineReader
 	isSubagent bool
 	sessionID  string
 	agentID    string // subagent files: from the lines, else the file name
@@ -93,16 +96,17 @@ type transcriptFile struct {
 }
 
 func readTranscript(in Input) (*transcriptFile, error) {
-	data, err := readAll(in.R)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", in.Name, err)
-	}
-	f := &transcriptFile{name: in.Name, lines: splitLines(data)}
-	// Look at the first message line for the file's role and ids.
+	f := &transcriptFile{name: in.Name, rest: newLineReader(in.R)}
+	// Read up to the first message line for the file's role and ids.
 	var s scanner
 	var l wireLine
 	sawMessage, sidechain := false, false
-	for _, ln := range f.lines {
+	for {
+		ln, ok := f.rest.next()
+		if !ok {
+			break
+		}
+		f.head = append(f.head, numberedLine{ln.no, bytes.Clone(ln.b)})
 		if decodeLine(&s, ln.b, &l) != nil {
 			continue
 		}
@@ -122,6 +126,9 @@ func readTranscript(in Input) (*transcriptFile, error) {
 		}
 		break
 	}
+	if f.rest.err != nil {
+		return nil, fmt.Errorf("read %s: %w", in.Name, f.rest.err)
+	}
 	if base := filepath.Base(in.Name); isAgentFileName(base) && (sidechain || !sawMessage) {
 		// The lines name the agent; the file name does when they do not.
 		f.isSubagent = true
@@ -130,6 +137,30 @@ func readTranscript(in Input) (*transcriptFile, error) {
 		}
 	}
 	return f, nil
+}
+
+// each calls fn for every line of f, once: those read for its role, then
+// the rest of its input. A line's bytes are valid during the call.
+func (f *transcriptFile) each(fn func(numberedLine) error) error {
+	for _, ln := range f.head {
+		if err := fn(ln); err != nil {
+			return err
+		}
+	}
+	f.head = nil
+	for {
+		ln, ok := f.rest.next()
+		if !ok {
+			break
+		}
+		if err := fn(ln); err != nil {
+			return err
+		}
+	}
+	if f.rest.err != nil {
+		return fmt.Errorf("read %s: %w", f.name, f.rest.err)
+	}
+	return nil
 }
 
 // isAgentFileName reports whether base is a subagent transcript's name,
@@ -178,10 +209,8 @@ func runTranscript(main *transcriptFile, subs []*transcriptFile, sink Sink) erro
 	r := &transcriptRun{c: newCore(), sink: sink, subs: subs, uuidConv: make(map[string]string)}
 	r.c.usageFromMessages = true
 	if main != nil {
-		for _, ln := range main.lines {
-			if err := r.mainLine(main.name, ln); err != nil {
-				return err
-			}
+		if err := main.each(func(ln numberedLine) error { return r.mainLine(main.name, ln) }); err != nil {
+			return err
 		}
 	}
 	// Subagents whose end the main file does not show (an interrupted run, a
@@ -297,16 +326,13 @@ func (r *transcriptRun) flush(f *transcriptFile) error {
 	conv := r.c.subs.conversationID(f.toolUseID, f.agentID, f.name)
 	var s scanner
 	var l wireLine
-	for _, ln := range f.lines {
+	return f.each(func(ln numberedLine) error {
 		if err := decodeLine(&s, ln.b, &l); err != nil {
 			r.sink.Warn(f.name, ln.no, fmt.Errorf("%w: %v", ErrMalformed, err))
-			continue
+			return nil
 		}
-		if err := r.emit(f.name, ln, &l, conv); err != nil {
-			return err
-		}
-	}
-	return nil
+		return r.emit(f.name, ln, &l, conv)
+	})
 }
 
 func (r *transcriptRun) emit(file string, ln numberedLine, l *wireLine, conv string) error {

@@ -295,38 +295,62 @@ func TestSplitLines(t *testing.T) {
 	}
 }
 
-func TestReadAll(t *testing.T) {
-	want := bytes.Repeat([]byte("line\n"), 1000)
-	for name, r := range map[string]io.Reader{
-		"bytes":      bytes.NewReader(want),
-		"plain":      iotest.OneByteReader(bytes.NewReader(want)),
-		"half":       iotest.HalfReader(bytes.NewReader(want)),
-		"understate": &lyingLen{bytes.NewReader(want), 10},
-	} {
-		got, err := readAll(r)
-		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("%s: %d bytes, %v", name, len(got), err)
+// TestLineReaderMatchesSplitLines: reading an input as it goes gives the
+// lines splitLines gives for the whole input, whatever the reads return,
+// with lines longer than the reader's buffer, and for inputs that are one
+// JSON document.
+func TestLineReaderMatchesSplitLines(t *testing.T) {
+	long := `{"type":"user","message":{"content":"` + strings.Repeat("x", 600<<10) + `"}}`
+	inputs := []string{
+		"",
+		"\n\n  \n",
+		"{\"a\":1}\r\n\n  \n{\"b\":2}\n{\"c\":",
+		"{\"a\":1}\n" + long + "\n{\"b\":2}",
+		long,
+		"\n  \n{\n  \"type\": \"result\",\n  \"result\": \"4\"\n}\n",
+		"\n[{\"type\":\"a\"},\n {\"type\":\"b\"}]",
+		"{\n\"a\":1\n",
+		"[1,\n",
+		"not json\n{\"a\":1}",
+	}
+	if data, err := os.ReadFile(aiMain); err == nil {
+		inputs = append(inputs, string(data))
+	}
+	for i, in := range inputs {
+		want := splitLines([]byte(in))
+		for name, r := range map[string]io.Reader{
+			"bytes": strings.NewReader(in),
+			"one":   iotest.OneByteReader(strings.NewReader(in)),
+			"half":  iotest.HalfReader(strings.NewReader(in)),
+		} {
+			lr := newLineReader(r)
+			var got []numberedLine
+			for {
+				ln, ok := lr.next()
+				if !ok {
+					break
+				}
+				got = append(got, numberedLine{ln.no, bytes.Clone(ln.b)})
+			}
+			if lr.err != nil || len(got) != len(want) {
+				t.Fatalf("input %d, %s: %d lines, want %d (%v)", i, name, len(got), len(want), lr.err)
+			}
+			for j := range got {
+				if got[j].no != want[j].no || !bytes.Equal(got[j].b, want[j].b) {
+					t.Fatalf("input %d, %s: line %d is %d %.40q, want %d %.40q", i, name, j, got[j].no, got[j].b, want[j].no, want[j].b)
+				}
+			}
 		}
 	}
-	f, err := os.Open(aiMain)
-	if err != nil {
-		t.Skipf("shared test data not available: %v", err)
+	boom := errors.New("boom")
+	lr := newLineReader(io.MultiReader(strings.NewReader("{\"a\":1}\n{\"b\""), iotest.ErrReader(boom)))
+	if ln, ok := lr.next(); !ok || string(ln.b) != `{"a":1}` {
+		t.Fatalf("first line %q %v", ln.b, ok)
 	}
-	defer f.Close()
-	got, err := readAll(f)
-	disk, _ := os.ReadFile(aiMain)
-	if err != nil || !bytes.Equal(got, disk) {
-		t.Fatalf("file: %d bytes, %v", len(got), err)
+	if _, ok := lr.next(); ok || !errors.Is(lr.err, boom) {
+		t.Fatalf("after the error: %v %v", ok, lr.err)
 	}
 }
-
-// lyingLen reports a length smaller than what it holds.
-type lyingLen struct {
-	io.Reader
-	n int
-}
-
-func (l *lyingLen) Len() int { return l.n }
 
 func TestTranscriptBackgroundSubagentNotification(t *testing.T) {
 	main := strings.Join([]string{
