@@ -87,14 +87,22 @@ func appendEventEnd(buf []byte, ctx *conversation.Context) ([]byte, bool) {
 	return append(buf, "}}\n"...), true
 }
 
-// blocksSink reduces the events as they come (Run with Blocks).
+// blocksSink reduces the events as they come (Run with Blocks). Only the
+// events that can change what it prints are reduced: blocks, and the
+// subagent events that can add a subagent's conversation before its first
+// block. The others (usage, turns, logs: a metadata:update for every
+// assistant line of a transcript) cost a json.Unmarshal each for nothing.
 type blocksSink struct {
 	r        *conversation.Reducer
 	warnings []Warning
 }
 
 func (s *blocksSink) Emit(e conversation.Event) error {
-	_ = s.r.Apply(e) // a bad event changes nothing; the others still count
+	switch e.Type {
+	case conversation.TypeBlockUpsert, conversation.TypeBlockDelta,
+		conversation.TypeSubagentSpawned, conversation.TypeSubagentCompleted:
+		_ = s.r.Apply(e) // a bad event changes nothing; the others still count
+	}
 	return nil
 }
 

@@ -420,55 +420,13 @@ func (c *core) assistantPart(l *wireLine, lc lineCtx, msgID string, p *wirePart)
 	}
 }
 
-// toolInput is what the converter reads from a tool call's input.
-type toolInput struct {
-	prompt, subagentType, description, skill string
-}
-
-func (c *core) readToolInput(input []byte) toolInput {
-	var ti toolInput
-	if len(input) == 0 || input[0] != '{' {
-		return ti
-	}
-	s := &c.sc2
-	s.reset(input)
-	s.enter('{')
-	for first := true; s.next('}', &first); {
-		k := s.key()
-		if s.peek() != '"' {
-			s.skip()
-			continue
-		}
-		switch string(k) {
-		case "prompt":
-			ti.prompt = s.str()
-		case "subagent_type":
-			ti.subagentType = s.str()
-		case "description":
-			ti.description = s.str()
-		case "skill", "command":
-			if ti.skill == "" {
-				ti.skill = s.str()
-			} else {
-				s.skip()
-			}
-		default:
-			s.skip()
-		}
-	}
-	if s.err != nil {
-		return toolInput{}
-	}
-	return ti
-}
-
 func (c *core) toolUse(lc lineCtx, msgID string, n int, p *wirePart) {
 	id := p.ID
 	if id == "" {
 		id = blockID(msgID, n)
 	}
 	input := passthroughJSON(p.Input, p.InputSpaced)
-	ti := c.readToolInput(input)
+	ti := &p.Tool
 	if isSubagentTool(p.Name) && p.Type == "tool_use" {
 		c.tools[id] = &toolInfo{name: p.Name}
 		sa, isNew := c.subs.spawn(id, lc.conv, ti.prompt, ti.subagentType, ti.description)

@@ -190,9 +190,38 @@ func passthroughJSON(raw []byte, spaced bool) json.RawMessage {
 	if !needsHTMLEscape(raw) {
 		return raw
 	}
-	esc := bytes.NewBuffer(make([]byte, 0, len(raw)+64))
-	json.HTMLEscape(esc, raw)
-	return esc.Bytes()
+	return htmlEscape(raw)
+}
+
+// htmlEscape returns what json.HTMLEscape writes for src, in one
+// allocation: <, >, & and U+2028/U+2029 as \u escapes.
+func htmlEscape(src []byte) []byte {
+	n := len(src)
+	for i, c := range src {
+		switch {
+		case c == '<' || c == '>' || c == '&':
+			n += 5
+		case c == 0xE2 && i+2 < len(src) && src[i+1] == 0x80 && src[i+2]&^1 == 0xA8:
+			n += 3
+		}
+	}
+	dst := make([]byte, 0, n)
+	start := 0
+	for i := 0; i < len(src); i++ {
+		c := src[i]
+		switch {
+		case c == '<' || c == '>' || c == '&':
+			dst = append(dst, src[start:i]...)
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			start = i + 1
+		case c == 0xE2 && i+2 < len(src) && src[i+1] == 0x80 && src[i+2]&^1 == 0xA8:
+			dst = append(dst, src[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[src[i+2]&0xF])
+			i += 2
+			start = i + 1
+		}
+	}
+	return append(dst, src[start:]...)
 }
 
 // needsHTMLEscape reports whether raw has a byte json.Marshal escapes in a

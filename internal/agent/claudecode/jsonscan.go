@@ -1,10 +1,12 @@
 package claudecode
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -216,37 +218,61 @@ func hasSpecial(w uint64) bool {
 	return (ctl|quote|bslash)&msb != 0
 }
 
-// strBytes decodes a string value. The result aliases the input when the
-// string needs no unescaping; callers copy it (string(...)) to keep it.
-// Any other value (null, a number where a string was expected) is
-// validated, skipped and gives nil: a field of an unexpected type is
-// treated as absent rather than failing the line.
-func (s *scanner) strBytes() []byte {
+// strRaw reads a string value: its body as it is in the input, and whether
+// that is already the decoded string (no escapes, valid UTF-8). Any other
+// value (null, a number where a string was expected) is validated and
+// skipped, and ok is false: a field of an unexpected type is treated as
+// absent rather than failing the line.
+func (s *scanner) strRaw() (raw []byte, plain, ok bool) {
 	if s.peek() != '"' {
 		s.skip()
-		return nil
+		return nil, false, false
 	}
 	end, escaped := s.stringEnd(s.i)
 	if s.err != nil {
-		return nil
+		return nil, false, false
 	}
-	raw := s.b[s.i+1 : end]
+	raw = s.b[s.i+1 : end]
 	s.i = end + 1
-	if !escaped && utf8.Valid(raw) {
+	return raw, !escaped && utf8.Valid(raw), true
+}
+
+// strBytes decodes a string value (see strRaw; nil when it is not a
+// string). The result aliases the input when the string needs no
+// unescaping; callers copy it (string(...)) to keep it.
+func (s *scanner) strBytes() []byte {
+	raw, plain, ok := s.strRaw()
+	if !ok || plain {
 		return raw
 	}
-	out, ok := unescape(raw)
-	if !ok {
-		s.i = end
+	var b bytes.Buffer
+	b.Grow(len(raw) + utf8.UTFMax)
+	if !unescapeTo(&b, raw) {
+		s.i-- // at the closing quote
 		s.fail("invalid string escape")
 		return nil
 	}
-	return out
+	return b.Bytes()
 }
 
-// str decodes a string value (null gives "").
+// str decodes a string value ("" when it is not a string) into a string
+// of its own, in one allocation.
 func (s *scanner) str() string {
-	return string(s.strBytes())
+	raw, plain, ok := s.strRaw()
+	if !ok {
+		return ""
+	}
+	if plain {
+		return string(raw)
+	}
+	var b strings.Builder
+	b.Grow(len(raw) + utf8.UTFMax)
+	if !unescapeTo(&b, raw) {
+		s.i--
+		s.fail("invalid string escape")
+		return ""
+	}
+	return b.String()
 }
 
 // literal consumes the literal word w (true, false, null).
@@ -502,69 +528,91 @@ func (s *scanner) objectKey() {
 // encoding/json does: escapes resolved, invalid UTF-8 and unpaired
 // surrogates replaced with U+FFFD. ok is false for a malformed escape.
 func unescape(s []byte) ([]byte, bool) {
-	b := make([]byte, 0, len(s)+utf8.UTFMax)
+	var b bytes.Buffer
+	b.Grow(len(s) + utf8.UTFMax)
+	ok := unescapeTo(&b, s)
+	return b.Bytes(), ok
+}
+
+// byteWriter is what unescapeTo writes to: a bytes.Buffer, or a
+// strings.Builder for a string without a second copy.
+type byteWriter interface {
+	Write([]byte) (int, error)
+	WriteByte(byte) error
+	WriteRune(rune) (int, error)
+}
+
+// unescapeTo writes unescape's result to w; false for a malformed escape.
+func unescapeTo(w byteWriter, s []byte) bool {
 	for r := 0; r < len(s); {
-		c := s[r]
-		switch {
-		case c == '\\':
-			r++
-			if r >= len(s) {
-				return nil, false
-			}
-			switch s[r] {
-			case '"', '\\', '/':
-				b = append(b, s[r])
-				r++
-			case 'b':
-				b = append(b, '\b')
-				r++
-			case 'f':
-				b = append(b, '\f')
-				r++
-			case 'n':
-				b = append(b, '\n')
-				r++
-			case 'r':
-				b = append(b, '\r')
-				r++
-			case 't':
-				b = append(b, '\t')
-				r++
-			case 'u':
-				r--
-				rr := getu4(s[r:])
-				if rr < 0 {
-					return nil, false
+		if s[r] != '\\' {
+			// Copy the run of valid UTF-8 up to the next escape at once;
+			// an invalid byte becomes U+FFFD.
+			j := r
+			for j < len(s) && s[j] != '\\' {
+				if s[j] < utf8.RuneSelf {
+					j++
+					continue
 				}
-				r += 6
-				if utf16.IsSurrogate(rr) {
-					rr1 := getu4(s[r:])
-					if dec := utf16.DecodeRune(rr, rr1); dec != unicode.ReplacementChar {
-						r += 6
-						b = utf8.AppendRune(b, dec)
-						break
-					}
-					rr = unicode.ReplacementChar
+				rr, size := utf8.DecodeRune(s[j:])
+				if rr == utf8.RuneError && size == 1 {
+					break
 				}
-				b = utf8.AppendRune(b, rr)
-			default:
-				return nil, false
+				j += size
 			}
-		case c < utf8.RuneSelf:
-			// Copy the run of plain ASCII up to the next escape at once.
-			j := r + 1
-			for j < len(s) && s[j] != '\\' && s[j] < utf8.RuneSelf {
-				j++
-			}
-			b = append(b, s[r:j]...)
+			w.Write(s[r:j])
 			r = j
+			if r < len(s) && s[r] != '\\' {
+				w.WriteRune(utf8.RuneError)
+				r++
+			}
+			continue
+		}
+		r++
+		if r >= len(s) {
+			return false
+		}
+		switch s[r] {
+		case '"', '\\', '/':
+			w.WriteByte(s[r])
+			r++
+		case 'b':
+			w.WriteByte('\b')
+			r++
+		case 'f':
+			w.WriteByte('\f')
+			r++
+		case 'n':
+			w.WriteByte('\n')
+			r++
+		case 'r':
+			w.WriteByte('\r')
+			r++
+		case 't':
+			w.WriteByte('\t')
+			r++
+		case 'u':
+			r--
+			rr := getu4(s[r:])
+			if rr < 0 {
+				return false
+			}
+			r += 6
+			if utf16.IsSurrogate(rr) {
+				rr1 := getu4(s[r:])
+				if dec := utf16.DecodeRune(rr, rr1); dec != unicode.ReplacementChar {
+					r += 6
+					w.WriteRune(dec)
+					break
+				}
+				rr = unicode.ReplacementChar
+			}
+			w.WriteRune(rr)
 		default:
-			rr, size := utf8.DecodeRune(s[r:])
-			r += size
-			b = utf8.AppendRune(b, rr)
+			return false
 		}
 	}
-	return b, true
+	return true
 }
 
 // getu4 decodes \uXXXX from the beginning of s, returning the hex value,

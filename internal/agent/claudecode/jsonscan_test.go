@@ -96,6 +96,10 @@ func FuzzScannerValid(f *testing.F) {
 		if s.err != nil || got != std {
 			t.Fatalf("str() = %q, %v; encoding/json %q", got, s.err, std)
 		}
+		s.reset(data)
+		if b := s.strBytes(); s.err != nil || string(b) != std {
+			t.Fatalf("strBytes() = %q, %v; encoding/json %q", b, s.err, std)
+		}
 	})
 }
 
@@ -216,4 +220,18 @@ func TestUnescapeReplacesLikeEncodingJSON(t *testing.T) {
 			t.Errorf("unescape(%q) accepted a bad escape", bad)
 		}
 	}
+}
+
+// FuzzHTMLEscape: htmlEscape writes what json.HTMLEscape writes.
+func FuzzHTMLEscape(f *testing.F) {
+	for _, s := range []string{"", `{"a":"<b>&</b>"}`, "\u2028\u2029", "\xe2\x80", "\xe2\x80\xa8x<", "é😀&"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		var want bytes.Buffer
+		json.HTMLEscape(&want, src)
+		if got := htmlEscape(src); !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("htmlEscape(%q) = %q, want %q", src, got, want.Bytes())
+		}
+	})
 }
