@@ -2,7 +2,9 @@ package claudecode
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"math/bits"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -129,6 +131,17 @@ func appendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		// Skip eight safe bytes at a time.
+		for i+8 <= len(s) {
+			if m := escapeMask(load64(s, i)); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		if i >= len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if safeASCII[c] {
@@ -177,6 +190,20 @@ func appendString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
+// escapeMask flags the bytes appendString cannot copy as they are (see
+// eqMask): control characters, ", \\, <, >, & and every non-ASCII byte.
+func escapeMask(w uint64) uint64 {
+	return belowMask(w, 0x20) | eqMask(w, '"') | eqMask(w, '\\') |
+		eqMask(w, '<') | eqMask(w, '>') | eqMask(w, '&') | w&msb
+}
+
+// load64 reads s[i:i+8] as a little-endian word (one load once compiled).
+func load64(s string, i int) uint64 {
+	s = s[i : i+8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
 // passthroughJSON returns a raw value the scanner validated, as json.Marshal
 // writes a json.RawMessage. Claude Code writes compact JSON, so the common
 // case is the input itself; spaced says whitespace was seen between tokens.
@@ -193,23 +220,25 @@ func passthroughJSON(raw []byte, spaced bool) json.RawMessage {
 	return htmlEscape(raw)
 }
 
-// htmlEscape returns what json.HTMLEscape writes for src, in one
-// allocation: <, >, & and U+2028/U+2029 as \u escapes.
+// htmlEscape returns what json.HTMLEscape writes for src: <, >, & and
+// U+2028/U+2029 as \\u escapes.
 func htmlEscape(src []byte) []byte {
-	n := len(src)
-	for i, c := range src {
-		switch {
-		case c == '<' || c == '>' || c == '&':
-			n += 5
-		case c == 0xE2 && i+2 < len(src) && src[i+1] == 0x80 && src[i+2]&^1 == 0xA8:
-			n += 3
-		}
-	}
-	dst := make([]byte, 0, n)
+	dst := make([]byte, 0, len(src)+len(src)/16+16)
 	start := 0
 	for i := 0; i < len(src); i++ {
-		c := src[i]
-		switch {
+		// Skip eight bytes at a time to the next candidate.
+		for i+8 <= len(src) {
+			w := binary.LittleEndian.Uint64(src[i:])
+			if m := eqMask(w, '<') | eqMask(w, '>') | eqMask(w, '&') | eqMask(w, 0xE2); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		if i >= len(src) {
+			break
+		}
+		switch c := src[i]; {
 		case c == '<' || c == '>' || c == '&':
 			dst = append(dst, src[start:i]...)
 			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])

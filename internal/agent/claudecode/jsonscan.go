@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"unicode"
@@ -150,32 +151,29 @@ func (s *scanner) key() []byte {
 }
 
 // stringEnd returns the index of the closing quote of the string whose
-// opening quote is at b[i], and whether it contains escapes. It checks the
-// escapes and refuses control characters, as JSON requires.
-func (s *scanner) stringEnd(i int) (int, bool) {
+// opening quote is at b[i], whether it contains escapes, and whether all
+// its bytes are ASCII (false may also mean unsure). It checks the escapes
+// and refuses control characters, as JSON requires.
+func (s *scanner) stringEnd(i int) (end int, escaped, ascii bool) {
 	b := s.b
 	i++
-	escaped := false
+	var seen uint64
 	for {
-		// Eight bytes at a time while none is special.
-		for i+8 <= len(b) && !hasSpecial(binary.LittleEndian.Uint64(b[i:])) {
-			i += 8
-		}
-		for i < len(b) && !isSpecial(b[i]) {
-			i++
-		}
+		var more uint64
+		i, more = nextSpecial(b, i)
+		seen |= more
 		if i >= len(b) {
 			s.fail("%v", errTruncated)
-			return len(b), false
+			return len(b), false, false
 		}
 		switch b[i] {
 		case '"':
-			return i, escaped
+			return i, escaped, seen&msb == 0
 		case '\\':
 			escaped = true
 			if i+1 >= len(b) {
 				s.fail("%v", errTruncated)
-				return len(b), false
+				return len(b), false, false
 			}
 			switch b[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
@@ -184,38 +182,69 @@ func (s *scanner) stringEnd(i int) (int, bool) {
 				if getu4(b[i:]) < 0 {
 					s.i = i
 					s.fail("invalid \\u escape")
-					return len(b), false
+					return len(b), false, false
 				}
 				i += 6
 			default:
 				s.i = i
 				s.fail("invalid escape %q", b[i+1])
-				return len(b), false
+				return len(b), false, false
 			}
 		default:
 			s.i = i
 			s.fail("control character %#x in string", b[i])
-			return len(b), false
+			return len(b), false, false
 		}
 	}
 }
 
+// nextSpecial returns the index of the first byte at or after i that
+// isSpecial (len(b) if none), eight bytes at a time, and the OR of the bytes
+// before it (in words), whose top bits say whether any was not ASCII.
+func nextSpecial(b []byte, i int) (int, uint64) {
+	var seen uint64
+	for ; i+8 <= len(b); i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		if m := specialMask(w); m != 0 {
+			n := bits.TrailingZeros64(m) >> 3
+			return i + n, seen | w&(1<<(8*n)-1)
+		}
+		seen |= w
+	}
+	for ; i < len(b); i++ {
+		if isSpecial(b[i]) {
+			return i, seen
+		}
+		seen |= uint64(b[i])
+	}
+	return i, seen
+}
+
 func isSpecial(c byte) bool { return c < 0x20 || c == '"' || c == '\\' }
 
+// SWAR (SIMD within a register) byte tests on eight bytes at once, the
+// first byte in the low bits. Each mask has the top bit set in the bytes
+// that match; the lowest set bit is always a true match (a borrow can only
+// flag bytes above a true match), so bits.TrailingZeros64(m)/8 is the index
+// of the first matching byte.
 const (
 	lsb = 0x0101010101010101
 	msb = 0x8080808080808080
 )
 
-// hasSpecial reports whether any byte of w is a quote, a backslash or a
-// control character (classic SWAR tests; false positives only cost time).
-func hasSpecial(w uint64) bool {
-	ctl := (w - 0x20*lsb) &^ w
-	quote := w ^ ('"' * lsb)
-	quote = (quote - lsb) &^ quote
-	bslash := w ^ ('\\' * lsb)
-	bslash = (bslash - lsb) &^ bslash
-	return (ctl|quote|bslash)&msb != 0
+// eqMask flags the bytes of w equal to c.
+func eqMask(w uint64, c byte) uint64 {
+	x := w ^ (lsb * uint64(c))
+	return (x - lsb) &^ x & msb
+}
+
+// belowMask flags the bytes of w below c (c <= 0x80).
+func belowMask(w uint64, c byte) uint64 { return (w - lsb*uint64(c)) &^ w & msb }
+
+// specialMask flags what ends a run inside a JSON string: a quote, a
+// backslash or a control character.
+func specialMask(w uint64) uint64 {
+	return belowMask(w, 0x20) | eqMask(w, '"') | eqMask(w, '\\')
 }
 
 // strRaw reads a string value: its body as it is in the input, and whether
@@ -228,13 +257,13 @@ func (s *scanner) strRaw() (raw []byte, plain, ok bool) {
 		s.skip()
 		return nil, false, false
 	}
-	end, escaped := s.stringEnd(s.i)
+	end, escaped, ascii := s.stringEnd(s.i)
 	if s.err != nil {
 		return nil, false, false
 	}
 	raw = s.b[s.i+1 : end]
 	s.i = end + 1
-	return raw, !escaped && utf8.Valid(raw), true
+	return raw, !escaped && (ascii || utf8.Valid(raw)), true
 }
 
 // strBytes decodes a string value (see strRaw; nil when it is not a
@@ -417,7 +446,7 @@ func (s *scanner) skip() {
 	case c == 0:
 		s.fail("%v", errTruncated)
 	case c == '"':
-		end, _ := s.stringEnd(s.i)
+		end, _, _ := s.stringEnd(s.i)
 		if s.err == nil {
 			s.i = end + 1
 		}
@@ -510,7 +539,7 @@ func (s *scanner) objectKey() {
 		}
 		return
 	}
-	end, _ := s.stringEnd(s.i)
+	end, _, _ := s.stringEnd(s.i)
 	if s.err != nil {
 		return
 	}
@@ -549,10 +578,10 @@ func unescapeTo(w byteWriter, s []byte) bool {
 			// Copy the run of valid UTF-8 up to the next escape at once;
 			// an invalid byte becomes U+FFFD.
 			j := r
-			for j < len(s) && s[j] != '\\' {
-				if s[j] < utf8.RuneSelf {
-					j++
-					continue
+			for {
+				j = nextEscapeOrHigh(s, j)
+				if j >= len(s) || s[j] == '\\' {
+					break
 				}
 				rr, size := utf8.DecodeRune(s[j:])
 				if rr == utf8.RuneError && size == 1 {
@@ -613,6 +642,23 @@ func unescapeTo(w byteWriter, s []byte) bool {
 		}
 	}
 	return true
+}
+
+// nextEscapeOrHigh returns the index of the first backslash or non-ASCII
+// byte at or after i, len(s) if none.
+func nextEscapeOrHigh(s []byte, i int) int {
+	for ; i+8 <= len(s); i += 8 {
+		w := binary.LittleEndian.Uint64(s[i:])
+		if m := eqMask(w, '\\') | w&msb; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	for ; i < len(s); i++ {
+		if s[i] == '\\' || s[i] >= utf8.RuneSelf {
+			return i
+		}
+	}
+	return i
 }
 
 // getu4 decodes \uXXXX from the beginning of s, returning the hex value,
