@@ -1,6 +1,9 @@
 package convert
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -9,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/convert/synth"
 )
 
@@ -38,13 +42,20 @@ func BenchmarkClaudeTranscript(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, mode := range []string{"events", "blocks"} {
+	for _, mode := range []string{"events", "blocks", "events/encoder=encoding-json", "blocks/encoder=encoding-json"} {
 		b.Run(mode, func(b *testing.B) {
 			b.SetBytes(size)
 			b.ReportAllocs()
 			cpu := processCPU()
 			for b.Loop() {
-				if _, err := Run(Options{Format: "claude-transcript", Files: []string{in}, Blocks: mode == "blocks"}, io.Discard); err != nil {
+				var err error
+				switch mode {
+				case "events", "blocks":
+					_, err = Run(Options{Format: "claude-transcript", Files: []string{in}, Blocks: mode == "blocks"}, io.Discard)
+				default:
+					err = runEncodingJSON(in, mode == "blocks/encoder=encoding-json", io.Discard)
+				}
+				if err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -52,6 +63,82 @@ func BenchmarkClaudeTranscript(b *testing.B) {
 				b.ReportMetric(float64(size)*float64(b.N)/d.Seconds()/1e6, "cpu-MB/s")
 			}
 		})
+	}
+}
+
+// runEncodingJSON is Run for claude-transcript with every output line
+// written by json.Encoder instead of by hand (output.go), all else equal:
+// the comparison of BenchmarkClaudeTranscript's encoder=encoding-json
+// cases. TestEncodingJSONRunMatches checks it writes what Run writes.
+func runEncodingJSON(file string, blocks bool, out io.Writer) error {
+	fh, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	f, _ := Lookup("claude-transcript")
+	w := bufio.NewWriterSize(out, 64<<10)
+	enc := json.NewEncoder(w)
+	if !blocks {
+		if err := f.Convert([]Input{{Name: file, R: fh}}, &encoderEventSink{enc: enc}); err != nil {
+			return err
+		}
+		return w.Flush()
+	}
+	s := &blocksSink{r: conversation.NewReducer()}
+	if err := f.Convert([]Input{{Name: file, R: fh}}, s); err != nil {
+		return err
+	}
+	type blockLine struct {
+		ConversationID string             `json:"conversationId"`
+		Block          conversation.Block `json:"block"`
+	}
+	for conv, b := range s.r.Blocks() {
+		if err := enc.Encode(blockLine{conv, b}); err != nil {
+			return err
+		}
+	}
+	return w.Flush()
+}
+
+// encoderEventSink is eventSink with json.Encoder for the block events.
+type encoderEventSink struct{ enc *json.Encoder }
+
+func (s *encoderEventSink) Emit(e conversation.Event) error { return s.enc.Encode(e) }
+func (s *encoderEventSink) Warn(string, int, error)         {}
+func (s *encoderEventSink) EmitBlock(ctx conversation.Context, b *conversation.Block) error {
+	e := conversation.Upsert(*b)
+	e.Context = ctx
+	return s.enc.Encode(e)
+}
+func (s *encoderEventSink) EmitDelta(ctx conversation.Context, id, text string) error {
+	e := conversation.Delta(id, text)
+	e.Context = ctx
+	return s.enc.Encode(e)
+}
+
+// TestEncodingJSONRunMatches: the json.Encoder variant of the benchmark
+// writes what Run writes, so the two measure the same output.
+func TestEncodingJSONRunMatches(t *testing.T) {
+	seed, err := synth.ReadClaudeSeed()
+	if err != nil {
+		t.Skip("shared test data not available:", err)
+	}
+	in := filepath.Join(t.TempDir(), "claude.jsonl")
+	if _, err := synth.WriteClaudeTranscriptFile(in, seed, 2e6); err != nil {
+		t.Fatal(err)
+	}
+	for _, blocks := range []bool{false, true} {
+		var hand, std bytes.Buffer
+		if _, err := Run(Options{Format: "claude-transcript", Files: []string{in}, Blocks: blocks}, &hand); err != nil {
+			t.Fatal(err)
+		}
+		if err := runEncodingJSON(in, blocks, &std); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(hand.Bytes(), std.Bytes()) {
+			t.Errorf("blocks=%v: json.Encoder output differs at line %d", blocks, firstDiffLine(hand.Bytes(), std.Bytes()))
+		}
 	}
 }
 

@@ -23,19 +23,19 @@ import (
 // files. Bad lines are reported to sink.Warn and skipped; the returned error
 // is a read or sink failure.
 func ConvertTranscript(main Input, subagents []Input, sink Sink) error {
-	m, err := readTranscript(main)
+	m, err := readTranscript(main, decodeLine)
 	if err != nil {
 		return err
 	}
 	var subs []*transcriptFile
 	for _, in := range subagents {
-		f, err := readTranscript(in)
+		f, err := readTranscript(in, decodeLine)
 		if err != nil {
 			return err
 		}
 		subs = append(subs, f)
 	}
-	return runTranscript(m, subs, sink)
+	return runTranscript(m, subs, sink, decodeLine)
 }
 
 // ConvertTranscripts converts transcript files whose roles are not given:
@@ -44,9 +44,16 @@ func ConvertTranscript(main Input, subagents []Input, sink Sink) error {
 // session (or the only main file); each main file is converted as one run,
 // and subagent files no main file claims are converted last, on their own.
 func ConvertTranscripts(inputs []Input, sink Sink) error {
+	return convertTranscripts(inputs, sink, decodeLine)
+}
+
+// lineDecoder decodes one line (decodeLine; benchmarks compare others).
+type lineDecoder func(s *scanner, line []byte, l *wireLine) error
+
+func convertTranscripts(inputs []Input, sink Sink, decode lineDecoder) error {
 	var mains, subs []*transcriptFile
 	for _, in := range inputs {
-		f, err := readTranscript(in)
+		f, err := readTranscript(in, decode)
 		if err != nil {
 			return err
 		}
@@ -65,7 +72,7 @@ func ConvertTranscripts(inputs []Input, sink Sink) error {
 				mine = append(mine, s)
 			}
 		}
-		if err := runTranscript(m, mine, sink); err != nil {
+		if err := runTranscript(m, mine, sink, decode); err != nil {
 			return err
 		}
 	}
@@ -76,7 +83,7 @@ func ConvertTranscripts(inputs []Input, sink Sink) error {
 		}
 	}
 	if len(rest) > 0 {
-		return runTranscript(nil, rest, sink)
+		return runTranscript(nil, rest, sink, decode)
 	}
 	return nil
 }
@@ -95,7 +102,7 @@ type transcriptFile struct {
 	flushed    bool
 }
 
-func readTranscript(in Input) (*transcriptFile, error) {
+func readTranscript(in Input, decode lineDecoder) (*transcriptFile, error) {
 	f := &transcriptFile{name: in.Name, rest: newLineReader(in.R)}
 	// Read up to the first message line for the file's role and ids.
 	var s scanner
@@ -107,7 +114,7 @@ func readTranscript(in Input) (*transcriptFile, error) {
 			break
 		}
 		f.head = append(f.head, numberedLine{ln.no, bytes.Clone(ln.b)})
-		if decodeLine(&s, ln.b, &l) != nil {
+		if decode(&s, ln.b, &l) != nil {
 			continue
 		}
 		if f.sessionID == "" {
@@ -203,10 +210,11 @@ type transcriptRun struct {
 	uuidConv map[string]string // line uuid → conversation, for inline sidechains
 	sc       scanner
 	l        wireLine
+	decode   lineDecoder
 }
 
-func runTranscript(main *transcriptFile, subs []*transcriptFile, sink Sink) error {
-	r := &transcriptRun{c: newCore(), sink: sink, subs: subs, uuidConv: make(map[string]string)}
+func runTranscript(main *transcriptFile, subs []*transcriptFile, sink Sink, decode lineDecoder) error {
+	r := &transcriptRun{c: newCore(), sink: sink, subs: subs, uuidConv: make(map[string]string), decode: decode}
 	r.c.usageFromMessages = true
 	if main != nil {
 		if err := main.each(func(ln numberedLine) error { return r.mainLine(main.name, ln) }); err != nil {
@@ -225,7 +233,7 @@ func runTranscript(main *transcriptFile, subs []*transcriptFile, sink Sink) erro
 
 func (r *transcriptRun) mainLine(file string, ln numberedLine) error {
 	l := &r.l
-	if err := decodeLine(&r.sc, ln.b, l); err != nil {
+	if err := r.decode(&r.sc, ln.b, l); err != nil {
 		r.sink.Warn(file, ln.no, fmt.Errorf("%w: %v", ErrMalformed, err))
 		return nil
 	}
@@ -327,7 +335,7 @@ func (r *transcriptRun) flush(f *transcriptFile) error {
 	var s scanner
 	var l wireLine
 	return f.each(func(ln numberedLine) error {
-		if err := decodeLine(&s, ln.b, &l); err != nil {
+		if err := r.decode(&s, ln.b, &l); err != nil {
 			r.sink.Warn(f.name, ln.no, fmt.Errorf("%w: %v", ErrMalformed, err))
 			return nil
 		}
