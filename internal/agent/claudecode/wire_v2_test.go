@@ -3,8 +3,8 @@
 package claudecode
 
 import (
-	jsonv2 "encoding/json/v2"
 	"encoding/json/jsontext"
+	jsonv2 "encoding/json/v2"
 )
 
 // With GOEXPERIMENT=jsonv2, BenchmarkDecoders also runs decodeStd on the
