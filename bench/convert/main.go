@@ -5,10 +5,14 @@
 // (getrusage), with GOMAXPROCS=1, events and blocks, so the figures show
 // whether time and memory grow linearly with the input. With -compare it
 // runs a second binary on the same inputs, alternating, and checks that
-// both write the same bytes.
+// both write the same bytes. With -instructions it runs each conversion
+// under valgrind's callgrind instead and reports the instructions it
+// executed: a count that does not depend on the machine's load, for A/B
+// comparisons on a shared machine (slow: about a second per MB).
 //
 //	go build -o /tmp/agentd ./cmd/agentd
 //	go run ./bench/convert -bin /tmp/agentd -sizes 5,25,50,100 -runs 3
+//	go run ./bench/convert -bin /tmp/agentd -compare /tmp/agentd-old -sizes 5 -instructions
 //
 // The inputs go to a temporary folder (-dir to keep them elsewhere) and are
 // removed at the end.
@@ -47,6 +51,7 @@ type config struct {
 	modes      []string
 	gomaxprocs string
 	dir        string
+	callgrind  bool
 }
 
 func run() error {
@@ -58,9 +63,13 @@ func run() error {
 		modes   = flag.String("modes", "events,blocks", "what to measure: events, blocks (--blocks)")
 		procs   = flag.String("gomaxprocs", "1", "GOMAXPROCS of the measured process (empty: leave unset)")
 		dir     = flag.String("dir", "", "where to write the inputs (default: a temporary folder, removed after)")
+		instr   = flag.Bool("instructions", false, "count instructions with valgrind --tool=callgrind instead of timing (one run each)")
 	)
 	flag.Parse()
-	cfg := config{bins: []string{*bin}, runs: *runs, gomaxprocs: *procs, dir: *dir}
+	cfg := config{bins: []string{*bin}, runs: *runs, gomaxprocs: *procs, dir: *dir, callgrind: *instr}
+	if cfg.callgrind {
+		cfg.runs = 1
+	}
 	if *compare != "" {
 		cfg.bins = append(cfg.bins, *compare)
 	}
@@ -95,9 +104,13 @@ func run() error {
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("# %s; GOMAXPROCS=%s; %d runs each; load average at start: %s\n",
 		time.Now().Format(time.RFC3339), cfg.gomaxprocs, cfg.runs, strings.Join(strings.Fields(string(load))[:3], " "))
-	fmt.Printf("# medians over the runs; cpu = user+sys; MB/s = input MB / cpu s; rss = peak RSS (max over the runs)\n")
-	fmt.Printf("%-8s %-7s %-24s %8s %8s %8s %8s %9s %9s %8s  %s\n",
-		"size", "mode", "binary", "wall-s", "user-s", "sys-s", "cpu-s", "MB/s(cpu)", "MB/s(wall)", "rss-MB", "sha256")
+	if cfg.callgrind {
+		fmt.Printf("%-8s %-7s %-24s %14s %10s\n", "size", "mode", "binary", "instructions", "instr/byte")
+	} else {
+		fmt.Printf("# medians over the runs; cpu = user+sys; MB/s = input MB / cpu s; rss = peak RSS (max over the runs)\n")
+		fmt.Printf("%-8s %-7s %-24s %8s %8s %8s %8s %9s %9s %8s  %s\n",
+			"size", "mode", "binary", "wall-s", "user-s", "sys-s", "cpu-s", "MB/s(cpu)", "MB/s(wall)", "rss-MB", "sha256")
+	}
 	for _, size := range cfg.sizes {
 		in := filepath.Join(cfg.dir, fmt.Sprintf("claude-%dMB.jsonl", size/1e6))
 		n, err := synth.WriteClaudeTranscriptFile(in, seed, size)
@@ -105,6 +118,17 @@ func run() error {
 			return err
 		}
 		for _, mode := range cfg.modes {
+			if cfg.callgrind {
+				for _, b := range cfg.bins {
+					ir, err := instructions(b, in, mode, cfg.gomaxprocs)
+					if err != nil {
+						return err
+					}
+					fmt.Printf("%-8s %-7s %-24s %14d %10.1f\n", fmt.Sprintf("%.1fMB", float64(n)/1e6), mode,
+						shortName(b), ir, float64(ir)/float64(n))
+				}
+				continue
+			}
 			results := make([][]result, len(cfg.bins))
 			for range cfg.runs {
 				for i, b := range cfg.bins {
@@ -174,6 +198,40 @@ func measure(bin, in, mode, gomaxprocs string) (result, error) {
 	}, nil
 }
 
+// instructions runs one conversion under callgrind and returns the
+// instructions executed. Go's asynchronous preemption signals upset
+// callgrind, so they are off for the run.
+func instructions(bin, in, mode, gomaxprocs string) (int64, error) {
+	args := []string{"--tool=callgrind", "--callgrind-out-file=/dev/null", bin, "convert", "--format", "claude-transcript"}
+	if mode == "blocks" {
+		args = append(args, "--blocks")
+	}
+	cmd := exec.Command("valgrind", append(args, in)...)
+	cmd.Env = append(os.Environ(), "GODEBUG=asyncpreemptoff=1")
+	if gomaxprocs != "" {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+gomaxprocs)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("valgrind %s: %w: %s", bin, err, lastLine(stderr.String()))
+	}
+	// "==pid== Collected : 123456"
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		if _, after, ok := strings.Cut(line, "Collected :"); ok {
+			return strconv.ParseInt(strings.TrimSpace(after), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("valgrind %s: no instruction count in its output", bin)
+}
+
+func shortName(bin string) string {
+	if len(bin) > 24 {
+		return "…" + bin[len(bin)-23:]
+	}
+	return bin
+}
+
 func lastLine(s string) string {
 	s = strings.TrimSpace(s)
 	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
@@ -200,10 +258,7 @@ func printRow(size int64, mode, bin string, rs []result) {
 		rss = max(rss, r.maxRSS)
 	}
 	mb := float64(size) / 1e6
-	name := bin
-	if len(name) > 24 {
-		name = "…" + name[len(name)-23:]
-	}
+	name := shortName(bin)
 	fmt.Printf("%-8s %-7s %-24s %8.3f %8.3f %8.3f %8.3f %9.1f %9.1f %8.1f  %s\n",
 		fmt.Sprintf("%.1fMB", mb), mode, name, wall.Seconds(), user.Seconds(), sys.Seconds(), cpu.Seconds(),
 		mb/cpu.Seconds(), mb/wall.Seconds(), float64(rss)/(1<<20), rs[0].sum[:12])
