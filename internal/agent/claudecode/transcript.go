@@ -207,7 +207,7 @@ type transcriptRun struct {
 	c        *core
 	sink     Sink
 	subs     []*transcriptFile
-	uuidConv map[string]string // line uuid → conversation, for inline sidechains
+	uuidConv map[string]string // line uuid → its subagent conversation, for inline sidechains
 	sc       scanner
 	l        wireLine
 	decode   lineDecoder
@@ -242,7 +242,14 @@ func (r *transcriptRun) mainLine(file string, ln numberedLine) error {
 		conv = r.sidechainConv(l)
 	}
 	if l.UUID != "" {
-		r.uuidConv[l.UUID] = conv
+		// Only a parent in a subagent decides a line's conversation, so
+		// the main conversation's lines (nearly all) are not recorded; a
+		// uuid seen again in main is no longer a subagent's.
+		if conv != conversation.MainConversation {
+			r.uuidConv[l.UUID] = conv
+		} else if len(r.uuidConv) > 0 {
+			delete(r.uuidConv, l.UUID)
+		}
 	}
 	if l.Type == "user" && conv == conversation.MainConversation {
 		// A subagent's lines come before its result, as in the live stream.
@@ -259,7 +266,7 @@ func (r *transcriptRun) mainLine(file string, ln numberedLine) error {
 func (r *transcriptRun) sidechainConv(l *wireLine) string {
 	// A sidechain's root may point at the main line that spawned it; only
 	// a parent that is itself in a subagent decides the conversation.
-	if conv, ok := r.uuidConv[l.ParentUUID]; ok && l.ParentUUID != "" && conv != conversation.MainConversation {
+	if conv, ok := r.uuidConv[l.ParentUUID]; ok && l.ParentUUID != "" {
 		return conv
 	}
 	subs := &r.c.subs
