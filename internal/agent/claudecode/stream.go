@@ -206,7 +206,8 @@ type Sink interface {
 // itself skips encoding and decoding their payloads. EmitBlock(ctx, b) stands
 // for the event conversation.Upsert(*b) with context ctx, EmitDelta for
 // conversation.Delta(id, text); b.Input is what json.Marshal writes for it
-// (compact, HTML characters escaped). b is only valid during the call.
+// (compact, HTML characters escaped). b and the bytes it points to (its
+// Input may be part of the line being read) are only valid during the call.
 type BlockSink interface {
 	Sink
 	EmitBlock(ctx conversation.Context, b *conversation.Block) error
