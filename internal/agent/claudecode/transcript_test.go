@@ -406,3 +406,46 @@ func TestTranscriptSidechainRootPointingAtMain(t *testing.T) {
 		t.Fatalf("orphan sidechain = %v", got)
 	}
 }
+
+// FuzzLineReader: lineReader gives splitLines's lines for any input, read
+// in chunks of any size.
+func FuzzLineReader(f *testing.F) {
+	f.Add([]byte("{\"a\":1}\r\n\n  \n{\"b\":2}\n{\"c\":"), uint8(3))
+	f.Add([]byte("\n  {\n  \"type\": \"result\"\n}\n"), uint8(1))
+	f.Add([]byte("[{\"a\":1},\n{\"b\":2}]"), uint8(7))
+	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
+		want := splitLines(data)
+		lr := newLineReader(&chunkReader{data: data, n: int(chunk%16) + 1})
+		var got []numberedLine
+		for {
+			ln, ok := lr.next()
+			if !ok {
+				break
+			}
+			got = append(got, numberedLine{ln.no, bytes.Clone(ln.b)})
+		}
+		if lr.err != nil || len(got) != len(want) {
+			t.Fatalf("%d lines, want %d (%v)", len(got), len(want), lr.err)
+		}
+		for i := range got {
+			if got[i].no != want[i].no || !bytes.Equal(got[i].b, want[i].b) {
+				t.Fatalf("line %d: %d %q, want %d %q", i, got[i].no, got[i].b, want[i].no, want[i].b)
+			}
+		}
+	})
+}
+
+// chunkReader returns at most n bytes per Read.
+type chunkReader struct {
+	data []byte
+	n    int
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), r.n)], r.data)
+	r.data = r.data[n:]
+	return n, nil
+}
