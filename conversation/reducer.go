@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"sort"
+	"time"
+	"unicode/utf8"
 )
 
 // Subagent is a subagent's conversation: its own blocks plus what the
@@ -270,6 +273,146 @@ func (r *Reducer) Apply(e Event) error {
 	return nil
 }
 
+// ApplyBlock folds a block:upsert of b into conversation conv (main when
+// empty) without encoding b and decoding it again: the state is the one
+// Apply gives for the unsequenced event Upsert(b).In(conv), field for field
+// (the fields Upsert's JSON carries are b's non-empty ones; strings, the
+// timestamp and the metadata come out as that JSON decodes), except that
+// b.Input is kept as given, where the event carries it as json.Marshal
+// writes a json.RawMessage: the same when b.Input is valid JSON, compact,
+// with <, >, & and U+2028/U+2029 escaped, as the converters write it.
+// `agentd convert --blocks` reduces a converter's blocks this way.
+func (r *Reducer) ApplyBlock(conv string, b Block) error {
+	if err := jsonBlock(&b); err != nil {
+		return fmt.Errorf("seq 0: %s: %w", TypeBlockUpsert, err)
+	}
+	t := r.thread(conv)
+	if b.ID == "" {
+		return fmt.Errorf("seq 0: %s: block without id", TypeBlockUpsert)
+	}
+	if i, ok := t.index[b.ID]; ok {
+		t.blocks[i] = mergeBlock(t.blocks[i], &b)
+		return nil
+	}
+	if len(b.Metadata) > 0 {
+		b.Metadata = mergeMetadata(nil, b.Metadata)
+	}
+	if t.index == nil {
+		t.index = make(map[string]int)
+	}
+	t.index[b.ID] = len(t.blocks)
+	t.blocks = append(t.blocks, b)
+	return nil
+}
+
+// ApplyDelta folds a block:delta appending text to block id in
+// conversation conv (main when empty): what Apply does with the
+// unsequenced event Delta(id, text).In(conv).
+func (r *Reducer) ApplyDelta(conv, id, text string) error {
+	id, text = jsonString(id), jsonString(text)
+	if !r.thread(conv).delta(id, text) {
+		return fmt.Errorf("seq 0: delta for unknown block %q", id)
+	}
+	return nil
+}
+
+// jsonBlock makes b what decoding json.Marshal's output for it gives:
+// strings with invalid UTF-8 bytes replaced, a timestamp as parsed back, the
+// metadata as JSON values (merged later). It fails where json.Marshal would.
+func jsonBlock(b *Block) error {
+	for _, s := range []*string{&b.ID, (*string)(&b.Type), (*string)(&b.Status), &b.Content, &b.Model,
+		&b.Summary, &b.ToolName, &b.ToolUseID, &b.DisplayName, &b.Description, &b.Output,
+		&b.Subtype, &b.Message, &b.Code, &b.SubagentID, &b.Name, &b.SkillName} {
+		*s = jsonString(*s)
+	}
+	if b.Timestamp.IsZero() {
+		b.Timestamp = time.Time{}
+	} else if _, off := b.Timestamp.Zone(); off == 0 && b.Timestamp.Year() >= 0 && b.Timestamp.Year() <= 9999 {
+		// Written with "Z", parsed back in UTC.
+		b.Timestamp = b.Timestamp.UTC()
+	} else {
+		raw, err := b.Timestamp.MarshalJSON()
+		if err != nil {
+			return err
+		}
+		var t time.Time
+		if err := t.UnmarshalJSON(raw); err != nil {
+			return err
+		}
+		b.Timestamp = t
+	}
+	if len(b.Metadata) == 0 {
+		b.Metadata = nil
+	} else if _, err := json.Marshal(b.Metadata); err != nil {
+		return err
+	}
+	if len(b.Input) == 0 {
+		b.Input = nil
+	}
+	return nil
+}
+
+// jsonString is s after a JSON round trip: each byte that is not part of
+// valid UTF-8 becomes U+FFFD, as encoding/json writes it.
+func jsonString(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	out := make([]byte, 0, len(s)+16)
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			out = utf8.AppendRune(out, utf8.RuneError)
+		} else {
+			out = append(out, s[i:i+size]...)
+		}
+		i += size
+	}
+	return string(out)
+}
+
+// mergeBlock sets on old the fields b's JSON carries (jsonBlock made b):
+// the shallow merge Apply does by decoding onto the stored block.
+func mergeBlock(old Block, b *Block) Block {
+	old.ID, old.Type = b.ID, b.Type
+	if !b.Timestamp.IsZero() {
+		old.Timestamp = b.Timestamp
+	}
+	if len(b.Metadata) > 0 {
+		old.Metadata = mergeMetadata(maps.Clone(old.Metadata), b.Metadata)
+	}
+	if len(b.Input) > 0 {
+		old.Input = b.Input
+	}
+	if b.IsError {
+		old.IsError = true
+	}
+	if b.DurationMs != 0 {
+		old.DurationMs = b.DurationMs
+	}
+	for _, f := range []struct{ dst, src *string }{
+		{(*string)(&old.Status), (*string)(&b.Status)}, {&old.Content, &b.Content}, {&old.Model, &b.Model},
+		{&old.Summary, &b.Summary}, {&old.ToolName, &b.ToolName}, {&old.ToolUseID, &b.ToolUseID},
+		{&old.DisplayName, &b.DisplayName}, {&old.Description, &b.Description}, {&old.Output, &b.Output},
+		{&old.Subtype, &b.Subtype}, {&old.Message, &b.Message}, {&old.Code, &b.Code},
+		{&old.SubagentID, &b.SubagentID}, {&old.Name, &b.Name}, {&old.SkillName, &b.SkillName},
+	} {
+		if *f.src != "" {
+			*f.dst = *f.src
+		}
+	}
+	return old
+}
+
+// mergeMetadata decodes the JSON of m onto dst, as Apply decodes an
+// upsert's metadata onto the stored block's (a copy of it): keys replaced,
+// values as JSON gives them. jsonBlock checked that m encodes.
+func mergeMetadata(dst, m map[string]any) map[string]any {
+	raw, _ := json.Marshal(m)
+	_ = json.Unmarshal(raw, &dst)
+	return dst
+}
+
 func (r *Reducer) endQuery(id string) {
 	if r.st.ActiveQueryID == id || id == "" {
 		r.st.ActiveQueryID = ""
@@ -339,6 +482,27 @@ func (r *Reducer) State() State {
 		st.Turns = []Turn{}
 	}
 	return st
+}
+
+// Blocks yields the blocks State would list, without copying them all
+// first: the main conversation's (with MainConversation), then each
+// subagent's, in State's order, with the conversation's id. The reducer
+// must not be changed while the sequence is being read.
+func (r *Reducer) Blocks() iter.Seq2[string, Block] {
+	return func(yield func(string, Block) bool) {
+		for _, b := range r.main.blocks {
+			if !yield(MainConversation, b) {
+				return
+			}
+		}
+		for _, id := range r.subOrder {
+			for _, b := range r.subs[id].blocks {
+				if !yield(id, b) {
+					return
+				}
+			}
+		}
+	}
 }
 
 func firstNonEmpty(a, b string) string {

@@ -6,7 +6,6 @@ package convert
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -116,48 +115,19 @@ func Run(opts Options, out io.Writer) ([]Warning, error) {
 		inputs = append(inputs, Input{Name: name, R: fh})
 	}
 	w := bufio.NewWriterSize(out, 64<<10)
-	s := &runSink{enc: json.NewEncoder(w), blocks: opts.Blocks}
+	if opts.Blocks {
+		s := &blocksSink{r: conversation.NewReducer()}
+		if err := f.Convert(inputs, s); err != nil {
+			return s.warnings, err
+		}
+		if err := s.writeBlocks(w); err != nil {
+			return s.warnings, err
+		}
+		return s.warnings, w.Flush()
+	}
+	s := newEventSink(w)
 	if err := f.Convert(inputs, s); err != nil {
 		return s.warnings, err
 	}
-	if opts.Blocks {
-		st, _ := conversation.Reduce(s.events)
-		for _, b := range st.Blocks {
-			if err := s.enc.Encode(blockLine{conversation.MainConversation, b}); err != nil {
-				return s.warnings, err
-			}
-		}
-		for _, sub := range st.Subagents {
-			for _, b := range sub.Blocks {
-				if err := s.enc.Encode(blockLine{sub.ID, b}); err != nil {
-					return s.warnings, err
-				}
-			}
-		}
-	}
 	return s.warnings, w.Flush()
-}
-
-type blockLine struct {
-	ConversationID string             `json:"conversationId"`
-	Block          conversation.Block `json:"block"`
-}
-
-type runSink struct {
-	enc      *json.Encoder
-	blocks   bool
-	events   []conversation.Event
-	warnings []Warning
-}
-
-func (s *runSink) Emit(e conversation.Event) error {
-	if s.blocks {
-		s.events = append(s.events, e)
-		return nil
-	}
-	return s.enc.Encode(e)
-}
-
-func (s *runSink) Warn(file string, line int, err error) {
-	s.warnings = append(s.warnings, Warning{File: file, Line: line, Err: err})
 }

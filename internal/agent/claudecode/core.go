@@ -77,12 +77,14 @@ const maxStreamIndex = 4096
 // line type to events. It is not safe for concurrent use.
 type core struct {
 	sc, sc2 scanner // sc for lines, sc2 for values inside a line
-	out     []conversation.Event
+	// out is the line's events. Its block:upsert and block:delta events
+	// have no payload yet: typed holds them, so a BlockSink takes them
+	// without JSON and finish encodes them for everyone else.
+	out   []conversation.Event
+	typed []typedEvent
 	// scratch collects the hand-encoded payloads of one line; at the end of
-	// the line they move to one allocation of their own (see finish), and
-	// spans says which events' payloads they are.
+	// the line they move to one allocation of their own (see finish).
 	scratch []byte
-	spans   []payloadSpan
 
 	lineNo   int
 	msgCount map[string]int      // message id → content blocks numbered so far
@@ -135,9 +137,16 @@ func parseTimestamp(s string) time.Time {
 // convert turns one decoded line into events addressed to conv. raw is the
 // line as read, for handlers that decode more of it and for logs.
 func (c *core) convert(l *wireLine, raw []byte, conv string) ([]conversation.Event, error) {
-	c.out = nil
-	c.scratch = c.scratch[:0]
-	c.spans = c.spans[:0]
+	err := c.convertLine(l, raw, conv)
+	return c.finish(), err
+}
+
+// convertLine converts one line into c.out and c.typed (see convert); the
+// caller takes them with finish or emitTo.
+func (c *core) convertLine(l *wireLine, raw []byte, conv string) error {
+	c.out = c.out[:0]
+	clear(c.typed) // drop the strings of the previous line's blocks
+	c.typed = c.typed[:0]
 	c.lineNo++
 	lc := lineCtx{conv: conv, ts: parseTimestamp(l.Timestamp)}
 	if lc.conv == "" {
@@ -176,29 +185,82 @@ func (c *core) convert(l *wireLine, raw []byte, conv string) ([]conversation.Eve
 	default:
 		c.log(lc, conversation.LevelInfo, "unknown Claude Code line type "+strconv.Quote(l.Type), raw)
 	}
-	out := c.finish()
-	return out, err
+	return err
 }
 
-// payloadSpan locates an event's payload in scratch.
-type payloadSpan struct{ event, start, end int }
+// typedEvent is a block:upsert (block) or block:delta (id, text) of the
+// line, kept typed until its payload is needed; event is its index in out.
+type typedEvent struct {
+	event    int
+	block    conversation.Block
+	id, text string
+}
 
-// finish gives the line's hand-encoded payloads one allocation of their own
-// (scratch is reused for the next line) and returns the line's events.
+// finish encodes the line's typed events (their payloads share one
+// allocation; scratch is reused for the next line) and returns the line's
+// events, which are the caller's.
 func (c *core) finish() []conversation.Event {
-	out := c.out
-	c.out = nil
-	if len(c.spans) > 0 {
+	if len(c.out) == 0 {
+		return nil
+	}
+	out := append([]conversation.Event(nil), c.out...)
+	if len(c.typed) > 0 {
+		c.scratch = c.scratch[:0]
+		ends := make([]int, len(c.typed))
+		for i := range c.typed {
+			t := &c.typed[i]
+			if out[t.event].Type == conversation.TypeBlockDelta {
+				c.scratch = appendDeltaPayload(c.scratch, t.id, t.text)
+			} else {
+				c.scratch = appendUpsertPayload(c.scratch, &t.block)
+			}
+			ends[i] = len(c.scratch)
+		}
 		// append onto nil does not clear the copied bytes, unlike make.
 		arena := append([]byte(nil), c.scratch...)
-		for _, sp := range c.spans {
-			out[sp.event].Payload = arena[sp.start:sp.end:sp.end]
+		start := 0
+		for i, t := range c.typed {
+			out[t.event].Payload = arena[start:ends[i]:ends[i]]
+			start = ends[i]
+		}
+		if cap(c.scratch) > 1<<20 {
+			c.scratch = nil // do not pin one huge line's buffer
 		}
 	}
-	if cap(c.scratch) > 1<<20 {
-		c.scratch = nil // do not pin one huge line's buffer
-	}
 	return out
+}
+
+// emitTo gives the line's events to sink in order: the typed ones as they
+// are when it is a BlockSink, else as finish encodes them.
+func (c *core) emitTo(sink Sink) error {
+	bs, ok := sink.(BlockSink)
+	if !ok {
+		for _, e := range c.finish() {
+			if err := sink.Emit(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	typed := c.typed
+	for i := range c.out {
+		e := &c.out[i]
+		var err error
+		switch {
+		case len(typed) == 0 || typed[0].event != i:
+			err = bs.Emit(*e)
+		case e.Type == conversation.TypeBlockDelta:
+			err = bs.EmitDelta(e.Context, typed[0].id, typed[0].text)
+			typed = typed[1:]
+		default:
+			err = bs.EmitBlock(e.Context, &typed[0].block)
+			typed = typed[1:]
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // --- emitting ---
@@ -212,16 +274,12 @@ func (c *core) push(typ conversation.EventType, payload []byte, lc lineCtx) {
 }
 
 func (c *core) upsert(b *conversation.Block, lc lineCtx) {
-	start := len(c.scratch)
-	c.scratch = appendUpsertPayload(c.scratch, b)
-	c.spans = append(c.spans, payloadSpan{len(c.out), start, len(c.scratch)})
+	c.typed = append(c.typed, typedEvent{event: len(c.out), block: *b})
 	c.push(conversation.TypeBlockUpsert, nil, lc)
 }
 
 func (c *core) delta(id, text string, lc lineCtx) {
-	start := len(c.scratch)
-	c.scratch = appendDeltaPayload(c.scratch, id, text)
-	c.spans = append(c.spans, payloadSpan{len(c.out), start, len(c.scratch)})
+	c.typed = append(c.typed, typedEvent{event: len(c.out), id: id, text: text})
 	c.push(conversation.TypeBlockDelta, nil, lc)
 }
 
@@ -362,55 +420,13 @@ func (c *core) assistantPart(l *wireLine, lc lineCtx, msgID string, p *wirePart)
 	}
 }
 
-// toolInput is what the converter reads from a tool call's input.
-type toolInput struct {
-	prompt, subagentType, description, skill string
-}
-
-func (c *core) readToolInput(input []byte) toolInput {
-	var ti toolInput
-	if len(input) == 0 || input[0] != '{' {
-		return ti
-	}
-	s := &c.sc2
-	s.reset(input)
-	s.enter('{')
-	for first := true; s.next('}', &first); {
-		k := s.key()
-		if s.peek() != '"' {
-			s.skip()
-			continue
-		}
-		switch string(k) {
-		case "prompt":
-			ti.prompt = s.str()
-		case "subagent_type":
-			ti.subagentType = s.str()
-		case "description":
-			ti.description = s.str()
-		case "skill", "command":
-			if ti.skill == "" {
-				ti.skill = s.str()
-			} else {
-				s.skip()
-			}
-		default:
-			s.skip()
-		}
-	}
-	if s.err != nil {
-		return toolInput{}
-	}
-	return ti
-}
-
 func (c *core) toolUse(lc lineCtx, msgID string, n int, p *wirePart) {
 	id := p.ID
 	if id == "" {
 		id = blockID(msgID, n)
 	}
 	input := passthroughJSON(p.Input, p.InputSpaced)
-	ti := c.readToolInput(input)
+	ti := &p.Tool
 	if isSubagentTool(p.Name) && p.Type == "tool_use" {
 		c.tools[id] = &toolInfo{name: p.Name}
 		sa, isNew := c.subs.spawn(id, lc.conv, ti.prompt, ti.subagentType, ti.description)

@@ -94,5 +94,57 @@ func FuzzTranscript(f *testing.F) {
 			t.Fatalf("conversion failed outright: %v", err)
 		}
 		checkEvents(t, sink.events)
+		// A BlockSink gets the same events, the blocks typed.
+		var typed typedRecSink
+		if err := ConvertTranscripts([]Input{
+			{Name: "main.jsonl", R: bytes.NewReader(m)},
+			{Name: "agent-x.jsonl", R: bytes.NewReader(s)},
+		}, &typed); err != nil {
+			t.Fatalf("conversion to a BlockSink failed: %v", err)
+		}
+		sameEvents(t, typed.events, sink.events)
+		var plain recSink
+		typed.events = nil
+		if ConvertStream(Input{Name: "s", R: bytes.NewReader(m)}, &plain) != nil ||
+			ConvertStream(Input{Name: "s", R: bytes.NewReader(m)}, &typed) != nil {
+			t.Fatal("stream conversion failed outright")
+		}
+		sameEvents(t, typed.events, plain.events)
 	})
+}
+
+// typedRecSink is a BlockSink recording what it gets as events: a typed
+// block as conversation.Upsert makes its event.
+type typedRecSink struct{ events []conversation.Event }
+
+func (s *typedRecSink) Emit(e conversation.Event) error { s.events = append(s.events, e); return nil }
+func (s *typedRecSink) Warn(string, int, error)         {}
+func (s *typedRecSink) EmitBlock(ctx conversation.Context, b *conversation.Block) error {
+	e := conversation.Upsert(*b)
+	e.Context = ctx
+	s.events = append(s.events, e)
+	return nil
+}
+func (s *typedRecSink) EmitDelta(ctx conversation.Context, id, text string) error {
+	e := conversation.Delta(id, text)
+	e.Context = ctx
+	s.events = append(s.events, e)
+	return nil
+}
+
+// sameEvents requires the same events, payloads byte for byte.
+func sameEvents(t *testing.T, got, want []conversation.Event) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d events, want %d", len(got), len(want))
+	}
+	for i := range got {
+		g, w := got[i], want[i]
+		gc, wc := g.Context, w.Context
+		sameCtx := gc.SessionID == wc.SessionID && gc.ConversationID == wc.ConversationID &&
+			gc.Source == wc.Source && gc.Timestamp.Equal(wc.Timestamp) && (gc.Actor == nil) == (wc.Actor == nil)
+		if g.Type != w.Type || !sameCtx || !bytes.Equal(g.Payload, w.Payload) {
+			t.Fatalf("event %d: %s %s %+v, want %s %s %+v", i, g.Type, g.Payload, g.Context, w.Type, w.Payload, w.Context)
+		}
+	}
 }

@@ -1,21 +1,32 @@
 package claudecode
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 )
 
-// scanner is a small pull parser for the converter's hot path. encoding/json
-// with typed structs costs about as much as the converter's whole throughput
-// budget on large transcripts (it checks every byte, decodes, then skips
-// again through reflection), so the lines that dominate (assistant, user,
-// stream_event) are walked here instead: keys the converter needs are
-// decoded, everything else is validated and skipped.
+// scanner is a small pull parser for the converter's hot path: every line
+// is walked here, the keys the converter needs decoded, everything else
+// validated and skipped, in one pass.
+//
+// Why not encoding/json (measured 2026-11-25, BenchmarkDecoders: the 50 MB
+// transcript of docs/benchmarks.md converted to blocks end to end, one
+// core, CPU time on a shared machine): with this scanner 175–233 MB/s;
+// with json.Unmarshal filling the same fields (decodeStd in
+// wire_std_test.go) 46–52 MB/s, 4.5× slower; with GOEXPERIMENT=jsonv2,
+// 69–77 MB/s through encoding/json and 90–92 MB/s through the json/v2 API,
+// against 175–189 for the scanner in the same runs, 2× slower. Unmarshal
+// validates each line whole before decoding it, goes through reflection,
+// and needs a json.RawMessage copy and another Unmarshal for every value
+// that is kept raw or has two shapes (content, input, toolUseResult).
 //
 // It is strict: it accepts exactly the JSON that json.Valid accepts (tested
 // by FuzzScannerValid), so a raw value the converter passes through to its
@@ -148,32 +159,29 @@ func (s *scanner) key() []byte {
 }
 
 // stringEnd returns the index of the closing quote of the string whose
-// opening quote is at b[i], and whether it contains escapes. It checks the
-// escapes and refuses control characters, as JSON requires.
-func (s *scanner) stringEnd(i int) (int, bool) {
+// opening quote is at b[i], whether it contains escapes, and whether all
+// its bytes are ASCII (false may also mean unsure). It checks the escapes
+// and refuses control characters, as JSON requires.
+func (s *scanner) stringEnd(i int) (end int, escaped, ascii bool) {
 	b := s.b
 	i++
-	escaped := false
+	var seen uint64
 	for {
-		// Eight bytes at a time while none is special.
-		for i+8 <= len(b) && !hasSpecial(binary.LittleEndian.Uint64(b[i:])) {
-			i += 8
-		}
-		for i < len(b) && !isSpecial(b[i]) {
-			i++
-		}
+		var more uint64
+		i, more = nextSpecial(b, i)
+		seen |= more
 		if i >= len(b) {
 			s.fail("%v", errTruncated)
-			return len(b), false
+			return len(b), false, false
 		}
 		switch b[i] {
 		case '"':
-			return i, escaped
+			return i, escaped, seen&msb == 0
 		case '\\':
 			escaped = true
 			if i+1 >= len(b) {
 				s.fail("%v", errTruncated)
-				return len(b), false
+				return len(b), false, false
 			}
 			switch b[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
@@ -182,71 +190,126 @@ func (s *scanner) stringEnd(i int) (int, bool) {
 				if getu4(b[i:]) < 0 {
 					s.i = i
 					s.fail("invalid \\u escape")
-					return len(b), false
+					return len(b), false, false
 				}
 				i += 6
 			default:
 				s.i = i
 				s.fail("invalid escape %q", b[i+1])
-				return len(b), false
+				return len(b), false, false
 			}
 		default:
 			s.i = i
 			s.fail("control character %#x in string", b[i])
-			return len(b), false
+			return len(b), false, false
 		}
 	}
 }
 
+// nextSpecial returns the index of the first byte at or after i that
+// isSpecial (len(b) if none), eight bytes at a time, and the OR of the bytes
+// before it (in words), whose top bits say whether any was not ASCII.
+func nextSpecial(b []byte, i int) (int, uint64) {
+	var seen uint64
+	for ; i+8 <= len(b); i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		if m := specialMask(w); m != 0 {
+			n := bits.TrailingZeros64(m) >> 3
+			return i + n, seen | w&(1<<(8*n)-1)
+		}
+		seen |= w
+	}
+	for ; i < len(b); i++ {
+		if isSpecial(b[i]) {
+			return i, seen
+		}
+		seen |= uint64(b[i])
+	}
+	return i, seen
+}
+
 func isSpecial(c byte) bool { return c < 0x20 || c == '"' || c == '\\' }
 
+// SWAR (SIMD within a register) byte tests on eight bytes at once, the
+// first byte in the low bits. Each mask has the top bit set in the bytes
+// that match; the lowest set bit is always a true match (a borrow can only
+// flag bytes above a true match), so bits.TrailingZeros64(m)/8 is the index
+// of the first matching byte.
 const (
 	lsb = 0x0101010101010101
 	msb = 0x8080808080808080
 )
 
-// hasSpecial reports whether any byte of w is a quote, a backslash or a
-// control character (classic SWAR tests; false positives only cost time).
-func hasSpecial(w uint64) bool {
-	ctl := (w - 0x20*lsb) &^ w
-	quote := w ^ ('"' * lsb)
-	quote = (quote - lsb) &^ quote
-	bslash := w ^ ('\\' * lsb)
-	bslash = (bslash - lsb) &^ bslash
-	return (ctl|quote|bslash)&msb != 0
+// eqMask flags the bytes of w equal to c.
+func eqMask(w uint64, c byte) uint64 {
+	x := w ^ (lsb * uint64(c))
+	return (x - lsb) &^ x & msb
 }
 
-// strBytes decodes a string value. The result aliases the input when the
-// string needs no unescaping; callers copy it (string(...)) to keep it.
-// Any other value (null, a number where a string was expected) is
-// validated, skipped and gives nil: a field of an unexpected type is
-// treated as absent rather than failing the line.
-func (s *scanner) strBytes() []byte {
+// belowMask flags the bytes of w below c (c <= 0x80).
+func belowMask(w uint64, c byte) uint64 { return (w - lsb*uint64(c)) &^ w & msb }
+
+// specialMask flags what ends a run inside a JSON string: a quote, a
+// backslash or a control character.
+func specialMask(w uint64) uint64 {
+	return belowMask(w, 0x20) | eqMask(w, '"') | eqMask(w, '\\')
+}
+
+// strRaw reads a string value: its body as it is in the input, and whether
+// that is already the decoded string (no escapes, valid UTF-8). Any other
+// value (null, a number where a string was expected) is validated and
+// skipped, and ok is false: a field of an unexpected type is treated as
+// absent rather than failing the line.
+func (s *scanner) strRaw() (raw []byte, plain, ok bool) {
 	if s.peek() != '"' {
 		s.skip()
-		return nil
+		return nil, false, false
 	}
-	end, escaped := s.stringEnd(s.i)
+	end, escaped, ascii := s.stringEnd(s.i)
 	if s.err != nil {
-		return nil
+		return nil, false, false
 	}
-	raw := s.b[s.i+1 : end]
+	raw = s.b[s.i+1 : end]
 	s.i = end + 1
-	if !escaped && utf8.Valid(raw) {
+	return raw, !escaped && (ascii || utf8.Valid(raw)), true
+}
+
+// strBytes decodes a string value (see strRaw; nil when it is not a
+// string). The result aliases the input when the string needs no
+// unescaping; callers copy it (string(...)) to keep it.
+func (s *scanner) strBytes() []byte {
+	raw, plain, ok := s.strRaw()
+	if !ok || plain {
 		return raw
 	}
-	out, ok := unescape(raw)
-	if !ok {
-		s.i = end
+	var b bytes.Buffer
+	b.Grow(len(raw) + utf8.UTFMax)
+	if !unescapeTo(&b, raw) {
+		s.i-- // at the closing quote
 		s.fail("invalid string escape")
 		return nil
 	}
-	return out
+	return b.Bytes()
 }
 
-// str decodes a string value (null gives "").
+// str decodes a string value ("" when it is not a string) into a string
+// of its own, in one allocation.
 func (s *scanner) str() string {
-	return string(s.strBytes())
+	raw, plain, ok := s.strRaw()
+	if !ok {
+		return ""
+	}
+	if plain {
+		return string(raw)
+	}
+	var b strings.Builder
+	b.Grow(len(raw) + utf8.UTFMax)
+	if !unescapeTo(&b, raw) {
+		s.i--
+		s.fail("invalid string escape")
+		return ""
+	}
+	return b.String()
 }
 
 // literal consumes the literal word w (true, false, null).
@@ -334,21 +397,6 @@ func (s *scanner) number() []byte {
 	return b[start:i]
 }
 
-// float decodes a number; other values give 0. ok is false when the value
-// was not a number.
-func (s *scanner) float() (float64, bool) {
-	n := s.number()
-	if n == nil || s.err != nil {
-		return 0, false
-	}
-	f, err := strconv.ParseFloat(string(n), 64)
-	if err != nil {
-		s.fail("invalid number %q", n)
-		return 0, false
-	}
-	return f, true
-}
-
 // int decodes a number as an int64, truncating fractions (durations are
 // sometimes written as floats).
 func (s *scanner) int() int64 {
@@ -391,7 +439,7 @@ func (s *scanner) skip() {
 	case c == 0:
 		s.fail("%v", errTruncated)
 	case c == '"':
-		end, _ := s.stringEnd(s.i)
+		end, _, _ := s.stringEnd(s.i)
 		if s.err == nil {
 			s.i = end + 1
 		}
@@ -484,7 +532,7 @@ func (s *scanner) objectKey() {
 		}
 		return
 	}
-	end, _ := s.stringEnd(s.i)
+	end, _, _ := s.stringEnd(s.i)
 	if s.err != nil {
 		return
 	}
@@ -502,69 +550,108 @@ func (s *scanner) objectKey() {
 // encoding/json does: escapes resolved, invalid UTF-8 and unpaired
 // surrogates replaced with U+FFFD. ok is false for a malformed escape.
 func unescape(s []byte) ([]byte, bool) {
-	b := make([]byte, 0, len(s)+utf8.UTFMax)
+	var b bytes.Buffer
+	b.Grow(len(s) + utf8.UTFMax)
+	ok := unescapeTo(&b, s)
+	return b.Bytes(), ok
+}
+
+// byteWriter is what unescapeTo writes to: a bytes.Buffer, or a
+// strings.Builder for a string without a second copy.
+type byteWriter interface {
+	Write([]byte) (int, error)
+	WriteByte(byte) error
+	WriteRune(rune) (int, error)
+}
+
+// unescapeTo writes unescape's result to w; false for a malformed escape.
+func unescapeTo(w byteWriter, s []byte) bool {
 	for r := 0; r < len(s); {
-		c := s[r]
-		switch {
-		case c == '\\':
-			r++
-			if r >= len(s) {
-				return nil, false
-			}
-			switch s[r] {
-			case '"', '\\', '/':
-				b = append(b, s[r])
-				r++
-			case 'b':
-				b = append(b, '\b')
-				r++
-			case 'f':
-				b = append(b, '\f')
-				r++
-			case 'n':
-				b = append(b, '\n')
-				r++
-			case 'r':
-				b = append(b, '\r')
-				r++
-			case 't':
-				b = append(b, '\t')
-				r++
-			case 'u':
-				r--
-				rr := getu4(s[r:])
-				if rr < 0 {
-					return nil, false
+		if s[r] != '\\' {
+			// Copy the run of valid UTF-8 up to the next escape at once;
+			// an invalid byte becomes U+FFFD.
+			j := r
+			for {
+				j = nextEscapeOrHigh(s, j)
+				if j >= len(s) || s[j] == '\\' {
+					break
 				}
-				r += 6
-				if utf16.IsSurrogate(rr) {
-					rr1 := getu4(s[r:])
-					if dec := utf16.DecodeRune(rr, rr1); dec != unicode.ReplacementChar {
-						r += 6
-						b = utf8.AppendRune(b, dec)
-						break
-					}
-					rr = unicode.ReplacementChar
+				rr, size := utf8.DecodeRune(s[j:])
+				if rr == utf8.RuneError && size == 1 {
+					break
 				}
-				b = utf8.AppendRune(b, rr)
-			default:
-				return nil, false
+				j += size
 			}
-		case c < utf8.RuneSelf:
-			// Copy the run of plain ASCII up to the next escape at once.
-			j := r + 1
-			for j < len(s) && s[j] != '\\' && s[j] < utf8.RuneSelf {
-				j++
-			}
-			b = append(b, s[r:j]...)
+			w.Write(s[r:j])
 			r = j
+			if r < len(s) && s[r] != '\\' {
+				w.WriteRune(utf8.RuneError)
+				r++
+			}
+			continue
+		}
+		r++
+		if r >= len(s) {
+			return false
+		}
+		switch s[r] {
+		case '"', '\\', '/':
+			w.WriteByte(s[r])
+			r++
+		case 'b':
+			w.WriteByte('\b')
+			r++
+		case 'f':
+			w.WriteByte('\f')
+			r++
+		case 'n':
+			w.WriteByte('\n')
+			r++
+		case 'r':
+			w.WriteByte('\r')
+			r++
+		case 't':
+			w.WriteByte('\t')
+			r++
+		case 'u':
+			r--
+			rr := getu4(s[r:])
+			if rr < 0 {
+				return false
+			}
+			r += 6
+			if utf16.IsSurrogate(rr) {
+				rr1 := getu4(s[r:])
+				if dec := utf16.DecodeRune(rr, rr1); dec != unicode.ReplacementChar {
+					r += 6
+					w.WriteRune(dec)
+					break
+				}
+				rr = unicode.ReplacementChar
+			}
+			w.WriteRune(rr)
 		default:
-			rr, size := utf8.DecodeRune(s[r:])
-			r += size
-			b = utf8.AppendRune(b, rr)
+			return false
 		}
 	}
-	return b, true
+	return true
+}
+
+// nextEscapeOrHigh returns the index of the first backslash or non-ASCII
+// byte at or after i, len(s) if none.
+func nextEscapeOrHigh(s []byte, i int) int {
+	for ; i+8 <= len(s); i += 8 {
+		w := binary.LittleEndian.Uint64(s[i:])
+		if m := eqMask(w, '\\') | w&msb; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	for ; i < len(s); i++ {
+		if s[i] == '\\' || s[i] >= utf8.RuneSelf {
+			return i
+		}
+	}
+	return i
 }
 
 // getu4 decodes \uXXXX from the beginning of s, returning the hex value,

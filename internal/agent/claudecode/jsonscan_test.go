@@ -3,6 +3,7 @@ package claudecode
 import (
 	"bytes"
 	"encoding/json"
+	"math/bits"
 	"reflect"
 	"strings"
 	"testing"
@@ -50,17 +51,61 @@ func TestScannerDepthLimit(t *testing.T) {
 	}
 }
 
-func TestHasSpecial(t *testing.T) {
+// swarMasks lists each SWAR mask with the byte test it stands for.
+var swarMasks = map[string]struct {
+	mask func(uint64) uint64
+	test func(byte) bool
+}{
+	"special":  {specialMask, isSpecial},
+	"escapeHi": {func(w uint64) uint64 { return eqMask(w, '\\') | w&msb }, func(c byte) bool { return c == '\\' || c >= 0x80 }},
+	"escape":   {escapeMask, func(c byte) bool { return c >= 0x80 || !safeASCII[c] }},
+	"html": {func(w uint64) uint64 { return eqMask(w, '<') | eqMask(w, '>') | eqMask(w, '&') | eqMask(w, 0xE2) },
+		func(c byte) bool { return c == '<' || c == '>' || c == '&' || c == 0xE2 }},
+}
+
+// firstMatch is the index of the first byte of w that test accepts, 8 if none.
+func firstMatch(w []byte, test func(byte) bool) int {
+	for i, c := range w {
+		if test(c) {
+			return i
+		}
+	}
+	return 8
+}
+
+// checkSWAR requires mask's first flagged byte to be the first byte test
+// accepts.
+func checkSWAR(t *testing.T, w []byte) {
+	for name, m := range swarMasks {
+		got := bits.TrailingZeros64(m.mask(leUint64(w))) >> 3
+		if want := firstMatch(w, m.test); got != want {
+			t.Fatalf("%s: %q: first match at %d, want %d", name, w, got, want)
+		}
+	}
+}
+
+func TestSWARMasks(t *testing.T) {
 	for c := 0; c < 256; c++ {
 		for pos := 0; pos < 8; pos++ {
-			w := bytes.Repeat([]byte{'a'}, 8)
-			w[pos] = byte(c)
-			got := hasSpecial(leUint64(w))
-			if isSpecial(byte(c)) && !got {
-				t.Fatalf("byte %#x at %d not detected", c, pos)
+			for _, fill := range []byte{'a', 0, 0x7f, 0x80, 0xff, '"'} {
+				w := bytes.Repeat([]byte{fill}, 8)
+				w[pos] = byte(c)
+				checkSWAR(t, w)
 			}
 		}
 	}
+}
+
+func FuzzSWARMasks(f *testing.F) {
+	f.Add(uint64(0x2020202020202020))
+	f.Add(uint64(0x1f22225c80ff0001))
+	f.Fuzz(func(t *testing.T, x uint64) {
+		w := make([]byte, 8)
+		for i := range w {
+			w[i] = byte(x >> (8 * i))
+		}
+		checkSWAR(t, w)
+	})
 }
 
 func leUint64(b []byte) uint64 {
@@ -95,6 +140,10 @@ func FuzzScannerValid(f *testing.F) {
 		got := s.str()
 		if s.err != nil || got != std {
 			t.Fatalf("str() = %q, %v; encoding/json %q", got, s.err, std)
+		}
+		s.reset(data)
+		if b := s.strBytes(); s.err != nil || string(b) != std {
+			t.Fatalf("strBytes() = %q, %v; encoding/json %q", b, s.err, std)
 		}
 	})
 }
@@ -216,4 +265,18 @@ func TestUnescapeReplacesLikeEncodingJSON(t *testing.T) {
 			t.Errorf("unescape(%q) accepted a bad escape", bad)
 		}
 	}
+}
+
+// FuzzHTMLEscape: htmlEscape writes what json.HTMLEscape writes.
+func FuzzHTMLEscape(f *testing.F) {
+	for _, s := range []string{"", `{"a":"<b>&</b>"}`, "\u2028\u2029", "\xe2\x80", "\xe2\x80\xa8x<", "é😀&"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		var want bytes.Buffer
+		json.HTMLEscape(&want, src)
+		if got := htmlEscape(src); !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("htmlEscape(%q) = %q, want %q", src, got, want.Bytes())
+		}
+	})
 }

@@ -1,6 +1,7 @@
 package claudecode
 
 import (
+	"io"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -116,7 +117,7 @@ func TestStreamTranscriptParity(t *testing.T) {
 // blocks as one that gets them.
 func TestPartialMessagesDoNotChangeBlocks(t *testing.T) {
 	in := fileInput(t, streamDir+"/ai-systems__raw-sdk-messages__partial.jsonl")
-	data, _ := readAll(in.R)
+	data, _ := io.ReadAll(in.R)
 	full, plain := NewStreamConverter(), NewStreamConverter()
 	var all, without []conversation.Event
 	deltas := 0

@@ -13,11 +13,11 @@
 package claudecode
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 
 	"github.com/agentd/agentd/conversation"
 )
@@ -199,59 +199,148 @@ type Sink interface {
 	Warn(file string, line int, err error)
 }
 
+// BlockSink is a Sink that takes block:upsert and block:delta events
+// unencoded: ConvertStream and ConvertTranscript(s) call EmitBlock and
+// EmitDelta for them, in order with the other events, instead of Emit, so a
+// consumer that reduces them (agentd convert --blocks) or writes them out
+// itself skips encoding and decoding their payloads. EmitBlock(ctx, b) stands
+// for the event conversation.Upsert(*b) with context ctx, EmitDelta for
+// conversation.Delta(id, text); b.Input is what json.Marshal writes for it
+// (compact, HTML characters escaped). b and the bytes it points to (its
+// Input may be part of the line being read) are only valid during the call.
+type BlockSink interface {
+	Sink
+	EmitBlock(ctx conversation.Context, b *conversation.Block) error
+	EmitDelta(ctx conversation.Context, id, text string) error
+}
+
 // ConvertStream converts a file of stream-json lines (or one JSON document,
-// or a JSON array of messages) as the output of one process.
+// or a JSON array of messages) as the output of one process. It reads the
+// input as it goes and does not hold it.
 func ConvertStream(in Input, sink Sink) error {
-	data, err := readAll(in.R)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", in.Name, err)
-	}
 	sc := NewStreamConverter()
-	for _, ln := range splitLines(data) {
-		events, err := sc.Convert(ln.b)
-		if err != nil {
+	lr := newLineReader(in.R)
+	for {
+		ln, ok := lr.next()
+		if !ok {
+			break
+		}
+		if err := decodeLine(&sc.c.sc, ln.b, &sc.l); err != nil {
+			sink.Warn(in.Name, ln.no, fmt.Errorf("%w: %v", ErrMalformed, err))
+			continue
+		}
+		if err := sc.c.convertLine(&sc.l, ln.b, sc.l.ParentToolUseID); err != nil {
 			sink.Warn(in.Name, ln.no, err)
 		}
-		for _, e := range events {
-			if err := sink.Emit(e); err != nil {
-				return err
-			}
+		if err := sc.c.emitTo(sink); err != nil {
+			return err
 		}
+	}
+	if lr.err != nil {
+		return fmt.Errorf("read %s: %w", in.Name, lr.err)
 	}
 	return nil
 }
 
-// readAll reads r whole, in one allocation when its size is known (files,
-// in-memory readers); io.ReadAll's doubling costs more than the conversion
-// of a large transcript's first lines.
-func readAll(r io.Reader) ([]byte, error) {
-	size := -1
-	switch x := r.(type) {
-	case interface{ Len() int }:
-		size = x.Len()
-	case interface{ Stat() (fs.FileInfo, error) }:
-		if fi, err := x.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() < 1<<40 {
-			size = int(fi.Size())
+// lineReader reads an input's lines as splitLines splits them (numbered,
+// trimmed, blank ones skipped) without holding the input: a line's bytes
+// are valid until the next call. Input whose first line is not a complete
+// JSON value (a pretty-printed document, an array of messages) is read
+// whole and split by splitLines.
+type lineReader struct {
+	br      *bufio.Reader
+	no      int    // number of the last line read
+	long    []byte // a line longer than br's buffer
+	started bool   // a non-blank line was seen
+	whole   []numberedLine
+	err     error // a read error; the lines stop there
+}
+
+func newLineReader(r io.Reader) *lineReader {
+	return &lineReader{br: bufio.NewReaderSize(r, 256<<10)}
+}
+
+// next returns the next non-blank line; false at the end of the input or
+// at a read error (err).
+func (lr *lineReader) next() (numberedLine, bool) {
+	if lr.whole != nil {
+		if len(lr.whole) == 0 {
+			return numberedLine{}, false
 		}
+		ln := lr.whole[0]
+		lr.whole = lr.whole[1:]
+		return ln, true
 	}
-	if size < 0 {
-		return io.ReadAll(r)
-	}
-	// One byte more than expected, so reaching EOF needs no growth.
-	buf := make([]byte, 0, size+1)
 	for {
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
+		raw, last := lr.readLine()
+		if raw == nil && last {
+			return numberedLine{}, false
 		}
-		if err != nil {
-			return buf, err
+		lr.no++
+		ln := bytes.TrimSpace(raw)
+		if len(ln) == 0 {
+			if last {
+				return numberedLine{}, false
+			}
+			continue
 		}
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)] // it grew while we read
+		if !lr.started {
+			lr.started = true
+			if ln[0] == '[' || (ln[0] == '{' && !firstLineComplete(ln)) {
+				return lr.readWhole(raw, last)
+			}
 		}
+		return numberedLine{lr.no, ln}, true
 	}
+}
+
+// readLine returns the next line without its newline; last is true when
+// the input ended (raw is then the final line without a newline, or nil).
+func (lr *lineReader) readLine() (raw []byte, last bool) {
+	if lr.err != nil {
+		return nil, true
+	}
+	line, err := lr.br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		lr.long = append(lr.long[:0], line...)
+		for err == bufio.ErrBufferFull {
+			line, err = lr.br.ReadSlice('\n')
+			lr.long = append(lr.long, line...)
+		}
+		line = lr.long
+	} else if cap(lr.long) > 16<<20 {
+		lr.long = nil // do not keep a huge line's buffer
+	}
+	if err != nil && err != io.EOF {
+		lr.err = err
+		return nil, true
+	}
+	if n := len(line); n > 0 && line[n-1] == '\n' {
+		return line[:n-1], false
+	}
+	if len(line) == 0 {
+		return nil, true
+	}
+	return line, true
+}
+
+// readWhole reads the rest of the input and splits it all with splitLines,
+// from the first non-blank line (raw) on; the blank lines before it keep
+// their numbers.
+func (lr *lineReader) readWhole(raw []byte, last bool) (numberedLine, bool) {
+	data := bytes.Repeat([]byte{'\n'}, lr.no-1)
+	data = append(data, raw...)
+	if !last {
+		data = append(data, '\n')
+		rest, err := io.ReadAll(lr.br)
+		if err != nil {
+			lr.err = err
+			return numberedLine{}, false
+		}
+		data = append(data, rest...)
+	}
+	lr.whole = splitLines(data)
+	return lr.next()
 }
 
 // numberedLine is one input line and its 1-based number.

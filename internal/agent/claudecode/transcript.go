@@ -1,6 +1,7 @@
 package claudecode
 
 import (
+	"bytes"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -22,19 +23,19 @@ import (
 // files. Bad lines are reported to sink.Warn and skipped; the returned error
 // is a read or sink failure.
 func ConvertTranscript(main Input, subagents []Input, sink Sink) error {
-	m, err := readTranscript(main)
+	m, err := readTranscript(main, decodeLine)
 	if err != nil {
 		return err
 	}
 	var subs []*transcriptFile
 	for _, in := range subagents {
-		f, err := readTranscript(in)
+		f, err := readTranscript(in, decodeLine)
 		if err != nil {
 			return err
 		}
 		subs = append(subs, f)
 	}
-	return runTranscript(m, subs, sink)
+	return runTranscript(m, subs, sink, decodeLine)
 }
 
 // ConvertTranscripts converts transcript files whose roles are not given:
@@ -43,9 +44,16 @@ func ConvertTranscript(main Input, subagents []Input, sink Sink) error {
 // session (or the only main file); each main file is converted as one run,
 // and subagent files no main file claims are converted last, on their own.
 func ConvertTranscripts(inputs []Input, sink Sink) error {
+	return convertTranscripts(inputs, sink, decodeLine)
+}
+
+// lineDecoder decodes one line (decodeLine; benchmarks compare others).
+type lineDecoder func(s *scanner, line []byte, l *wireLine) error
+
+func convertTranscripts(inputs []Input, sink Sink, decode lineDecoder) error {
 	var mains, subs []*transcriptFile
 	for _, in := range inputs {
-		f, err := readTranscript(in)
+		f, err := readTranscript(in, decode)
 		if err != nil {
 			return err
 		}
@@ -64,7 +72,7 @@ func ConvertTranscripts(inputs []Input, sink Sink) error {
 				mine = append(mine, s)
 			}
 		}
-		if err := runTranscript(m, mine, sink); err != nil {
+		if err := runTranscript(m, mine, sink, decode); err != nil {
 			return err
 		}
 	}
@@ -75,15 +83,17 @@ func ConvertTranscripts(inputs []Input, sink Sink) error {
 		}
 	}
 	if len(rest) > 0 {
-		return runTranscript(nil, rest, sink)
+		return runTranscript(nil, rest, sink, decode)
 	}
 	return nil
 }
 
-// transcriptFile is a transcript read into memory.
+// transcriptFile is a transcript being read: the lines its role was read
+// from (copied), then the rest of its input, read as it is converted.
 type transcriptFile struct {
 	name       string
-	lines      []numberedLine
+	head       []numberedLine
+	rest       *lineReader
 	isSubagent bool
 	sessionID  string
 	agentID    string // subagent files: from the lines, else the file name
@@ -92,18 +102,19 @@ type transcriptFile struct {
 	flushed    bool
 }
 
-func readTranscript(in Input) (*transcriptFile, error) {
-	data, err := readAll(in.R)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", in.Name, err)
-	}
-	f := &transcriptFile{name: in.Name, lines: splitLines(data)}
-	// Look at the first message line for the file's role and ids.
+func readTranscript(in Input, decode lineDecoder) (*transcriptFile, error) {
+	f := &transcriptFile{name: in.Name, rest: newLineReader(in.R)}
+	// Read up to the first message line for the file's role and ids.
 	var s scanner
 	var l wireLine
 	sawMessage, sidechain := false, false
-	for _, ln := range f.lines {
-		if decodeLine(&s, ln.b, &l) != nil {
+	for {
+		ln, ok := f.rest.next()
+		if !ok {
+			break
+		}
+		f.head = append(f.head, numberedLine{ln.no, bytes.Clone(ln.b)})
+		if decode(&s, ln.b, &l) != nil {
 			continue
 		}
 		if f.sessionID == "" {
@@ -122,6 +133,9 @@ func readTranscript(in Input) (*transcriptFile, error) {
 		}
 		break
 	}
+	if f.rest.err != nil {
+		return nil, fmt.Errorf("read %s: %w", in.Name, f.rest.err)
+	}
 	if base := filepath.Base(in.Name); isAgentFileName(base) && (sidechain || !sawMessage) {
 		// The lines name the agent; the file name does when they do not.
 		f.isSubagent = true
@@ -130,6 +144,30 @@ func readTranscript(in Input) (*transcriptFile, error) {
 		}
 	}
 	return f, nil
+}
+
+// each calls fn for every line of f, once: those read for its role, then
+// the rest of its input. A line's bytes are valid during the call.
+func (f *transcriptFile) each(fn func(numberedLine) error) error {
+	for _, ln := range f.head {
+		if err := fn(ln); err != nil {
+			return err
+		}
+	}
+	f.head = nil
+	for {
+		ln, ok := f.rest.next()
+		if !ok {
+			break
+		}
+		if err := fn(ln); err != nil {
+			return err
+		}
+	}
+	if f.rest.err != nil {
+		return fmt.Errorf("read %s: %w", f.name, f.rest.err)
+	}
+	return nil
 }
 
 // isAgentFileName reports whether base is a subagent transcript's name,
@@ -169,19 +207,18 @@ type transcriptRun struct {
 	c        *core
 	sink     Sink
 	subs     []*transcriptFile
-	uuidConv map[string]string // line uuid → conversation, for inline sidechains
+	uuidConv map[string]string // line uuid → its subagent conversation, for inline sidechains
 	sc       scanner
 	l        wireLine
+	decode   lineDecoder
 }
 
-func runTranscript(main *transcriptFile, subs []*transcriptFile, sink Sink) error {
-	r := &transcriptRun{c: newCore(), sink: sink, subs: subs, uuidConv: make(map[string]string)}
+func runTranscript(main *transcriptFile, subs []*transcriptFile, sink Sink, decode lineDecoder) error {
+	r := &transcriptRun{c: newCore(), sink: sink, subs: subs, uuidConv: make(map[string]string), decode: decode}
 	r.c.usageFromMessages = true
 	if main != nil {
-		for _, ln := range main.lines {
-			if err := r.mainLine(main.name, ln); err != nil {
-				return err
-			}
+		if err := main.each(func(ln numberedLine) error { return r.mainLine(main.name, ln) }); err != nil {
+			return err
 		}
 	}
 	// Subagents whose end the main file does not show (an interrupted run, a
@@ -196,7 +233,7 @@ func runTranscript(main *transcriptFile, subs []*transcriptFile, sink Sink) erro
 
 func (r *transcriptRun) mainLine(file string, ln numberedLine) error {
 	l := &r.l
-	if err := decodeLine(&r.sc, ln.b, l); err != nil {
+	if err := r.decode(&r.sc, ln.b, l); err != nil {
 		r.sink.Warn(file, ln.no, fmt.Errorf("%w: %v", ErrMalformed, err))
 		return nil
 	}
@@ -205,7 +242,14 @@ func (r *transcriptRun) mainLine(file string, ln numberedLine) error {
 		conv = r.sidechainConv(l)
 	}
 	if l.UUID != "" {
-		r.uuidConv[l.UUID] = conv
+		// Only a parent in a subagent decides a line's conversation, so
+		// the main conversation's lines (nearly all) are not recorded; a
+		// uuid seen again in main is no longer a subagent's.
+		if conv != conversation.MainConversation {
+			r.uuidConv[l.UUID] = conv
+		} else if len(r.uuidConv) > 0 {
+			delete(r.uuidConv, l.UUID)
+		}
 	}
 	if l.Type == "user" && conv == conversation.MainConversation {
 		// A subagent's lines come before its result, as in the live stream.
@@ -222,7 +266,7 @@ func (r *transcriptRun) mainLine(file string, ln numberedLine) error {
 func (r *transcriptRun) sidechainConv(l *wireLine) string {
 	// A sidechain's root may point at the main line that spawned it; only
 	// a parent that is itself in a subagent decides the conversation.
-	if conv, ok := r.uuidConv[l.ParentUUID]; ok && l.ParentUUID != "" && conv != conversation.MainConversation {
+	if conv, ok := r.uuidConv[l.ParentUUID]; ok && l.ParentUUID != "" {
 		return conv
 	}
 	subs := &r.c.subs
@@ -297,31 +341,22 @@ func (r *transcriptRun) flush(f *transcriptFile) error {
 	conv := r.c.subs.conversationID(f.toolUseID, f.agentID, f.name)
 	var s scanner
 	var l wireLine
-	for _, ln := range f.lines {
-		if err := decodeLine(&s, ln.b, &l); err != nil {
+	return f.each(func(ln numberedLine) error {
+		if err := r.decode(&s, ln.b, &l); err != nil {
 			r.sink.Warn(f.name, ln.no, fmt.Errorf("%w: %v", ErrMalformed, err))
-			continue
+			return nil
 		}
-		if err := r.emit(f.name, ln, &l, conv); err != nil {
-			return err
-		}
-	}
-	return nil
+		return r.emit(f.name, ln, &l, conv)
+	})
 }
 
 func (r *transcriptRun) emit(file string, ln numberedLine, l *wireLine, conv string) error {
 	spawned := len(r.c.subs.order)
-	events, err := r.c.convert(l, ln.b, conv)
-	if err != nil {
+	if err := r.c.convertLine(l, ln.b, conv); err != nil {
 		r.sink.Warn(file, ln.no, err)
 	}
 	if len(r.c.subs.order) != spawned {
 		r.bindSpawned()
 	}
-	for _, e := range events {
-		if err := r.sink.Emit(e); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.c.emitTo(r.sink)
 }

@@ -295,38 +295,62 @@ func TestSplitLines(t *testing.T) {
 	}
 }
 
-func TestReadAll(t *testing.T) {
-	want := bytes.Repeat([]byte("line\n"), 1000)
-	for name, r := range map[string]io.Reader{
-		"bytes":      bytes.NewReader(want),
-		"plain":      iotest.OneByteReader(bytes.NewReader(want)),
-		"half":       iotest.HalfReader(bytes.NewReader(want)),
-		"understate": &lyingLen{bytes.NewReader(want), 10},
-	} {
-		got, err := readAll(r)
-		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("%s: %d bytes, %v", name, len(got), err)
+// TestLineReaderMatchesSplitLines: reading an input as it goes gives the
+// lines splitLines gives for the whole input, whatever the reads return,
+// with lines longer than the reader's buffer, and for inputs that are one
+// JSON document.
+func TestLineReaderMatchesSplitLines(t *testing.T) {
+	long := `{"type":"user","message":{"content":"` + strings.Repeat("x", 600<<10) + `"}}`
+	inputs := []string{
+		"",
+		"\n\n  \n",
+		"{\"a\":1}\r\n\n  \n{\"b\":2}\n{\"c\":",
+		"{\"a\":1}\n" + long + "\n{\"b\":2}",
+		long,
+		"\n  \n{\n  \"type\": \"result\",\n  \"result\": \"4\"\n}\n",
+		"\n[{\"type\":\"a\"},\n {\"type\":\"b\"}]",
+		"{\n\"a\":1\n",
+		"[1,\n",
+		"not json\n{\"a\":1}",
+	}
+	if data, err := os.ReadFile(aiMain); err == nil {
+		inputs = append(inputs, string(data))
+	}
+	for i, in := range inputs {
+		want := splitLines([]byte(in))
+		for name, r := range map[string]io.Reader{
+			"bytes": strings.NewReader(in),
+			"one":   iotest.OneByteReader(strings.NewReader(in)),
+			"half":  iotest.HalfReader(strings.NewReader(in)),
+		} {
+			lr := newLineReader(r)
+			var got []numberedLine
+			for {
+				ln, ok := lr.next()
+				if !ok {
+					break
+				}
+				got = append(got, numberedLine{ln.no, bytes.Clone(ln.b)})
+			}
+			if lr.err != nil || len(got) != len(want) {
+				t.Fatalf("input %d, %s: %d lines, want %d (%v)", i, name, len(got), len(want), lr.err)
+			}
+			for j := range got {
+				if got[j].no != want[j].no || !bytes.Equal(got[j].b, want[j].b) {
+					t.Fatalf("input %d, %s: line %d is %d %.40q, want %d %.40q", i, name, j, got[j].no, got[j].b, want[j].no, want[j].b)
+				}
+			}
 		}
 	}
-	f, err := os.Open(aiMain)
-	if err != nil {
-		t.Skipf("shared test data not available: %v", err)
+	boom := errors.New("boom")
+	lr := newLineReader(io.MultiReader(strings.NewReader("{\"a\":1}\n{\"b\""), iotest.ErrReader(boom)))
+	if ln, ok := lr.next(); !ok || string(ln.b) != `{"a":1}` {
+		t.Fatalf("first line %q %v", ln.b, ok)
 	}
-	defer f.Close()
-	got, err := readAll(f)
-	disk, _ := os.ReadFile(aiMain)
-	if err != nil || !bytes.Equal(got, disk) {
-		t.Fatalf("file: %d bytes, %v", len(got), err)
+	if _, ok := lr.next(); ok || !errors.Is(lr.err, boom) {
+		t.Fatalf("after the error: %v %v", ok, lr.err)
 	}
 }
-
-// lyingLen reports a length smaller than what it holds.
-type lyingLen struct {
-	io.Reader
-	n int
-}
-
-func (l *lyingLen) Len() int { return l.n }
 
 func TestTranscriptBackgroundSubagentNotification(t *testing.T) {
 	main := strings.Join([]string{
@@ -381,4 +405,47 @@ func TestTranscriptSidechainRootPointingAtMain(t *testing.T) {
 	if got := ids(subagentByID(t, st, "sidechain-x1").Blocks); !reflect.DeepEqual(got, []string{"xm-0"}) {
 		t.Fatalf("orphan sidechain = %v", got)
 	}
+}
+
+// FuzzLineReader: lineReader gives splitLines's lines for any input, read
+// in chunks of any size.
+func FuzzLineReader(f *testing.F) {
+	f.Add([]byte("{\"a\":1}\r\n\n  \n{\"b\":2}\n{\"c\":"), uint8(3))
+	f.Add([]byte("\n  {\n  \"type\": \"result\"\n}\n"), uint8(1))
+	f.Add([]byte("[{\"a\":1},\n{\"b\":2}]"), uint8(7))
+	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
+		want := splitLines(data)
+		lr := newLineReader(&chunkReader{data: data, n: int(chunk%16) + 1})
+		var got []numberedLine
+		for {
+			ln, ok := lr.next()
+			if !ok {
+				break
+			}
+			got = append(got, numberedLine{ln.no, bytes.Clone(ln.b)})
+		}
+		if lr.err != nil || len(got) != len(want) {
+			t.Fatalf("%d lines, want %d (%v)", len(got), len(want), lr.err)
+		}
+		for i := range got {
+			if got[i].no != want[i].no || !bytes.Equal(got[i].b, want[i].b) {
+				t.Fatalf("line %d: %d %q, want %d %q", i, got[i].no, got[i].b, want[i].no, want[i].b)
+			}
+		}
+	})
+}
+
+// chunkReader returns at most n bytes per Read.
+type chunkReader struct {
+	data []byte
+	n    int
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), r.n)], r.data)
+	r.data = r.data[n:]
+	return n, nil
 }

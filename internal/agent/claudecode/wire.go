@@ -1,6 +1,9 @@
 package claudecode
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // wireLine is one line of Claude Code output, stream-json or transcript: the
 // fields the converter reads. Both spellings of a field (stream-json uses
@@ -89,6 +92,8 @@ type wirePart struct {
 	Input []byte // raw, valid JSON
 	// InputSpaced says Input has whitespace between tokens.
 	InputSpaced bool
+	// Tool is what the converter reads from Input.
+	Tool toolInput
 	// tool_result
 	ToolUseID string
 	IsError   bool
@@ -237,8 +242,14 @@ func decodePart(s *scanner, p *wirePart) {
 		case "name":
 			p.Name = s.str()
 		case "input":
+			// Read in the same pass that takes it raw.
 			before := s.spaces
-			p.Input = s.raw()
+			s.ws()
+			start := s.i
+			decodeToolInput(s, &p.Tool)
+			if s.err == nil {
+				p.Input = s.b[start:s.i]
+			}
 			p.InputSpaced = s.spaces != before
 		case "tool_use_id":
 			p.ToolUseID = s.str()
@@ -257,6 +268,44 @@ func decodePart(s *scanner, p *wirePart) {
 	}
 }
 
+// toolInput is what the converter reads from a tool call's input: the
+// string values of a few keys (for "skill" and "command" the first one).
+type toolInput struct {
+	prompt, subagentType, description, skill string
+}
+
+// decodeToolInput validates and skips a tool call's input, reading ti from
+// it when it is an object.
+func decodeToolInput(s *scanner, ti *toolInput) {
+	if !s.enter('{') {
+		s.skip()
+		return
+	}
+	for first := true; s.next('}', &first); {
+		k := s.key()
+		if s.peek() != '"' {
+			s.skip()
+			continue
+		}
+		switch string(k) {
+		case "prompt":
+			ti.prompt = s.str()
+		case "subagent_type":
+			ti.subagentType = s.str()
+		case "description":
+			ti.description = s.str()
+		case "skill", "command":
+			if ti.skill == "" {
+				ti.skill = s.str()
+			} else {
+				s.skip()
+			}
+		default:
+			s.skip()
+		}
+	}
+}
+
 // decodeResultContent reads a tool_result's content: a string, or an array
 // of parts whose text parts are joined with newlines and whose images are
 // noted as [image: media/type].
@@ -270,11 +319,11 @@ func decodeResultContent(s *scanner) string {
 		return ""
 	}
 	s.enter('[')
-	var out []byte
+	var only string
+	var joined strings.Builder
 	n := 0
 	for first := true; s.next(']', &first); {
-		var typ, mediaType string
-		var text []byte
+		var typ, mediaType, text string
 		if !s.enter('{') {
 			s.skip()
 			continue
@@ -284,7 +333,7 @@ func decodeResultContent(s *scanner) string {
 			case "type":
 				typ = s.str()
 			case "text":
-				text = s.strBytes()
+				text = s.str()
 			case "source":
 				mediaType = decodeImageSource(s)
 			default:
@@ -294,17 +343,27 @@ func decodeResultContent(s *scanner) string {
 		switch typ {
 		case "text":
 		case "image":
-			text = []byte(imageNote(mediaType))
+			text = imageNote(mediaType)
 		default:
 			continue
 		}
-		if n > 0 {
-			out = append(out, '\n')
+		// One part (the usual case) is returned as it is.
+		switch n {
+		case 0:
+			only = text
+		case 1:
+			joined.WriteString(only)
+			fallthrough
+		default:
+			joined.WriteByte('\n')
+			joined.WriteString(text)
 		}
-		out = append(out, text...)
 		n++
 	}
-	return string(out)
+	if n <= 1 {
+		return only
+	}
+	return joined.String()
 }
 
 func decodeImageSource(s *scanner) string {
