@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"time"
 )
 
 // Subagent is a subagent's conversation: its own blocks plus what the
@@ -56,6 +57,11 @@ type Turn struct {
 	Code        string     `json:"code,omitempty"`
 	DurationMs  int64      `json:"durationMs,omitempty"`
 	Result      string     `json:"result,omitempty"`
+	// StartedAt is the timestamp of the turn's query:started event.
+	StartedAt time.Time `json:"startedAt,omitzero"`
+	// Usage sums the metadata:update usage increments that arrived while
+	// the turn was the active one (absent when none did).
+	Usage *Usage `json:"usage,omitempty"`
 	// AfterBlock is the number of main-conversation blocks when the turn
 	// ended: a UI shows the outcome after that many blocks, where it
 	// happened. Blocks are only ever appended, so the position stays right.
@@ -75,8 +81,25 @@ type State struct {
 	WorkspaceFiles     []WorkspaceFile       `json:"workspaceFiles"`
 	ActiveQueryID      string                `json:"activeQueryId,omitempty"`
 	// Turns holds one entry per query:started, in log order.
-	Turns   []Turn `json:"turns"`
-	LastSeq int64  `json:"lastSeq"`
+	Turns []Turn `json:"turns"`
+	// QueuedMessages are the messages waiting for their turn, in order.
+	QueuedMessages []QueuedMessage `json:"queuedMessages"`
+	// PermissionRules are the session's "allow for this session" rules.
+	PermissionRules []PermissionRule `json:"permissionRules"`
+	LastSeq         int64            `json:"lastSeq"`
+}
+
+// QueuedMessage is a message waiting in the session's queue.
+type QueuedMessage struct {
+	ID       string    `json:"id"`
+	Content  string    `json:"content"`
+	QueuedAt time.Time `json:"queuedAt,omitzero"`
+}
+
+// PermissionRule allows every later request for ToolName in the session.
+type PermissionRule struct {
+	ToolName string             `json:"toolName"`
+	Behavior PermissionBehavior `json:"behavior"`
 }
 
 // ErrDuplicate is returned by Apply for an event whose seq was already
@@ -145,6 +168,8 @@ type Reducer struct {
 	files     map[string]WorkspaceFile
 	turns     []Turn
 	turnIndex map[string]int // queryId → its last entry in turns
+	queue     []QueuedMessage
+	rules     []PermissionRule
 }
 
 // NewReducer returns an empty reducer.
@@ -216,6 +241,13 @@ func (r *Reducer) Apply(e Event) error {
 	case *MetadataUpdate:
 		if p.Usage != nil {
 			r.st.Usage = r.st.Usage.Add(*p.Usage)
+			if i, ok := r.turnIndex[r.st.ActiveQueryID]; ok && r.st.ActiveQueryID != "" {
+				u := p.Usage.Add(Usage{})
+				if r.turns[i].Usage != nil {
+					u = r.turns[i].Usage.Add(*p.Usage)
+				}
+				r.turns[i].Usage = &u
+			}
 		}
 		if p.CostUSD != nil {
 			r.st.CostUSD += *p.CostUSD
@@ -229,7 +261,7 @@ func (r *Reducer) Apply(e Event) error {
 	case *QueryStarted:
 		r.st.ActiveQueryID = p.QueryID
 		r.turnIndex[p.QueryID] = len(r.turns)
-		r.turns = append(r.turns, Turn{QueryID: p.QueryID, Status: TurnRunning})
+		r.turns = append(r.turns, Turn{QueryID: p.QueryID, Status: TurnRunning, StartedAt: e.Context.Timestamp})
 	case *QueryCompleted:
 		r.endQuery(p.QueryID)
 		r.endTurn(Turn{QueryID: p.QueryID, Status: TurnCompleted, Interrupted: p.Interrupted,
@@ -246,6 +278,21 @@ func (r *Reducer) Apply(e Event) error {
 	case *PermissionResolved:
 		delete(r.pending, p.RequestID)
 		r.pendOrder = slices.DeleteFunc(r.pendOrder, func(id string) bool { return id == p.RequestID })
+		if p.Scope == ScopeSession && p.ToolName != "" && p.Behavior == Allow &&
+			!slices.ContainsFunc(r.rules, func(x PermissionRule) bool { return x.ToolName == p.ToolName }) {
+			r.rules = append(r.rules, PermissionRule{ToolName: p.ToolName, Behavior: p.Behavior})
+		}
+	case *MessageQueued:
+		q := QueuedMessage{ID: p.MessageID, Content: p.Content, QueuedAt: e.Context.Timestamp}
+		if i := slices.IndexFunc(r.queue, func(x QueuedMessage) bool { return x.ID == p.MessageID }); i >= 0 {
+			r.queue[i] = q
+		} else {
+			r.queue = append(r.queue, q)
+		}
+	case *MessageDequeued:
+		r.unqueue(p.MessageID)
+	case *MessageCancelled:
+		r.unqueue(p.MessageID)
 	case *FileChange:
 		if p.Kind == TypeFileDeleted {
 			delete(r.files, p.Path)
@@ -270,6 +317,10 @@ func (r *Reducer) Apply(e Event) error {
 	return nil
 }
 
+func (r *Reducer) unqueue(id string) {
+	r.queue = slices.DeleteFunc(r.queue, func(x QueuedMessage) bool { return x.ID == id })
+}
+
 func (r *Reducer) endQuery(id string) {
 	if r.st.ActiveQueryID == id || id == "" {
 		r.st.ActiveQueryID = ""
@@ -285,6 +336,8 @@ func (r *Reducer) endTurn(t Turn) {
 		return
 	}
 	t.AfterBlock = len(r.main.blocks)
+	t.StartedAt = r.turns[i].StartedAt
+	t.Usage = r.turns[i].Usage
 	r.turns[i] = t
 }
 
@@ -337,6 +390,14 @@ func (r *Reducer) State() State {
 	st.Turns = slices.Clone(r.turns)
 	if st.Turns == nil {
 		st.Turns = []Turn{}
+	}
+	st.QueuedMessages = slices.Clone(r.queue)
+	if st.QueuedMessages == nil {
+		st.QueuedMessages = []QueuedMessage{}
+	}
+	st.PermissionRules = slices.Clone(r.rules)
+	if st.PermissionRules == nil {
+		st.PermissionRules = []PermissionRule{}
 	}
 	return st
 }

@@ -175,6 +175,9 @@ export const EVENT_TYPES = [
   "error",
   "log",
   "session:idle",
+  "message:queued",
+  "message:dequeued",
+  "message:cancelled",
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 
@@ -235,13 +238,18 @@ export interface PermissionRequestedPayload {
   expiresAt: string;
 }
 export type PermissionBehavior = "allow" | "deny";
-export type ResolvedBy = "user" | "policy" | "timeout" | "interrupt";
+export type ResolvedBy = "user" | "policy" | "timeout" | "interrupt" | "rule";
+/** How far a permission answer reaches: this request, or the tool for the rest of the session. */
+export type PermissionScope = "once" | "session";
 export interface PermissionResolvedPayload {
   requestId: string;
   behavior: PermissionBehavior;
   by: ResolvedBy;
   message?: string;
   updatedInput?: Json;
+  /** The requested tool (on answers that add a rule, and decisions by a rule). */
+  toolName?: string;
+  scope?: PermissionScope;
 }
 export interface FileChangePayload {
   path: string;
@@ -273,6 +281,18 @@ export interface LogPayload {
   data?: Json;
 }
 export type SessionIdlePayload = Record<string, never>;
+export interface MessageQueuedPayload {
+  messageId: string;
+  content: string;
+}
+export interface MessageDequeuedPayload {
+  messageId: string;
+  queryId?: string;
+}
+export interface MessageCancelledPayload {
+  messageId: string;
+  reason?: string;
+}
 
 /** Maps each event type to its payload type. */
 export interface PayloadMap {
@@ -293,6 +313,9 @@ export interface PayloadMap {
   error: ErrorPayload;
   log: LogPayload;
   "session:idle": SessionIdlePayload;
+  "message:queued": MessageQueuedPayload;
+  "message:dequeued": MessageDequeuedPayload;
+  "message:cancelled": MessageCancelledPayload;
 }
 
 /** The envelope of one event type. */
@@ -343,8 +366,25 @@ export interface Turn {
   code?: string;
   durationMs?: number;
   result?: string;
+  /** When the turn started (its query:started timestamp). */
+  startedAt?: string;
+  /** The usage reported while the turn ran. */
+  usage?: Usage;
   /** The number of main-conversation blocks when the turn ended: its outcome belongs after them. Absent means 0. */
   afterBlock?: number;
+}
+
+/** A message waiting in the session's queue for its turn. */
+export interface QueuedMessage {
+  id: string;
+  content: string;
+  queuedAt?: string;
+}
+
+/** A session rule: later permission requests for toolName are answered without asking. */
+export interface PermissionRule {
+  toolName: string;
+  behavior: PermissionBehavior;
 }
 
 /** What the Go reducer's State holds (GET /api/sessions/{id} adds session fields). */
@@ -361,6 +401,10 @@ export interface ReducedState {
   activeQueryId?: string;
   /** One entry per query:started, in log order. */
   turns: readonly Turn[];
+  /** Messages waiting for their turn, in order. */
+  queuedMessages: readonly QueuedMessage[];
+  /** The session's "allow for this session" rules. */
+  permissionRules: readonly PermissionRule[];
   lastSeq: number;
 }
 
