@@ -94,6 +94,8 @@ type QueuedMessage struct {
 	ID       string    `json:"id"`
 	Content  string    `json:"content"`
 	QueuedAt time.Time `json:"queuedAt,omitzero"`
+	// Actor is the principal who sent it (the event's context actor).
+	Actor string `json:"actor,omitempty"`
 }
 
 // PermissionRule allows every later request for ToolName in the session.
@@ -284,6 +286,9 @@ func (r *Reducer) Apply(e Event) error {
 		}
 	case *MessageQueued:
 		q := QueuedMessage{ID: p.MessageID, Content: p.Content, QueuedAt: e.Context.Timestamp}
+		if e.Context.Actor != nil {
+			q.Actor = *e.Context.Actor
+		}
 		if i := slices.IndexFunc(r.queue, func(x QueuedMessage) bool { return x.ID == p.MessageID }); i >= 0 {
 			r.queue[i] = q
 		} else {

@@ -45,4 +45,7 @@ type Runtime struct {
 	ActiveQueryID string `json:"activeQueryId,omitempty"`
 	// LastError is the most recent error that put the session in error state.
 	LastError string `json:"lastError,omitempty"`
+	// Queued is how many messages waited in the session's queue when the
+	// record was last saved (the queue itself: the state's queuedMessages).
+	Queued int `json:"queued,omitempty"`
 }

@@ -82,6 +82,7 @@ type Manager struct {
 
 	watchers watchers
 	states   *stateCache
+	snaps    snapshots // changes.go
 	wg       sync.WaitGroup // owner goroutines
 }
 
@@ -132,6 +133,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load sessions: %w", err)
 	}
+	var queued []*Session
 	for _, rec := range recs {
 		s := newSession(m, rec)
 		m.mu.Lock()
@@ -142,10 +144,14 @@ func (m *Manager) Start(ctx context.Context) error {
 				m.log.Error("settle session after restart", "session", rec.ID, "err", err)
 			}
 		}
+		if rec.Runtime.Queued > 0 {
+			queued = append(queued, s)
+		}
 		if m.cfg.Metrics != nil {
 			m.cfg.Metrics.StatusChanged("", s.record().Status)
 		}
 	}
+	m.resumeQueues(ctx, queued) // queue.go
 	m.log.Info("sessions loaded", "count", len(recs))
 	return nil
 }
@@ -175,6 +181,12 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, actor string) (
 	var probe map[string]any
 	if err := json.Unmarshal(opts, &probe); err != nil {
 		return store.Session{}, fmt.Errorf("%w: sessionOptions must be an object", ErrInvalidRequest)
+	}
+	if _, err := workspaceSource(opts); err != nil {
+		return store.Session{}, err
+	}
+	if err := m.checkAgent(ctx, arch.Name()); err != nil {
+		return store.Session{}, err
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -319,6 +331,7 @@ func (m *Manager) Delete(ctx context.Context, id string, purge bool, actor strin
 	if err := os.RemoveAll(m.workspace(id)); err != nil {
 		m.log.Warn("remove workspace", "session", id, "err", err)
 	}
+	m.forgetChanges(id)
 	if m.cfg.Metrics != nil {
 		m.cfg.Metrics.StatusChanged(s.record().Status, "")
 	}

@@ -180,6 +180,10 @@ func (s *Session) Answer(ctx context.Context, requestID string, d agent.Permissi
 	}
 	d.By = conversation.ByUser
 	d.Actor = actor
+	if d.Scope == conversation.ScopeSession {
+		return s.answerForSession(ctx, requestID, d) // rules.go
+	}
+	d.Scope = ""
 	err := s.perms.answer(requestID, d)
 	if errors.Is(err, ErrPermissionNotFound) {
 		// Not opened by this process: a request from before a restart is
@@ -317,8 +321,9 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 		}
 		o.setStatus(conversation.SessionRunning, "", actor)
 		o.host.setTurn(actor, queryID)
-		runner := o.runner
+		runner, env := o.runner, o.env
 		o.goJob(func() func(*owner) {
+			s.m.snapshotTurn(tctx, env, s.id, queryID) // changes.go: the workspace before the turn
 			res, err := runner.Turn(tctx, t)
 			return func(o *owner) { o.finishTurn(res, err) }
 		})
@@ -399,6 +404,7 @@ func (o *owner) finishTurn(res agent.TurnResult, err error) {
 	if o.env == nil {
 		// The environment never came up; the start failure set the status.
 		o.saveRecord()
+		o.turnEnded()
 		return
 	}
 	o.setStatus(conversation.SessionIdle, "", t.actor)
@@ -406,6 +412,7 @@ func (o *owner) finishTurn(res agent.TurnResult, err error) {
 		s.m.log.Error("record idle", "session", s.id, "err", aerr)
 	}
 	o.startIdle()
+	o.turnEnded() // the next queued message, if any (queue.go)
 }
 
 // terminate stops the environment now, or after the running turn ends.

@@ -512,6 +512,8 @@ class Draft {
         if (!this.queue) this.queue = this.st.queuedMessages.slice();
         const m: QueuedMessage = { id: (p.messageId as string | undefined) ?? "", content: (p.content as string | undefined) ?? "" };
         if (ts && !isZeroTime(ts)) m.queuedAt = ts;
+        const actor = isObject(e.context) ? e.context.actor : undefined;
+        if (typeof actor === "string" && actor !== "") m.actor = actor;
         const at = this.queue.findIndex((x) => x.id === m.id);
         if (at >= 0) this.queue[at] = m;
         else this.queue.push(m);

@@ -379,6 +379,8 @@ export interface QueuedMessage {
   id: string;
   content: string;
   queuedAt?: string;
+  /** The principal who sent it. */
+  actor?: string;
 }
 
 /** A session rule: later permission requests for toolName are answered without asking. */

@@ -102,7 +102,7 @@ function randomLog(seed: number): AgentEvent[] {
       seq: thisSeq,
       type,
       payload,
-      context: { sessionId: "s", conversationId: pick(convs), source: "runner", timestamp: pick(["2026-11-21T23:47:49.108Z", "2026-11-21T23:47:50Z"]), actor: null },
+      context: { sessionId: "s", conversationId: pick(convs), source: "runner", timestamp: pick(["2026-11-21T23:47:49.108Z", "2026-11-21T23:47:50Z"]), actor: pick([null, "alice"]) },
     } as AgentEvent);
   }
   return events;
