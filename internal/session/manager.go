@@ -82,7 +82,7 @@ type Manager struct {
 
 	watchers watchers
 	states   *stateCache
-	snaps    snapshots // changes.go
+	snaps    snapshots      // changes.go
 	wg       sync.WaitGroup // owner goroutines
 }
 

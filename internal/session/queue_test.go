@@ -88,7 +88,9 @@ func (missingArch) Name() string { return "missing" }
 func (missingArch) Start(context.Context, agent.Host) (agent.Runner, error) {
 	return nil, errors.New("unreachable")
 }
-func (missingArch) Probe(context.Context) (string, error) { return "", agent.NotInstalled("missing-cli") }
+func (missingArch) Probe(context.Context) (string, error) {
+	return "", agent.NotInstalled("missing-cli")
+}
 
 // until returns the events up to and including the n-th of type typ.
 func until(t *testing.T, sub *eventlog.Subscription, typ conversation.EventType, n int) []conversation.Event {
