@@ -146,6 +146,8 @@ export interface Runtime {
   agentSessionId?: string;
   activeQueryId?: string;
   lastError?: string;
+  /** Messages waiting in the session's queue when the record was last saved. */
+  queued?: number;
 }
 
 export interface Usage {
@@ -478,13 +480,43 @@ export interface SessionState extends ReducedState {
 export interface SendMessageResponse {
   success: true;
   sessionId: string;
-  queryId: string;
+  /** The turn the message started (absent when it was queued). */
+  queryId?: string;
+  /** Set when the message waits in the session's queue. */
+  queued?: boolean;
+  messageId?: string;
 }
 
 export interface PermissionAnswer {
   behavior: PermissionBehavior;
   message?: string;
   updatedInput?: Json;
+  /** "session" (with allow): also allow every later request for this tool in the session. */
+  scope?: PermissionScope;
+}
+
+/** A file's content in a workspace snapshot; sha256 is absent when it was not kept. */
+export interface FileVersion {
+  sha256?: string;
+  size: number;
+}
+
+export interface ChangedFile {
+  path: string;
+  change: "added" | "modified" | "deleted";
+  before?: FileVersion;
+  after?: FileVersion;
+}
+
+export interface TurnChanges {
+  queryId: string;
+  files: ChangedFile[];
+}
+
+/** GET /api/sessions/{id}/changes. */
+export interface SessionChanges {
+  turns: TurnChanges[];
+  overall: ChangedFile[];
 }
 
 export interface FileEntry {
