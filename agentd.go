@@ -2,7 +2,7 @@
 // Config (with any store.Store that passes store/storetest), call New, then
 // Serve. cmd/agentd is a thin wrapper around it.
 //
-//	srv, err := agentd.New(ctx, agentd.Config{DataDir: "./data", Store: myStore})
+//	srv, err := agentd.New(ctx, agentd.Config{DataDir: "/var/lib/agentd", Store: myStore})
 //	...
 //	err = srv.ListenAndServe(ctx) // returns after a graceful shutdown when ctx ends
 package agentd
@@ -55,7 +55,8 @@ type Config struct {
 	// Addr is the listen address (default 127.0.0.1:8080).
 	Addr string
 	// DataDir holds the SQLite database, workspaces and run files
-	// (default ./data).
+	// (default DefaultDataDir(): $XDG_DATA_HOME/agentd). One server at a
+	// time may use it: New fails with ErrDataDirInUse otherwise.
 	DataDir string
 	// Store is the persistence; when nil, StoreURL is opened.
 	Store store.Store
@@ -161,6 +162,7 @@ type Server struct {
 	mu       sync.Mutex
 	listener net.Listener
 	closed   bool
+	lock     *os.File // the data folder's lock (datadir.go)
 }
 
 // New opens the store, loads profiles and sessions (settling the ones that
@@ -170,7 +172,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.Addr = "127.0.0.1:8080"
 	}
 	if cfg.DataDir == "" {
-		cfg.DataDir = "./data"
+		cfg.DataDir = DefaultDataDir()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -207,7 +209,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	s := &Server{cfg: cfg, log: log, store: cfg.Store}
+	lock, err := lockDataDir(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, store: cfg.Store, lock: lock}
 	if s.store == nil {
 		url := cfg.StoreURL
 		if url == "" {
@@ -215,6 +221,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		st, err := OpenStore(ctx, url, log)
 		if err != nil {
+			lock.Close()
 			return nil, err
 		}
 		s.store, s.ownStore = st, true
@@ -224,6 +231,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		if s.ownStore {
 			s.store.Close()
 		}
+		lock.Close()
 		return nil, err
 	}
 	if err := s.startSecurity(dataDir); err != nil {
@@ -282,6 +290,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Env: cfg.Env, WatchIgnore: cfg.WatchIgnore, PersistFilesMax: 1 << 20,
 		Logger: log, Metrics: newSessionMetrics(cfg.Registerer), Holder: holder,
 		Credentials: s.credentials(),
+		// Agents are probed on this server's PATH, where the built-in
+		// sandboxes find them; a sandbox of the embedding program may
+		// look elsewhere.
+		RefuseMissingAgents: cfg.Sandboxes[cfg.Sandbox] == nil,
 	})
 	if err != nil {
 		s.events.Close()
@@ -481,6 +493,7 @@ func (s *Server) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("close store: %w", err))
 		}
 	}
+	s.lock.Close()
 	s.log.Info("agentd stopped")
 	return errors.Join(errs...)
 }

@@ -64,6 +64,11 @@ type Config struct {
 	// Credentials, when set, issues each environment's model credentials
 	// in place of the provider keys in Env (credentials.go).
 	Credentials Credentials
+	// RefuseMissingAgents refuses to create a session whose agent CLI is
+	// not installed (ErrAgentNotFound). Architectures probe the server's
+	// PATH, which is where the built-in sandboxes find agents; a sandbox
+	// that looks elsewhere leaves it off.
+	RefuseMissingAgents bool
 }
 
 // Metrics receives session lifecycle observations.

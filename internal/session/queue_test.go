@@ -44,7 +44,7 @@ func newShellFixture(t *testing.T, st store.Store, dataDir string) *shellFixture
 	archs.Register(permArch{})
 	archs.Register(missingArch{})
 	m, err := session.New(session.Config{Store: st, Log: lg, Sandbox: local.New(local.Options{}), Architectures: archs,
-		DataDir: dataDir, InterruptGrace: 2 * time.Second})
+		DataDir: dataDir, InterruptGrace: 2 * time.Second, RefuseMissingAgents: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -168,6 +168,9 @@ func (m *Manager) populateFrom(ctx context.Context, e sandbox.Environment, rec s
 // a session fails at creation rather than at its first message. (A CLI that
 // is there but broken still fails the turn, with what it printed.)
 func (m *Manager) checkAgent(ctx context.Context, arch string) error {
+	if !m.cfg.RefuseMissingAgents {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if err := m.cfg.Architectures.Check(ctx, arch); errors.Is(err, agent.ErrNotInstalled) {
