@@ -97,6 +97,9 @@ func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.E
 	if opts.Model == "" {
 		opts.Model = prof.Model
 	}
+	s.mu.Lock()
+	s.rec.Runtime.WorkDir = e.WorkDir() // saved with the next record update (the status that follows)
+	s.mu.Unlock()
 	if hd, ok := e.(sandbox.Handler); ok {
 		s.mu.Lock()
 		s.rec.SandboxState = hd.Handle()

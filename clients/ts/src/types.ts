@@ -146,6 +146,8 @@ export interface Runtime {
   agentSessionId?: string;
   activeQueryId?: string;
   lastError?: string;
+  /** The workspace root as the agent sees it. */
+  workDir?: string;
   /** Messages waiting in the session's queue when the record was last saved. */
   queued?: number;
 }

@@ -381,6 +381,7 @@ export interface Runtime {
   queued?: number;
   sandbox?: string;
   status: "" | "created" | "starting" | "ready" | "running" | "idle" | "terminated" | "error";
+  workDir?: string;
 }
 
 export interface SessionChanges {
