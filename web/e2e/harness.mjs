@@ -258,9 +258,15 @@ export async function send(page, text) {
   await page.getByTestId("send-button").click();
 }
 
-/** The text of every tool output in the conversation, joined. */
+/**
+ * The text of every tool output in the conversation, joined. Long outputs
+ * show only their last lines until expanded: this expands them first.
+ */
 export async function outputText(page) {
-  return page.evaluate(() => [...document.querySelectorAll('[data-testid="tool-output"]')].map((e) => e.textContent ?? "").join("\n"));
+  return page.evaluate(() => {
+    for (const b of document.querySelectorAll('[data-testid="expand-output"]')) b.click();
+    return [...document.querySelectorAll('[data-testid="tool-output"]')].map((e) => e.textContent ?? "").join("\n");
+  });
 }
 
 /** How often each "line N" occurs in the conversation's tool output. */

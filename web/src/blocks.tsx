@@ -245,7 +245,7 @@ export function DiffView({ edit, notApplied, testId = "diff" }: { edit: FileEdit
           {l.op}
         </span>
         <span className="sr-only">{l.op === "+" ? "added: " : l.op === "-" ? "removed: " : ""}</span>
-        {body && !notApplied ? body : l.text || " "}
+        <span className="code-text">{body && !notApplied ? body : l.text || " "}</span>
       </div>,
     );
   }
@@ -283,7 +283,7 @@ function JsonView({ value }: { value: Json | undefined }) {
 }
 
 /** A tool input as the user reads it: a diff, a command, a path, or JSON. */
-export function ToolInput({ toolName, input, notApplied }: { toolName?: string | undefined; input: Json | undefined; notApplied?: boolean }) {
+export function ToolInput({ toolName, input, notApplied, inHeader }: { toolName?: string | undefined; input: Json | undefined; notApplied?: boolean; inHeader?: boolean }) {
   const info = useContext(SessionInfoContext);
   const b = { id: "", type: "tool_use" as const, toolName, input };
   const cmd = commandOf(b as AnyBlock);
@@ -310,7 +310,7 @@ export function ToolInput({ toolName, input, notApplied }: { toolName?: string |
   const simple = o && Object.keys(o).length <= 2 && summary;
   return (
     <>
-      {summary && (
+      {summary && !inHeader && (
         <div className="tool-summary" data-testid="tool-input-summary">
           {summary}
         </div>
@@ -411,7 +411,7 @@ const ToolUseView = memo(function ToolUseView({ block, result, sub, awaiting }: 
           </>
         ) : (
           <>
-            <ToolInput toolName={block.toolName} input={block.input} />
+            <ToolInput toolName={block.toolName} input={block.input} inHeader />
             {result && <TerminalOutput text={output} isError={result.isError} testId="tool-output" />}
           </>
         )}

@@ -306,11 +306,14 @@ export async function copyText(text: string): Promise<void> {
 export function CopyButton({ text, label = "Copy" }: { text: string; label?: string }) {
   const [done, setDone] = useState(false);
   return (
+    // The label is drawn by CSS (::before), so it never joins the text of
+    // the message or code it sits beside (selection, innerText).
     <button
       type="button"
       className="copy-btn"
       data-testid="copy-button"
-      aria-label={label}
+      data-copied={done || undefined}
+      aria-label={done ? "Copied" : label}
       title={label}
       onClick={() => {
         void copyText(text).then(() => {
@@ -318,9 +321,7 @@ export function CopyButton({ text, label = "Copy" }: { text: string; label?: str
           setTimeout(() => setDone(false), 1500);
         });
       }}
-    >
-      {done ? "Copied" : "Copy"}
-    </button>
+    />
   );
 }
 
