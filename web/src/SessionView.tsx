@@ -295,7 +295,8 @@ export function runningTool(blocks: readonly AnyBlock[]): AnyBlock | undefined {
   const done = new Set<string>();
   for (let i = blocks.length - 1; i >= 0; i--) {
     const b = blocks[i]!;
-    if (b.type === "tool_result" && b.toolUseId) done.add(b.toolUseId);
+    // A result still streaming (a command's output) is not the end of its call.
+    if (b.type === "tool_result" && b.toolUseId && b.status !== "pending") done.add(b.toolUseId);
     if (b.type === "tool_use" && !done.has(b.toolUseId || b.id)) return b;
     if (b.type === "user_message") return undefined;
   }

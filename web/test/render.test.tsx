@@ -279,5 +279,7 @@ describe("errors of a failed turn", () => {
     ];
     expect(runningTool(bl)?.id).toBe("t2");
     expect(runningTool(bl.slice(0, 3))).toBeUndefined();
+    // A command whose output still streams is running.
+    expect(runningTool([...bl.slice(0, 2), { id: "t1-result", type: "tool_result", toolUseId: "t1", status: "pending" }])?.id).toBe("t1");
   });
 });
