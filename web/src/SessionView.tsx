@@ -304,7 +304,7 @@ export function runningTool(blocks: readonly AnyBlock[]): AnyBlock | undefined {
 }
 
 /** While a turn runs: how long, what it is doing, what it has cost so far. */
-function TurnProgress({ state }: { state: ConversationState }) {
+export function TurnProgress({ state }: { state: ConversationState }) {
   const now = useNow(1000);
   const info = useMemo(() => ({ sessionId: "", workDir: state.runtime.workDir }), [state.runtime.workDir]);
   const turn = state.turns.length ? state.turns[state.turns.length - 1] : undefined;

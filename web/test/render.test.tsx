@@ -283,3 +283,24 @@ describe("errors of a failed turn", () => {
     expect(runningTool([...bl.slice(0, 2), { id: "t1-result", type: "tool_result", toolUseId: "t1", status: "pending" }])?.id).toBe("t1");
   });
 });
+
+describe("turn progress", () => {
+  it("shows the running tool, the elapsed time and the turn's tokens", async () => {
+    const { TurnProgress } = await import("../src/SessionView");
+    const st = stateFromSnapshot({
+      status: "running",
+      activeQueryId: "q1",
+      blocks: [
+        { id: "q1-user", type: "user_message", content: "go" },
+        { id: "t1", type: "tool_use", toolUseId: "t1", toolName: "Bash", input: { command: "npm test\nmore" } },
+      ],
+      turns: [{ queryId: "q1", status: "running", startedAt: new Date(Date.now() - 83_000).toISOString(), usage: { inputTokens: 12_345, outputTokens: 67 } }],
+      costUSD: 0.0123,
+    });
+    const html = renderToStaticMarkup(<TurnProgress state={st} />);
+    expect(html).toContain('data-testid="turn-activity">Bash: npm test…');
+    expect(html).toMatch(/data-testid="turn-elapsed">1m 2[2-4]s/);
+    expect(html).toContain("↑12.3k ↓67");
+    expect(html).toContain("$0.0123");
+  });
+});
