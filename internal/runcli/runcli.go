@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -163,6 +164,19 @@ type renderer struct {
 	spinFor string
 }
 
+// ansiRE matches terminal escape sequences: CSI (colours, cursor moves),
+// OSC (titles, links) and the two-byte forms.
+var ansiRE = regexp.MustCompile(`\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]`)
+
+// plain drops escape sequences from command output when the output is not
+// a terminal (a file, a pipe): there they are noise, not colours.
+func (r *renderer) plain(s string) string {
+	if r.color || !strings.Contains(s, "\x1b") {
+		return s
+	}
+	return ansiRE.ReplaceAllString(s, "")
+}
+
 func (r *renderer) style(code, s string) string {
 	if !r.color {
 		return s
@@ -302,7 +316,7 @@ func (r *renderer) upsert(nb conversation.Block, raw json.RawMessage) {
 			} else {
 				r.endText()
 				if b.Output != "" {
-					fmt.Fprint(r.out, indent(clip(b.Output, 4000)))
+					fmt.Fprint(r.out, indent(clip(r.plain(b.Output), 4000)))
 				}
 			}
 			code := ""
@@ -351,7 +365,7 @@ func (r *renderer) stream(b *conversation.Block, delta string) {
 			r.endText()
 			r.current = b.ID
 		}
-		fmt.Fprint(r.out, r.style("2", delta))
+		fmt.Fprint(r.out, r.style("2", r.plain(delta)))
 	default:
 		b.Content += delta
 		r.streamRaw(b, delta)

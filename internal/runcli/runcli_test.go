@@ -67,3 +67,22 @@ func TestServerURL(t *testing.T) {
 		}
 	}
 }
+
+// Command output keeps its colours on a terminal and loses the escape
+// codes anywhere else.
+func TestOutputStripsEscapesWithoutColor(t *testing.T) {
+	var out strings.Builder
+	r := &renderer{out: &out, errOut: &out, blocks: map[string]*conversation.Block{}, shown: map[string]bool{}}
+	r.apply(conversation.Upsert(conversation.Block{ID: "t1", Type: conversation.BlockToolUse, ToolName: "shell", ToolUseID: "t1", Status: conversation.StatusComplete, Input: []byte(`{"command":"x"}`)}))
+	r.apply(conversation.Upsert(conversation.Block{ID: "t1-result", Type: conversation.BlockToolResult, ToolUseID: "t1", Status: conversation.StatusPending}))
+	r.apply(conversation.Delta("t1-result", "\x1b[31mred\x1b[0m \x1b]0;title\x07plain\n"))
+	r.finish()
+	if got := out.String(); strings.Contains(got, "\x1b") || !strings.Contains(got, "red plain") {
+		t.Fatalf("output %q", got)
+	}
+	out.Reset()
+	r = &renderer{out: &out, errOut: &out, color: true}
+	if got := r.plain("\x1b[31mred\x1b[0m"); got != "\x1b[31mred\x1b[0m" {
+		t.Fatalf("terminal output lost its colours: %q", got)
+	}
+}
