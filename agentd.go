@@ -2,7 +2,7 @@
 // Config (with any store.Store that passes store/storetest), call New, then
 // Serve. cmd/agentd is a thin wrapper around it.
 //
-//	srv, err := agentd.New(ctx, agentd.Config{DataDir: "./data", Store: myStore})
+//	srv, err := agentd.New(ctx, agentd.Config{DataDir: "/var/lib/agentd", Store: myStore})
 //	...
 //	err = srv.ListenAndServe(ctx) // returns after a graceful shutdown when ctx ends
 package agentd
@@ -57,7 +57,8 @@ type Config struct {
 	// Addr is the listen address (default 127.0.0.1:8080).
 	Addr string
 	// DataDir holds the SQLite database, workspaces and run files
-	// (default ./data).
+	// (default DefaultDataDir(): $XDG_DATA_HOME/agentd). One server at a
+	// time may use it: New fails with ErrDataDirInUse otherwise.
 	DataDir string
 	// Store is the persistence; when nil, StoreURL is opened.
 	Store store.Store
@@ -186,6 +187,7 @@ type Server struct {
 	mu       sync.Mutex
 	listener net.Listener
 	closed   bool
+	lock     *os.File // the data folder's lock (datadir.go)
 }
 
 // New opens the store, loads profiles and sessions (settling the ones that
@@ -195,7 +197,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.Addr = "127.0.0.1:8080"
 	}
 	if cfg.DataDir == "" {
-		cfg.DataDir = "./data"
+		cfg.DataDir = DefaultDataDir()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -257,6 +259,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		st, err := OpenStore(ctx, url, log)
 		if err != nil {
+			lock.Close()
 			return nil, err
 		}
 		s.store, s.ownStore = st, true
@@ -334,6 +337,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Env: cfg.Env, WatchIgnore: cfg.WatchIgnore, PersistFilesMax: 1 << 20,
 		Logger: log, Metrics: newSessionMetrics(cfg.Registerer), Holder: holder,
 		Credentials: s.credentials(),
+		// Agents are probed on this server's PATH, where the host
+		// sandboxes find them; a container's image, or a sandbox of the
+		// embedding program, may hold others.
+		RefuseMissingAgents: cfg.Sandboxes[cfg.Sandbox] == nil && hostSandboxes[cfg.Sandbox],
 	})
 	if err != nil {
 		return nil, err
@@ -412,6 +419,10 @@ func (s *Server) builtinSandbox(name, dataDir string) (sandbox.Provider, error) 
 	}
 	return nil, fmt.Errorf("unknown sandbox %q (local, executor, bwrap, docker)", name)
 }
+
+// hostSandboxes are the built-in backends whose agents run from this
+// host's PATH.
+var hostSandboxes = map[string]bool{"local": true, "executor": true, "bwrap": true}
 
 // workspaceUsers is implemented by sandbox providers whose environments
 // may open their workspace by its host path as another user (the executor

@@ -17,6 +17,7 @@ import (
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent/agenttest/e2etest"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
+	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/restapi"
 	"github.com/agentd/agentd/store/sqlite"
@@ -119,7 +120,7 @@ func TestDockerShell(t *testing.T) {
 		if sb.Name != "docker" {
 			continue
 		}
-		if !sb.Default || !sb.SurvivesRestart || !strings.HasPrefix(sb.Limits.Enforcement, "cgroup") || len(sb.Protections) != 10 {
+		if !sb.Default || !sb.SurvivesRestart || !strings.HasPrefix(sb.Limits.Enforcement, "cgroup") || len(sb.Protections) != len(sandbox.Threats) {
 			t.Fatalf("docker sandbox %+v", sb)
 		}
 		for _, p := range sb.Protections {

@@ -81,10 +81,11 @@ func secondServerLeavesRunningSessionAlone(t *testing.T, storeURL string) {
 	if end.Type != conversation.TypeQueryCompleted {
 		t.Fatalf("the turn ended %s %s; want query:completed", end.Type, end.Payload)
 	}
-	// session:idle follows the turn's end.
+	// session:idle follows the turn's end (the status is set just before
+	// the event is appended: wait for the event itself).
 	waitFor(t, func() bool {
-		st, err := a.Client.Session(ctx, id)
-		return err == nil && st.Status == conversation.SessionIdle
+		p, err := a.Client.Events(ctx, id, 0, 0)
+		return err == nil && len(p.Events) > 0 && p.Events[len(p.Events)-1].Type == conversation.TypeSessionIdle
 	})
 	page, err := a.Client.Events(ctx, id, 0, 0)
 	if err != nil {
@@ -120,7 +121,11 @@ func secondServerLeavesRunningSessionAlone(t *testing.T, storeURL string) {
 	// The second server reads the same log.
 	pageB, err := b.Client.Events(ctx, id, 0, 0)
 	if err != nil || len(pageB.Events) != len(page.Events) {
-		t.Fatalf("the second server reads %d events, %v; want %d", len(pageB.Events), err, len(page.Events))
+		var types []string
+		for _, e := range pageB.Events {
+			types = append(types, string(e.Type))
+		}
+		t.Fatalf("the second server reads %d events, %v; want %d: %v", len(pageB.Events), err, len(page.Events), types)
 	}
 }
 

@@ -88,7 +88,8 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 	if err != nil {
 		return err
 	}
-	if in != nil {
+	if in != nil || (method != http.MethodGet && method != http.MethodHead) {
+		// Every state-changing request says JSON, also without a body.
 		req.Header.Set("Content-Type", "application/json")
 	}
 	c.auth(req.Header)
@@ -170,10 +171,54 @@ func (c *Client) Session(ctx context.Context, id string) (restapi.SessionState, 
 	return out, c.do(ctx, "GET", "/api/sessions/"+url.PathEscape(id), nil, nil, &out)
 }
 
-// Send sends a user message, starting a turn.
+// Send sends a user message: it starts a turn, or, while one runs, waits
+// in the session's queue (the answer then has Queued and MessageID).
 func (c *Client) Send(ctx context.Context, id, content string) (restapi.MessageResponse, error) {
 	var out restapi.MessageResponse
 	return out, c.do(ctx, "POST", "/api/sessions/"+url.PathEscape(id)+"/messages", nil, restapi.MessageRequest{Content: content}, &out)
+}
+
+// SendNow sends a user message that must start a turn now: while a turn
+// runs it fails with code SESSION_BUSY instead of queueing.
+func (c *Client) SendNow(ctx context.Context, id, content string) (restapi.MessageResponse, error) {
+	var out restapi.MessageResponse
+	no := false
+	return out, c.do(ctx, "POST", "/api/sessions/"+url.PathEscape(id)+"/messages", nil, restapi.MessageRequest{Content: content, Queue: &no}, &out)
+}
+
+// Queue lists the messages waiting for their turn.
+func (c *Client) Queue(ctx context.Context, id string) ([]conversation.QueuedMessage, error) {
+	var out restapi.QueuedMessageList
+	return out.Messages, c.do(ctx, "GET", "/api/sessions/"+url.PathEscape(id)+"/queue", nil, nil, &out)
+}
+
+// CancelQueued drops a queued message.
+func (c *Client) CancelQueued(ctx context.Context, id, messageID string) error {
+	return c.do(ctx, "DELETE", "/api/sessions/"+url.PathEscape(id)+"/queue/"+url.PathEscape(messageID), nil, nil, nil)
+}
+
+// Rename sets a session's name.
+func (c *Client) Rename(ctx context.Context, id, name string) (restapi.SessionSummary, error) {
+	var out restapi.SessionSummary
+	return out, c.do(ctx, "PATCH", "/api/sessions/"+url.PathEscape(id), nil, restapi.RenameSessionRequest{Name: &name}, &out)
+}
+
+// Changes returns what each turn, and the session, changed in the workspace.
+func (c *Client) Changes(ctx context.Context, id string) (restapi.SessionChanges, error) {
+	var out restapi.SessionChanges
+	return out, c.do(ctx, "GET", "/api/sessions/"+url.PathEscape(id)+"/changes", nil, nil, &out)
+}
+
+// ChangedContent returns a file content of the changes view by its sha256.
+func (c *Client) ChangedContent(ctx context.Context, id, sha256 string) ([]byte, error) {
+	var out []byte
+	return out, c.do(ctx, "GET", "/api/sessions/"+url.PathEscape(id)+"/changes/content/"+url.PathEscape(sha256), nil, nil, &out)
+}
+
+// Archive returns the workspace as an archive, format "zip" or "tar.gz".
+func (c *Client) Archive(ctx context.Context, id, format string) ([]byte, error) {
+	var out []byte
+	return out, c.do(ctx, "GET", "/api/sessions/"+url.PathEscape(id)+"/archive", url.Values{"format": {format}}, nil, &out)
 }
 
 // Interrupt stops the running turn.

@@ -28,6 +28,12 @@ const (
 	TypeError              EventType = "error"
 	TypeLog                EventType = "log"
 	TypeSessionIdle        EventType = "session:idle"
+	// A message sent while a turn ran waits in the session's queue
+	// (queued), until it starts its turn (dequeued) or a client drops it
+	// (cancelled).
+	TypeMessageQueued    EventType = "message:queued"
+	TypeMessageDequeued  EventType = "message:dequeued"
+	TypeMessageCancelled EventType = "message:cancelled"
 )
 
 // EventTypes lists every event type, in the order the contract names them.
@@ -38,6 +44,7 @@ var EventTypes = []EventType{
 	TypeFileCreated, TypeFileModified, TypeFileDeleted,
 	TypeSubagentSpawned, TypeSubagentCompleted,
 	TypeError, TypeLog, TypeSessionIdle,
+	TypeMessageQueued, TypeMessageDequeued, TypeMessageCancelled,
 }
 
 // Valid reports whether t is one of the known event types.
@@ -157,6 +164,12 @@ func (e Event) Decode() (Payload, error) {
 		p = &LogEvent{}
 	case TypeSessionIdle:
 		p = &SessionIdleEvent{}
+	case TypeMessageQueued:
+		p = &MessageQueued{}
+	case TypeMessageDequeued:
+		p = &MessageDequeued{}
+	case TypeMessageCancelled:
+		p = &MessageCancelled{}
 	default:
 		return nil, fmt.Errorf("unknown event type %q", e.Type)
 	}
@@ -263,6 +276,16 @@ const (
 	ByPolicy    ResolvedBy = "policy"    // the profile's allowed/disallowed tools decided
 	ByTimeout   ResolvedBy = "timeout"   // nobody answered in time; denied
 	ByInterrupt ResolvedBy = "interrupt" // the turn ended first; denied
+	ByRule      ResolvedBy = "rule"      // a session rule (an earlier "allow for this session") decided
+)
+
+// PermissionScope says how far an answer reaches: this request only, or
+// every later request for the same tool in the session.
+type PermissionScope string
+
+const (
+	ScopeOnce    PermissionScope = "once"
+	ScopeSession PermissionScope = "session"
 )
 
 // PermissionResolved closes a permission request.
@@ -272,6 +295,12 @@ type PermissionResolved struct {
 	By           ResolvedBy         `json:"by"`
 	Message      string             `json:"message,omitempty"`
 	UpdatedInput json.RawMessage    `json:"updatedInput,omitempty"`
+	// ToolName is the requested tool (set on answers that add a rule and
+	// on decisions by a rule).
+	ToolName string `json:"toolName,omitempty"`
+	// Scope "session" on an allow adds a session rule: later requests for
+	// ToolName are allowed without asking (resolved by "rule").
+	Scope PermissionScope `json:"scope,omitempty"`
 }
 
 // FileChange reports a workspace change. Kind is the event type and is not
@@ -336,6 +365,26 @@ type LogEvent struct {
 // SessionIdleEvent says the session finished its work and waits for input.
 type SessionIdleEvent struct{}
 
+// MessageQueued puts a user message in the session's queue: it was sent
+// while a turn ran and starts its own turn, in order, when the turns before
+// it have ended.
+type MessageQueued struct {
+	MessageID string `json:"messageId"`
+	Content   string `json:"content"`
+}
+
+// MessageDequeued takes a message out of the queue to start turn QueryID.
+type MessageDequeued struct {
+	MessageID string `json:"messageId"`
+	QueryID   string `json:"queryId,omitempty"`
+}
+
+// MessageCancelled drops a queued message without running it.
+type MessageCancelled struct {
+	MessageID string `json:"messageId"`
+	Reason    string `json:"reason,omitempty"`
+}
+
 func (BlockUpsert) EventType() EventType         { return TypeBlockUpsert }
 func (BlockDelta) EventType() EventType          { return TypeBlockDelta }
 func (MetadataUpdate) EventType() EventType      { return TypeMetadataUpdate }
@@ -350,3 +399,6 @@ func (SubagentCompleted) EventType() EventType   { return TypeSubagentCompleted 
 func (ErrorEvent) EventType() EventType          { return TypeError }
 func (LogEvent) EventType() EventType            { return TypeLog }
 func (SessionIdleEvent) EventType() EventType    { return TypeSessionIdle }
+func (MessageQueued) EventType() EventType       { return TypeMessageQueued }
+func (MessageDequeued) EventType() EventType     { return TypeMessageDequeued }
+func (MessageCancelled) EventType() EventType    { return TypeMessageCancelled }

@@ -59,6 +59,11 @@ type Turn struct {
 	Code        string     `json:"code,omitempty"`
 	DurationMs  int64      `json:"durationMs,omitempty"`
 	Result      string     `json:"result,omitempty"`
+	// StartedAt is the timestamp of the turn's query:started event.
+	StartedAt time.Time `json:"startedAt,omitzero"`
+	// Usage sums the metadata:update usage increments that arrived while
+	// the turn was the active one (absent when none did).
+	Usage *Usage `json:"usage,omitempty"`
 	// AfterBlock is the number of main-conversation blocks when the turn
 	// ended: a UI shows the outcome after that many blocks, where it
 	// happened. Blocks are only ever appended, so the position stays right.
@@ -78,8 +83,27 @@ type State struct {
 	WorkspaceFiles     []WorkspaceFile       `json:"workspaceFiles"`
 	ActiveQueryID      string                `json:"activeQueryId,omitempty"`
 	// Turns holds one entry per query:started, in log order.
-	Turns   []Turn `json:"turns"`
-	LastSeq int64  `json:"lastSeq"`
+	Turns []Turn `json:"turns"`
+	// QueuedMessages are the messages waiting for their turn, in order.
+	QueuedMessages []QueuedMessage `json:"queuedMessages"`
+	// PermissionRules are the session's "allow for this session" rules.
+	PermissionRules []PermissionRule `json:"permissionRules"`
+	LastSeq         int64            `json:"lastSeq"`
+}
+
+// QueuedMessage is a message waiting in the session's queue.
+type QueuedMessage struct {
+	ID       string    `json:"id"`
+	Content  string    `json:"content"`
+	QueuedAt time.Time `json:"queuedAt,omitzero"`
+	// Actor is the principal who sent it (the event's context actor).
+	Actor string `json:"actor,omitempty"`
+}
+
+// PermissionRule allows every later request for ToolName in the session.
+type PermissionRule struct {
+	ToolName string             `json:"toolName"`
+	Behavior PermissionBehavior `json:"behavior"`
 }
 
 // ErrDuplicate is returned by Apply for an event whose seq was already
@@ -148,6 +172,8 @@ type Reducer struct {
 	files     map[string]WorkspaceFile
 	turns     []Turn
 	turnIndex map[string]int // queryId → its last entry in turns
+	queue     []QueuedMessage
+	rules     []PermissionRule
 }
 
 // NewReducer returns an empty reducer.
@@ -219,6 +245,13 @@ func (r *Reducer) Apply(e Event) error {
 	case *MetadataUpdate:
 		if p.Usage != nil {
 			r.st.Usage = r.st.Usage.Add(*p.Usage)
+			if i, ok := r.turnIndex[r.st.ActiveQueryID]; ok && r.st.ActiveQueryID != "" {
+				u := p.Usage.Add(Usage{})
+				if r.turns[i].Usage != nil {
+					u = r.turns[i].Usage.Add(*p.Usage)
+				}
+				r.turns[i].Usage = &u
+			}
 		}
 		if p.CostUSD != nil {
 			r.st.CostUSD += *p.CostUSD
@@ -232,7 +265,7 @@ func (r *Reducer) Apply(e Event) error {
 	case *QueryStarted:
 		r.st.ActiveQueryID = p.QueryID
 		r.turnIndex[p.QueryID] = len(r.turns)
-		r.turns = append(r.turns, Turn{QueryID: p.QueryID, Status: TurnRunning})
+		r.turns = append(r.turns, Turn{QueryID: p.QueryID, Status: TurnRunning, StartedAt: e.Context.Timestamp})
 	case *QueryCompleted:
 		r.endQuery(p.QueryID)
 		r.endTurn(Turn{QueryID: p.QueryID, Status: TurnCompleted, Interrupted: p.Interrupted,
@@ -249,6 +282,24 @@ func (r *Reducer) Apply(e Event) error {
 	case *PermissionResolved:
 		delete(r.pending, p.RequestID)
 		r.pendOrder = slices.DeleteFunc(r.pendOrder, func(id string) bool { return id == p.RequestID })
+		if p.Scope == ScopeSession && p.ToolName != "" && p.Behavior == Allow &&
+			!slices.ContainsFunc(r.rules, func(x PermissionRule) bool { return x.ToolName == p.ToolName }) {
+			r.rules = append(r.rules, PermissionRule{ToolName: p.ToolName, Behavior: p.Behavior})
+		}
+	case *MessageQueued:
+		q := QueuedMessage{ID: p.MessageID, Content: p.Content, QueuedAt: e.Context.Timestamp}
+		if e.Context.Actor != nil {
+			q.Actor = *e.Context.Actor
+		}
+		if i := slices.IndexFunc(r.queue, func(x QueuedMessage) bool { return x.ID == p.MessageID }); i >= 0 {
+			r.queue[i] = q
+		} else {
+			r.queue = append(r.queue, q)
+		}
+	case *MessageDequeued:
+		r.unqueue(p.MessageID)
+	case *MessageCancelled:
+		r.unqueue(p.MessageID)
 	case *FileChange:
 		if p.Kind == TypeFileDeleted {
 			delete(r.files, p.Path)
@@ -413,6 +464,10 @@ func mergeMetadata(dst, m map[string]any) map[string]any {
 	return dst
 }
 
+func (r *Reducer) unqueue(id string) {
+	r.queue = slices.DeleteFunc(r.queue, func(x QueuedMessage) bool { return x.ID == id })
+}
+
 func (r *Reducer) endQuery(id string) {
 	if r.st.ActiveQueryID == id || id == "" {
 		r.st.ActiveQueryID = ""
@@ -428,6 +483,8 @@ func (r *Reducer) endTurn(t Turn) {
 		return
 	}
 	t.AfterBlock = len(r.main.blocks)
+	t.StartedAt = r.turns[i].StartedAt
+	t.Usage = r.turns[i].Usage
 	r.turns[i] = t
 }
 
@@ -480,6 +537,14 @@ func (r *Reducer) State() State {
 	st.Turns = slices.Clone(r.turns)
 	if st.Turns == nil {
 		st.Turns = []Turn{}
+	}
+	st.QueuedMessages = slices.Clone(r.queue)
+	if st.QueuedMessages == nil {
+		st.QueuedMessages = []QueuedMessage{}
+	}
+	st.PermissionRules = slices.Clone(r.rules)
+	if st.PermissionRules == nil {
+		st.PermissionRules = []PermissionRule{}
 	}
 	return st
 }

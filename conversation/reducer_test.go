@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentd/agentd/conversation"
 )
@@ -273,6 +274,7 @@ func TestDecodeRoundTripsEveryType(t *testing.T) {
 		conversation.PermissionRequested{}, conversation.PermissionResolved{},
 		conversation.FileChange{Kind: conversation.TypeFileCreated}, conversation.FileChange{Kind: conversation.TypeFileModified}, conversation.FileChange{Kind: conversation.TypeFileDeleted},
 		conversation.SubagentSpawned{}, conversation.SubagentCompleted{}, conversation.ErrorEvent{}, conversation.LogEvent{}, conversation.SessionIdleEvent{},
+		conversation.MessageQueued{}, conversation.MessageDequeued{}, conversation.MessageCancelled{},
 	}
 	seen := map[conversation.EventType]bool{}
 	for _, p := range payloads {
@@ -290,6 +292,93 @@ func TestDecodeRoundTripsEveryType(t *testing.T) {
 		if !seen[ty] {
 			t.Errorf("event type %s not covered", ty)
 		}
+	}
+}
+
+func at(n int64, ts string, e conversation.Event) conversation.Event {
+	e.Seq = n
+	e.Context.Timestamp, _ = time.Parse(time.RFC3339Nano, ts)
+	return e
+}
+
+// The queue: queued messages in order, removed when dequeued or cancelled;
+// an entry queued twice (a retried append) is kept once, in its place.
+func TestQueuedMessages(t *testing.T) {
+	evs := []conversation.Event{
+		at(1, "2026-01-02T03:04:05.5Z", conversation.NewEvent(conversation.MessageQueued{MessageID: "m1", Content: "first"})),
+		at(2, "2026-01-02T03:04:06Z", conversation.NewEvent(conversation.MessageQueued{MessageID: "m2", Content: "second"})),
+		at(3, "2026-01-02T03:04:07Z", conversation.NewEvent(conversation.MessageQueued{MessageID: "m3", Content: "third"})),
+		seq(4, conversation.NewEvent(conversation.MessageQueued{MessageID: "m1", Content: "first"})),
+		seq(5, conversation.NewEvent(conversation.MessageDequeued{MessageID: "m1", QueryID: "q2"})),
+		seq(6, conversation.NewEvent(conversation.MessageCancelled{MessageID: "m3"})),
+		seq(7, conversation.NewEvent(conversation.MessageCancelled{MessageID: "unknown"})),
+	}
+	st, err := conversation.Reduce(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.QueuedMessages) != 1 || st.QueuedMessages[0].ID != "m2" || st.QueuedMessages[0].Content != "second" ||
+		!st.QueuedMessages[0].QueuedAt.Equal(time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC)) {
+		t.Fatalf("queue %+v", st.QueuedMessages)
+	}
+	if st, _ := conversation.Reduce(nil); st.QueuedMessages == nil || st.PermissionRules == nil {
+		t.Fatal("empty lists must be [] in JSON, not null")
+	}
+}
+
+// An allow with scope "session" adds one rule per tool; a deny, a
+// one-off allow or a rule decision adds none.
+func TestPermissionRules(t *testing.T) {
+	res := func(n int64, p conversation.PermissionResolved) conversation.Event {
+		return seq(n, conversation.NewEvent(p))
+	}
+	st, err := conversation.Reduce([]conversation.Event{
+		res(1, conversation.PermissionResolved{RequestID: "r1", Behavior: conversation.Allow, By: conversation.ByUser, ToolName: "Bash"}),
+		res(2, conversation.PermissionResolved{RequestID: "r2", Behavior: conversation.Deny, By: conversation.ByUser, ToolName: "Edit", Scope: conversation.ScopeSession}),
+		res(3, conversation.PermissionResolved{RequestID: "r3", Behavior: conversation.Allow, By: conversation.ByUser, ToolName: "Write", Scope: conversation.ScopeSession}),
+		res(4, conversation.PermissionResolved{RequestID: "r4", Behavior: conversation.Allow, By: conversation.ByRule, ToolName: "Write"}),
+		res(5, conversation.PermissionResolved{RequestID: "r5", Behavior: conversation.Allow, By: conversation.ByUser, ToolName: "Write", Scope: conversation.ScopeSession}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []conversation.PermissionRule{{ToolName: "Write", Behavior: conversation.Allow}}; !reflect.DeepEqual(st.PermissionRules, want) {
+		t.Fatalf("rules %+v", st.PermissionRules)
+	}
+}
+
+// A turn keeps its start time and the usage reported while it ran, also
+// after it ends; usage outside any turn counts for the session only.
+func TestTurnStartAndUsage(t *testing.T) {
+	u := func(in, out int64) conversation.Event {
+		return conversation.NewEvent(conversation.MetadataUpdate{Usage: &conversation.Usage{InputTokens: in, OutputTokens: out}})
+	}
+	st, err := conversation.Reduce([]conversation.Event{
+		seq(1, u(1, 1)),
+		at(2, "2026-01-02T03:04:05.25Z", conversation.NewEvent(conversation.QueryStarted{QueryID: "q1"})),
+		seq(3, u(10, 2)),
+		seq(4, u(5, 3)),
+		seq(5, conversation.NewEvent(conversation.QueryCompleted{QueryID: "q1"})),
+		seq(6, u(100, 100)),
+		seq(7, conversation.NewEvent(conversation.QueryStarted{QueryID: "q2"})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t1 := st.Turns[0]
+	if t1.Status != conversation.TurnCompleted || t1.Usage == nil || *t1.Usage != (conversation.Usage{InputTokens: 15, OutputTokens: 5}) ||
+		!t1.StartedAt.Equal(time.Date(2026, 1, 2, 3, 4, 5, 250e6, time.UTC)) {
+		t.Fatalf("turn %+v", t1)
+	}
+	if st.Turns[1].Usage != nil || !st.Turns[1].StartedAt.IsZero() {
+		t.Fatalf("turn 2 %+v", st.Turns[1])
+	}
+	if st.Usage.InputTokens != 116 {
+		t.Fatalf("session usage %+v", st.Usage)
+	}
+	b, _ := json.Marshal(st.Turns[1])
+	if strings.Contains(string(b), "startedAt") || strings.Contains(string(b), "usage") {
+		t.Fatalf("empty fields serialised: %s", b)
 	}
 }
 

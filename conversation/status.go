@@ -45,4 +45,10 @@ type Runtime struct {
 	ActiveQueryID string `json:"activeQueryId,omitempty"`
 	// LastError is the most recent error that put the session in error state.
 	LastError string `json:"lastError,omitempty"`
+	// WorkDir is the workspace root as the agent sees it (agents name
+	// files by absolute paths; clients show them relative to it).
+	WorkDir string `json:"workDir,omitempty"`
+	// Queued is how many messages waited in the session's queue when the
+	// record was last saved (the queue itself: the state's queuedMessages).
+	Queued int `json:"queued,omitempty"`
 }

@@ -74,6 +74,10 @@ type SessionState struct {
 	PendingPermissions    []conversation.PermissionRequested `json:"pendingPermissions"`
 	ActiveQueryID         string                             `json:"activeQueryId,omitempty"`
 	Turns                 []conversation.Turn                `json:"turns"`
+	// QueuedMessages wait for their turn, in order.
+	QueuedMessages []conversation.QueuedMessage `json:"queuedMessages"`
+	// PermissionRules are the session's "allow for this session" rules.
+	PermissionRules []conversation.PermissionRule `json:"permissionRules"`
 }
 
 // Success is the body of calls that only succeed.
@@ -84,13 +88,30 @@ type Success struct {
 // MessageRequest is the body of POST /api/sessions/{id}/messages.
 type MessageRequest struct {
 	Content string `json:"content"`
+	// Queue false refuses the message with 409 SESSION_BUSY while a turn
+	// runs; by default (absent or true) it waits in the session's queue.
+	Queue *bool `json:"queue,omitempty"`
 }
 
-// MessageResponse answers it.
+// MessageResponse answers it: the turn the message started (queryId), or
+// its place in the queue (queued, messageId).
 type MessageResponse struct {
 	Success   bool   `json:"success"`
 	SessionID string `json:"sessionId"`
-	QueryID   string `json:"queryId"`
+	QueryID   string `json:"queryId,omitempty"`
+	Queued    bool   `json:"queued,omitempty"`
+	MessageID string `json:"messageId,omitempty"`
+}
+
+// QueuedMessageList answers GET /api/sessions/{id}/queue.
+type QueuedMessageList struct {
+	Messages []conversation.QueuedMessage `json:"messages"`
+}
+
+// RenameSessionRequest is the body of PATCH /api/sessions/{id}.
+type RenameSessionRequest struct {
+	// Name is the new name; "" clears it.
+	Name *string `json:"name"`
 }
 
 // PermissionAnswer is the body of POST …/permissions/{requestId}.
@@ -98,6 +119,38 @@ type PermissionAnswer struct {
 	Behavior     conversation.PermissionBehavior `json:"behavior"`
 	Message      string                          `json:"message,omitempty"`
 	UpdatedInput json.RawMessage                 `json:"updatedInput,omitempty"`
+	// Scope "session" (with allow) also allows every later request for the
+	// same tool in the session; "once" (the default) answers this one.
+	Scope conversation.PermissionScope `json:"scope,omitempty"`
+}
+
+// FileVersion is a file's content in a workspace snapshot: its sha256
+// (absent when the content was not kept, e.g. larger than 1 MiB) and size.
+type FileVersion struct {
+	SHA256 string `json:"sha256,omitempty"`
+	Size   int64  `json:"size"`
+}
+
+// ChangedFile is a file a turn (or the session) changed. Fetch contents
+// with GET /api/sessions/{id}/changes/content/{sha256}.
+type ChangedFile struct {
+	Path string `json:"path"`
+	// Change is "added", "modified" or "deleted".
+	Change string       `json:"change"`
+	Before *FileVersion `json:"before,omitempty"`
+	After  *FileVersion `json:"after,omitempty"`
+}
+
+// TurnChanges are the changes made while a turn ran.
+type TurnChanges struct {
+	QueryID string        `json:"queryId"`
+	Files   []ChangedFile `json:"files"`
+}
+
+// SessionChanges answers GET /api/sessions/{id}/changes.
+type SessionChanges struct {
+	Turns   []TurnChanges `json:"turns"`
+	Overall []ChangedFile `json:"overall"`
 }
 
 // FileEntry is a workspace entry.

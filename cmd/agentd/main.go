@@ -30,17 +30,27 @@ type cli struct {
 	LogLevel  string `help:"Log level: debug, info, warn, error." default:"info" env:"AGENTD_LOG_LEVEL" enum:"debug,info,warn,error"`
 	LogFormat string `help:"Log format: text or json." default:"text" env:"AGENTD_LOG_FORMAT" enum:"text,json"`
 
-	Serve    serveCmd    `cmd:"" help:"Run the HTTP API, WebSocket, SSE, Socket.IO and web UI."`
-	Executor executorCmd `cmd:"" help:"Run the isolated executor process (JSON-RPC 2.0 over a Unix socket)."`
-	MockLLM  mockLLMCmd  `cmd:"" name:"mock-llm" help:"Run a scripted model server (Anthropic, OpenAI and Gemini APIs)."`
-	Convert  convertCmd  `cmd:"" help:"Convert agent output files to agentd events or blocks (JSON lines)."`
-	Run      runCmd      `cmd:"" help:"One-shot: create a session, stream the turn to the terminal, exit with its status."`
-	Version  versionCmd  `cmd:"" help:"Print version, commit and supported agent CLI versions."`
+	Serve   serveCmd   `cmd:"" help:"Run the HTTP API, WebSocket, SSE, Socket.IO and web UI."`
+	Run     runCmd     `cmd:"" help:"One-shot: create a session, stream the turn to the terminal, exit with its status."`
+	Convert convertCmd `cmd:"" help:"Convert agent output files to agentd events or blocks (JSON lines)."`
+	MockLLM mockLLMCmd `cmd:"" name:"mock-llm" help:"Run a scripted model server (Anthropic, OpenAI and Gemini APIs)."`
+	Version versionCmd `cmd:"" help:"Print version, commit and supported agent CLI versions."`
+	Help    helpCmd    `cmd:"" help:"Show help for agentd or one of its commands (agentd help run)."`
+	// Started by the server itself (the executor and bwrap sandboxes), not
+	// by people: left out of the help.
+	Executor executorCmd `cmd:"" hidden:"" help:"Run the isolated executor process (JSON-RPC 2.0 over a Unix socket)."`
 }
+
+// helpCmd is only listed: main turns "agentd help X" into "agentd X --help".
+type helpCmd struct {
+	Command []string `arg:"" optional:"" help:"The command to explain."`
+}
+
+func (helpCmd) Run() error { return nil }
 
 type serveCmd struct {
 	Addr               string        `help:"Listen address." default:"127.0.0.1:8080" env:"AGENTD_ADDR"`
-	DataDir            string        `help:"Data folder: database, workspaces, run files." default:"./data" env:"AGENTD_DATA_DIR" type:"path"`
+	DataDir            string        `help:"Data folder: database, workspaces, run files (default $XDG_DATA_HOME/agentd, i.e. ~/.local/share/agentd). One server at a time may use it." env:"AGENTD_DATA_DIR"`
 	Store              string        `help:"Store URL: sqlite://PATH (default sqlite://<data-dir>/agentd.db), or postgres://… for servers sharing one PostgreSQL database." env:"AGENTD_STORE"`
 	Profiles           string        `help:"Folder of agent profiles (YAML or JSON, one a file)." env:"AGENTD_PROFILES" type:"path"`
 	Sandbox            string        `help:"Sandbox backend: local, executor, bwrap, docker." default:"local" env:"AGENTD_SANDBOX"`
@@ -88,8 +98,9 @@ func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
 		_ = srv.Close(context.Background())
 		return err
 	}
-	// Tests and scripts read the bound address (useful with port 0).
-	fmt.Fprintf(os.Stderr, "agentd listening on http://%s\n", srv.Addr())
+	// Tests and scripts read the bound address (useful with port 0): the
+	// URL is the line's fourth word.
+	fmt.Fprintf(os.Stderr, "agentd listening on http://%s (data: %s)\n", srv.Addr(), srv.DataDir())
 	return srv.ListenAndServe(ctx)
 }
 
@@ -133,21 +144,51 @@ func (c *mockLLMCmd) Run(ctx context.Context, log *slog.Logger) error {
 }
 
 type convertCmd struct {
-	Format string   `help:"Input format." required:"" short:"f"`
+	Format string   `help:"Input format (one of those listed above; also agentd convert --list)." short:"f" placeholder:"FORMAT"`
 	Blocks bool     `help:"Print the reduced blocks instead of the events."`
-	Files  []string `arg:"" type:"existingfile" help:"Input files."`
+	List   bool     `help:"List the input formats and exit."`
+	Files  []string `arg:"" optional:"" type:"existingfile" help:"Input files."`
+}
+
+// Help lists the formats under the command's usage.
+func (convertCmd) Help() string {
+	var b strings.Builder
+	b.WriteString("Formats:\n\n")
+	for _, f := range convert.Formats() {
+		fmt.Fprintf(&b, "    %-20s %s\n", f.Name, f.Description)
+	}
+	b.WriteString("\nA file that yields no events in the chosen format is an error (exit 1): most likely the wrong format.")
+	return b.String()
 }
 
 func (c *convertCmd) Run() error {
-	warnings, err := convert.Run(convert.Options{Format: c.Format, Files: c.Files, Blocks: c.Blocks}, os.Stdout)
+	if c.List {
+		for _, f := range convert.Formats() {
+			fmt.Printf("%-20s %s\n", f.Name, f.Description)
+		}
+		return nil
+	}
+	if c.Format == "" {
+		return usageError{"convert", "missing --format (agentd convert --list shows the formats)"}
+	}
+	if len(c.Files) == 0 {
+		return usageError{"convert", "no input files"}
+	}
+	warnings, err := convert.Run(convert.Options{Format: c.Format, Files: c.Files, Blocks: c.Blocks, RequireEvents: true}, os.Stdout)
 	for _, w := range warnings {
 		fmt.Fprintf(os.Stderr, "skipped %s\n", w)
 	}
 	return err
 }
 
+// usageError is a command line mistake found after parsing: main prints
+// it with the hint to the command's help and exits 2.
+type usageError struct{ command, msg string }
+
+func (e usageError) Error() string { return e.msg }
+
 type runCmd struct {
-	Server       string `help:"Server URL." default:"http://127.0.0.1:8080" env:"AGENTD_SERVER"`
+	Server       string `help:"Server URL (default: http://$AGENTD_ADDR, the address agentd serve listens on, else http://127.0.0.1:8080)." env:"AGENTD_SERVER"`
 	APIKey       string `help:"API key." env:"AGENTD_API_KEY"`
 	Architecture string `help:"Architecture (shell, claude-code, codex, gemini-cli, opencode)." required:"" short:"a"`
 	Profile      string `help:"Agent profile id." short:"p"`
@@ -158,8 +199,12 @@ type runCmd struct {
 }
 
 func (c *runCmd) Run(ctx context.Context) error {
+	server := c.Server
+	if server == "" {
+		server = runcli.ServerURL(os.Getenv("AGENTD_ADDR"))
+	}
 	return runcli.Run(ctx, runcli.Options{
-		Server: c.Server, APIKey: c.APIKey, Architecture: c.Architecture, Profile: c.Profile,
+		Server: server, APIKey: c.APIKey, Architecture: c.Architecture, Profile: c.Profile,
 		Model: c.Model, Prompt: c.Prompt, AutoAllow: c.Yes, Keep: c.Keep,
 		In: os.Stdin, Out: os.Stdout, Err: os.Stderr,
 	})
@@ -191,11 +236,20 @@ func (versionCmd) Run() error {
 
 func main() {
 	var c cli
-	kctx := kong.Parse(&c,
+	parser, err := kong.New(&c,
 		kong.Name("agentd"),
 		kong.Description("Run AI coding agents in isolated sandboxes and serve them over HTTP, WebSocket, SSE and Socket.IO."),
-		kong.UsageOnError(),
 	)
+	if err != nil {
+		panic(err) // the command line model is fixed: a build error
+	}
+	kctx, err := parser.Parse(cliArgs(os.Args[1:]))
+	if err != nil {
+		// One line and a hint, not the whole help.
+		fmt.Fprintln(os.Stderr, "agentd:", err)
+		fmt.Fprintf(os.Stderr, "Run '%s --help' for usage.\n", helpPath(err))
+		os.Exit(2)
+	}
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.LogLevel))
 	var h slog.Handler = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})
@@ -210,6 +264,12 @@ func main() {
 	kctx.BindTo(ctx, (*context.Context)(nil))
 	kctx.Bind(log)
 	if err := kctx.Run(); err != nil {
+		var usage usageError
+		if errors.As(err, &usage) {
+			fmt.Fprintln(os.Stderr, "agentd:", usage.msg)
+			fmt.Fprintf(os.Stderr, "Run 'agentd %s --help' for usage.\n", usage.command)
+			os.Exit(2)
+		}
 		var exit runcli.ExitError
 		if errors.As(err, &exit) {
 			if msg := strings.TrimSpace(exit.Error()); msg != "" {
@@ -220,4 +280,26 @@ func main() {
 		fmt.Fprintln(os.Stderr, "agentd:", err)
 		os.Exit(1)
 	}
+}
+
+// cliArgs maps "agentd" alone and "agentd help [command…]" onto --help.
+func cliArgs(args []string) []string {
+	if len(args) == 0 {
+		return []string{"--help"}
+	}
+	if args[0] == "help" {
+		return append(append([]string(nil), args[1:]...), "--help")
+	}
+	return args
+}
+
+// helpPath is the command whose help a parse error should point to.
+func helpPath(err error) string {
+	var pe *kong.ParseError
+	if errors.As(err, &pe) && pe.Context != nil {
+		if n := pe.Context.Selected(); n != nil {
+			return n.FullPath()
+		}
+	}
+	return "agentd"
 }

@@ -116,6 +116,9 @@ type PermissionDecision struct {
 	Message      string
 	UpdatedInput json.RawMessage
 	By           conversation.ResolvedBy
+	// Scope "session" on an allow (ByUser) also allows every later request
+	// for the same tool in the session (ByRule).
+	Scope conversation.PermissionScope
 	// Actor is the principal who answered (ByUser).
 	Actor string
 }

@@ -107,6 +107,22 @@ func (r *Registry) Describe(ctx context.Context) []Info {
 	return out
 }
 
+// Check probes one architecture (cached like Describe): nil when it has no
+// agent CLI to probe or the probe succeeds, else the probe's error (which
+// matches ErrNotInstalled when the CLI is not on PATH).
+func (r *Registry) Check(ctx context.Context, name string) error {
+	a, ok := r.Lookup(name)
+	if !ok {
+		return fmt.Errorf("unknown architecture %q", name)
+	}
+	p, ok := a.(Prober)
+	if !ok {
+		return nil
+	}
+	_, err := r.probe(ctx, a.Name(), p)
+	return err
+}
+
 // Lookup returns the architecture registered under name (canonical or alias).
 func (r *Registry) Lookup(name string) (Architecture, bool) {
 	r.mu.RLock()

@@ -223,9 +223,10 @@ func TestShellTurnOverRESTWebSocketAndSSE(t *testing.T) {
 	if code != 200 || state["lastSeq"].(float64) != float64(last) || state["status"] != "idle" {
 		t.Fatalf("state: %d lastSeq=%v status=%v", code, state["lastSeq"], state["status"])
 	}
-	// A second turn continues the seqs; a busy session answers 409.
+	// A second turn continues the seqs; a busy session answers 409 to a
+	// client that asks not to queue.
 	e.do("POST", "/api/sessions/"+id+"/messages", `{"content":"sleep 0.3"}`)
-	resp := e.request("POST", "/api/sessions/"+id+"/messages", `{"content":"echo no"}`)
+	resp := e.request("POST", "/api/sessions/"+id+"/messages", `{"content":"echo no","queue":false}`)
 	expectCode(t, resp, 409, "SESSION_BUSY")
 	all := e.waitTurn(id, "q2")
 	if all[len(stored)].Seq != last+1 {

@@ -34,6 +34,8 @@ const (
 	CodeUnavailable       = "UNAVAILABLE"
 	CodeSlowConsumer      = "SLOW_CONSUMER"
 	CodeUnknownOp         = "UNKNOWN_OP"
+	CodeMessageNotFound   = "MESSAGE_NOT_FOUND"
+	CodeAgentNotFound     = "AGENT_NOT_FOUND"
 )
 
 // Error codes of the files API (docs/api.md).
@@ -65,6 +67,10 @@ func classify(err error) (int, string) {
 		return http.StatusNotFound, CodeProfileNotFound
 	case errors.Is(err, session.ErrUnknownArchitecture):
 		return http.StatusBadRequest, CodeUnknownArch
+	case errors.Is(err, session.ErrAgentNotFound):
+		return http.StatusBadRequest, CodeAgentNotFound
+	case errors.Is(err, session.ErrMessageNotFound):
+		return http.StatusNotFound, CodeMessageNotFound
 	case errors.Is(err, session.ErrBusy):
 		return http.StatusConflict, CodeSessionBusy
 	case errors.Is(err, session.ErrLeased):

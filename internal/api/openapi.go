@@ -80,6 +80,7 @@ func (s *Server) openAPI() map[string]any {
 		conversation.QueryFailed{}, conversation.PermissionRequested{}, conversation.PermissionResolved{},
 		conversation.FileChange{}, conversation.SubagentSpawned{}, conversation.SubagentCompleted{},
 		conversation.ErrorEvent{}, conversation.LogEvent{}, conversation.SessionIdleEvent{},
+		conversation.MessageQueued{}, conversation.MessageDequeued{}, conversation.MessageCancelled{},
 		ackFrame{}, errorFrame{}, clientFrame{}, sessionFrame{},
 	} {
 		g.ref(reflect.TypeOf(t))
@@ -246,7 +247,10 @@ func (g *schemaGen) enums() {
 	set("ConversationState", "status", append([]conversation.SessionStatus{""}, conversation.SessionStatuses...))
 	set("Context", "source", []conversation.Source{conversation.SourceRunner, conversation.SourceServer, conversation.SourceClient})
 	set("PermissionResolved", "behavior", []conversation.PermissionBehavior{conversation.Allow, conversation.Deny})
-	set("PermissionResolved", "by", []conversation.ResolvedBy{conversation.ByUser, conversation.ByPolicy, conversation.ByTimeout, conversation.ByInterrupt})
+	set("PermissionResolved", "by", []conversation.ResolvedBy{conversation.ByUser, conversation.ByPolicy, conversation.ByTimeout, conversation.ByInterrupt, conversation.ByRule})
+	set("PermissionResolved", "scope", []conversation.PermissionScope{conversation.ScopeOnce, conversation.ScopeSession})
+	set("PermissionAnswer", "scope", []conversation.PermissionScope{conversation.ScopeOnce, conversation.ScopeSession})
+	set("PermissionRule", "behavior", []conversation.PermissionBehavior{conversation.Allow, conversation.Deny})
 }
 
 func schemaName(t reflect.Type) string {

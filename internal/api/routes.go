@@ -42,6 +42,9 @@ var (
 	pAfter   = param{name: "after", in: "query", desc: "Return events with seq > after (default 0)", typ: "integer"}
 	pLimit   = param{name: "limit", in: "query", desc: "At most this many events (default 1000, max 10000)", typ: "integer"}
 	pPurge   = param{name: "purge", in: "query", desc: "Also delete history, files and workspace", typ: "boolean"}
+	pMessage = param{name: "messageId", in: "path", desc: "Queued message id", typ: "string", required: true}
+	pSHA     = param{name: "sha256", in: "path", desc: "Content hash (hex)", typ: "string", required: true}
+	pFormat  = param{name: "format", in: "query", desc: "zip (default) or tar.gz", typ: "string"}
 )
 
 func (s *Server) table() []route {
@@ -58,11 +61,17 @@ func (s *Server) table() []route {
 		{method: "GET", pattern: "/api/sessions", summary: "List sessions", handler: s.handleList, auth: true, resp: restapi.SessionList{}, status: 200},
 		{method: "GET", pattern: "/api/sessions/{id}", summary: "A session's full state", handler: s.handleGet, auth: true, resp: restapi.SessionState{}, status: 200, params: []param{pID}},
 		{method: "DELETE", pattern: "/api/sessions/{id}", summary: "Terminate a session's environment (purge=true also deletes it)", handler: s.handleDelete, auth: true, resp: restapi.Success{}, status: 200, params: []param{pID, pPurge}},
-		{method: "POST", pattern: "/api/sessions/{id}/messages", summary: "Send a user message (starts a turn)", handler: s.handleMessage, auth: true, body: true, req: restapi.MessageRequest{}, resp: restapi.MessageResponse{}, status: 202, params: []param{pID}},
+		{method: "PATCH", pattern: "/api/sessions/{id}", summary: "Rename a session", handler: s.handleRename, auth: true, body: true, req: restapi.RenameSessionRequest{}, resp: restapi.SessionSummary{}, status: 200, params: []param{pID}},
+		{method: "POST", pattern: "/api/sessions/{id}/messages", summary: "Send a user message: starts a turn, or waits in the session's queue while one runs (queue:false: 409 instead)", handler: s.handleMessage, auth: true, body: true, req: restapi.MessageRequest{}, resp: restapi.MessageResponse{}, status: 202, params: []param{pID}},
+		{method: "GET", pattern: "/api/sessions/{id}/queue", summary: "The messages waiting for their turn", handler: s.handleQueue, auth: true, resp: restapi.QueuedMessageList{}, status: 200, params: []param{pID}},
+		{method: "DELETE", pattern: "/api/sessions/{id}/queue/{messageId}", summary: "Drop a queued message", handler: s.handleCancelQueued, auth: true, resp: restapi.Success{}, status: 200, params: []param{pID, pMessage}},
 		{method: "POST", pattern: "/api/sessions/{id}/interrupt", summary: "Interrupt the running turn", handler: s.handleInterrupt, auth: true, body: true, resp: restapi.Success{}, status: 202, params: []param{pID}},
 		{method: "POST", pattern: "/api/sessions/{id}/permissions/{requestId}", summary: "Answer a permission request", handler: s.handlePermission, auth: true, body: true, req: restapi.PermissionAnswer{}, resp: restapi.Success{}, status: 200, params: []param{pID, pReq}},
 		{method: "GET", pattern: "/api/sessions/{id}/files", summary: "List the workspace", handler: s.handleFiles, auth: true, resp: restapi.FileList{}, status: 200, params: []param{pID}},
 		{method: "GET", pattern: "/api/sessions/{id}/files/{path...}", summary: "A workspace file's bytes", handler: s.handleFile, auth: true, status: 200, params: []param{pID, pPath}, kind: "raw"},
+		{method: "GET", pattern: "/api/sessions/{id}/changes", summary: "What each turn, and the whole session, changed in the workspace", handler: s.handleChanges, auth: true, resp: restapi.SessionChanges{}, status: 200, params: []param{pID}},
+		{method: "GET", pattern: "/api/sessions/{id}/changes/content/{sha256}", summary: "A file content kept by the workspace snapshots, by sha256", handler: s.handleChangedContent, auth: true, status: 200, params: []param{pID, pSHA}, kind: "raw"},
+		{method: "GET", pattern: "/api/sessions/{id}/archive", summary: "The workspace as a zip or tar.gz download", handler: s.handleArchive, auth: true, status: 200, params: []param{pID, pFormat}, kind: "raw"},
 		{method: "GET", pattern: "/api/sessions/{id}/events", summary: "Events after a seq: a JSON page, or SSE with Accept: text/event-stream", handler: s.handleEvents, auth: true, resp: restapi.EventPage{}, status: 200, params: []param{pID, pAfter, pLimit}, kind: "sse"},
 		{method: "GET", pattern: "/api/sessions/{id}/audit", summary: "Audit records (executor calls, model requests) after an id, and the model proxy's token count", handler: s.handleAudit, auth: true, resp: AuditPage{}, status: 200, params: []param{pID, {name: "after", in: "query", desc: "Return records with id > after (default 0)", typ: "integer"}, {name: "limit", in: "query", desc: "At most this many records (default 1000, max 10000)", typ: "integer"}}},
 		{method: "GET", pattern: "/api/sessions/{id}/pty", summary: "WebSocket: a terminal in the session's sandbox", handler: s.handlePTY, auth: true, status: 101, params: []param{pID, {name: "rows", in: "query", typ: "integer", desc: "Terminal rows"}, {name: "cols", in: "query", typ: "integer", desc: "Terminal columns"}}, kind: "ws"},
@@ -144,6 +153,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 		Blocks: st.Blocks, Subagents: st.Subagents, WorkspaceFiles: st.WorkspaceFiles,
 		Runtime: rec.Runtime, LastSeq: st.LastSeq, Usage: st.Usage, CostUSD: st.CostUSD, Model: st.Model,
 		PendingPermissions: st.PendingPermissions, ActiveQueryID: st.ActiveQueryID, Turns: st.Turns,
+		QueuedMessages: st.QueuedMessages, PermissionRules: st.PermissionRules,
 	})
 }
 
@@ -181,12 +191,23 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := shortCtx(r)
 	defer cancel()
-	qid, err := sess.Send(ctx, req.Content, Principal(r.Context()))
+	if req.Queue != nil && !*req.Queue {
+		// The client asked not to queue: 409 while a turn runs.
+		qid, err := sess.Send(ctx, req.Content, Principal(r.Context()))
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusAccepted, restapi.MessageResponse{Success: true, SessionID: sess.ID(), QueryID: qid})
+		return
+	}
+	res, err := sess.Submit(ctx, req.Content, Principal(r.Context()))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, restapi.MessageResponse{Success: true, SessionID: sess.ID(), QueryID: qid})
+	writeJSON(w, http.StatusAccepted, restapi.MessageResponse{Success: true, SessionID: sess.ID(), QueryID: res.QueryID,
+		Queued: res.MessageID != "", MessageID: res.MessageID})
 }
 
 func (s *Server) handleInterrupt(w http.ResponseWriter, r *http.Request) {
@@ -214,6 +235,17 @@ func (s *Server) handlePermission(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, badRequest(`behavior must be "allow" or "deny"`))
 		return
 	}
+	switch req.Scope {
+	case "", conversation.ScopeOnce:
+	case conversation.ScopeSession:
+		if req.Behavior != conversation.Allow {
+			s.fail(w, r, badRequest(`scope "session" needs behavior "allow"`))
+			return
+		}
+	default:
+		s.fail(w, r, badRequest(`scope must be "once" or "session"`))
+		return
+	}
 	if len(req.UpdatedInput) > 0 && string(req.UpdatedInput) != "null" {
 		var obj map[string]any
 		if json.Unmarshal(req.UpdatedInput, &obj) != nil {
@@ -227,7 +259,7 @@ func (s *Server) handlePermission(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	err = sess.Answer(r.Context(), r.PathValue("requestId"), agent.PermissionDecision{
-		Behavior: req.Behavior, Message: req.Message, UpdatedInput: req.UpdatedInput,
+		Behavior: req.Behavior, Message: req.Message, UpdatedInput: req.UpdatedInput, Scope: req.Scope,
 	}, Principal(r.Context()))
 	if err != nil {
 		s.fail(w, r, err)

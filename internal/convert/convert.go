@@ -6,6 +6,7 @@ package convert
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -83,6 +84,26 @@ type Options struct {
 	// per block, main conversation first, then each subagent's blocks, each
 	// line {"conversationId":…, "block":{…}}.
 	Blocks bool
+	// RequireEvents makes an input that yields no conversation event (log
+	// events do not count) an error, ErrNoEvents: most likely the wrong
+	// format. What was converted is still written.
+	RequireEvents bool
+}
+
+// ErrNoEvents is Run's error when the input yielded no event at all: most
+// likely the wrong format.
+var ErrNoEvents = errors.New("no events")
+
+// Formats returns every registered format, sorted by name.
+func Formats() []Format {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]Format, 0, len(formats))
+	for _, f := range formats {
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // Warning is a skipped line.
@@ -120,6 +141,9 @@ func Run(opts Options, out io.Writer) ([]Warning, error) {
 		if err := f.Convert(inputs, s); err != nil {
 			return s.warnings, err
 		}
+		if s.count == 0 && opts.RequireEvents {
+			return s.warnings, noEvents(f)
+		}
 		if err := s.writeBlocks(w); err != nil {
 			return s.warnings, err
 		}
@@ -129,5 +153,12 @@ func Run(opts Options, out io.Writer) ([]Warning, error) {
 	if err := f.Convert(inputs, s); err != nil {
 		return s.warnings, err
 	}
+	if s.count == 0 && opts.RequireEvents {
+		return s.warnings, noEvents(f)
+	}
 	return s.warnings, w.Flush()
+}
+
+func noEvents(f Format) error {
+	return fmt.Errorf("%w: the input does not look like %s output (agentd convert --list shows every format)", ErrNoEvents, f.Name)
 }

@@ -7,6 +7,11 @@ import (
 
 func init() {
 	Register(Format{
+		Name:        "opencode-run-json",
+		Description: "`opencode run --format json` output: step_start, text, reasoning, tool_use, step_finish and error lines",
+		Convert:     jsonLines(func() lineConverter { return opencode.NewRunJSONConverter() }),
+	})
+	Register(Format{
 		Name:        "opencode-events",
 		Description: "`opencode serve` /event stream: one event JSON per line (SSE data: lines also accepted)",
 		Convert:     jsonLines(func() lineConverter { return opencode.NewEventsConverter() }),

@@ -21,13 +21,19 @@ type eventSink struct {
 	w        *bufio.Writer
 	enc      *json.Encoder
 	warnings []Warning
+	count    int // events other than log events (Options.RequireEvents)
 }
 
 func newEventSink(w *bufio.Writer) *eventSink {
 	return &eventSink{w: w, enc: json.NewEncoder(w)}
 }
 
-func (s *eventSink) Emit(e conversation.Event) error { return s.enc.Encode(e) }
+func (s *eventSink) Emit(e conversation.Event) error {
+	if e.Type != conversation.TypeLog {
+		s.count++
+	}
+	return s.enc.Encode(e)
+}
 
 func (s *eventSink) Warn(file string, line int, err error) {
 	s.warnings = append(s.warnings, Warning{File: file, Line: line, Err: err})
@@ -35,6 +41,7 @@ func (s *eventSink) Warn(file string, line int, err error) {
 
 // EmitBlock writes the event conversation.Upsert(*b) with context ctx.
 func (s *eventSink) EmitBlock(ctx conversation.Context, b *conversation.Block) error {
+	s.count++
 	buf := append(s.w.AvailableBuffer(), `{"seq":0,"type":"block:upsert","payload":{"block":`...)
 	buf = claudecode.AppendBlockJSON(buf, b)
 	buf, ok := appendEventEnd(append(buf, '}'), &ctx)
@@ -49,6 +56,7 @@ func (s *eventSink) EmitBlock(ctx conversation.Context, b *conversation.Block) e
 
 // EmitDelta writes the event conversation.Delta(id, text) with context ctx.
 func (s *eventSink) EmitDelta(ctx conversation.Context, id, text string) error {
+	s.count++
 	buf := append(s.w.AvailableBuffer(), `{"seq":0,"type":"block:delta","payload":{"blockId":`...)
 	buf = claudecode.AppendJSONString(buf, id)
 	buf = append(buf, `,"delta":`...)
@@ -95,9 +103,13 @@ func appendEventEnd(buf []byte, ctx *conversation.Context) ([]byte, bool) {
 type blocksSink struct {
 	r        *conversation.Reducer
 	warnings []Warning
+	count    int // events other than log events (Options.RequireEvents)
 }
 
 func (s *blocksSink) Emit(e conversation.Event) error {
+	if e.Type != conversation.TypeLog {
+		s.count++
+	}
 	switch e.Type {
 	case conversation.TypeBlockUpsert, conversation.TypeBlockDelta,
 		conversation.TypeSubagentSpawned, conversation.TypeSubagentCompleted:
@@ -111,6 +123,7 @@ func (s *blocksSink) Warn(file string, line int, err error) {
 }
 
 func (s *blocksSink) EmitBlock(ctx conversation.Context, b *conversation.Block) error {
+	s.count++
 	blk := *b
 	blk.Input = bytes.Clone(b.Input) // b's may point into the input
 	_ = s.r.ApplyBlock(ctx.ConversationID, blk)
@@ -118,6 +131,7 @@ func (s *blocksSink) EmitBlock(ctx conversation.Context, b *conversation.Block) 
 }
 
 func (s *blocksSink) EmitDelta(ctx conversation.Context, id, text string) error {
+	s.count++
 	_ = s.r.ApplyDelta(ctx.ConversationID, id, text)
 	return nil
 }

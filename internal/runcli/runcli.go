@@ -8,9 +8,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -57,7 +60,7 @@ func Run(ctx context.Context, o Options) error {
 		Architecture: o.Architecture, AgentProfileRef: o.Profile, SessionOptions: opts, Name: firstLine(o.Prompt, 60),
 	})
 	if err != nil {
-		return fmt.Errorf("create session (is agentd serve running at %s?): %w", o.Server, err)
+		return createError(o.Server, err)
 	}
 	if !o.Keep {
 		defer func() {
@@ -68,7 +71,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	stream := c.Stream(ctx, created.SessionID, 0)
 	defer stream.Close()
-	sent, err := c.Send(ctx, created.SessionID, o.Prompt)
+	sent, err := c.SendNow(ctx, created.SessionID, o.Prompt)
 	if err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
@@ -79,6 +82,7 @@ func Run(ctx context.Context, o Options) error {
 		color = isatty.IsTerminal(f.Fd())
 	}
 	r := &renderer{out: o.Out, errOut: o.Err, color: color, blocks: map[string]*conversation.Block{}, shown: map[string]bool{}}
+	shell := created.Runtime.Architecture == "shell"
 	answers := bufio.NewReader(o.In)
 	for {
 		ev, err := stream.Next(ctx)
@@ -95,8 +99,14 @@ func Run(ctx context.Context, o Options) error {
 					continue
 				}
 				r.finish()
+				r.flushErrors()
 				if q.Interrupted {
 					return ExitError{Code: 130, Msg: "turn interrupted"}
+				}
+				// The shell's turn is its command: exit with its status, as
+				// sh -c would.
+				if shell && r.exitCode != 0 {
+					return ExitError{Code: r.exitCode, Msg: ""}
 				}
 				return nil
 			case *conversation.QueryFailed:
@@ -104,7 +114,7 @@ func Run(ctx context.Context, o Options) error {
 					continue
 				}
 				r.finish()
-				return ExitError{Code: 1, Msg: fmt.Sprintf("turn failed (%s): %s", q.Code, q.Error)}
+				return ExitError{Code: 1, Msg: r.failure(q)}
 			}
 		case conversation.TypePermissionRequest:
 			p, _ := ev.Decode()
@@ -127,7 +137,7 @@ func Run(ctx context.Context, o Options) error {
 			p, _ := ev.Decode()
 			e := p.(*conversation.ErrorEvent)
 			r.stopSpinner()
-			fmt.Fprintf(r.errOut, "%s %s\n", r.style("31", "error:"), e.Message)
+			r.holdError(e.Message, e.Code)
 		default:
 			r.apply(ev)
 		}
@@ -141,11 +151,30 @@ type renderer struct {
 	blocks      map[string]*conversation.Block
 	shown       map[string]bool // tool calls announced
 	current     string          // block whose text is being streamed
+	exitCode    int             // the last main-conversation command's exit code
+	// held are error messages not printed yet: a failing turn reports the
+	// same error as an error block, an error event and its query:failed,
+	// and the user should read it once. They are printed when anything
+	// else happens, or merged into the failure line.
+	held []heldError
 
 	mu      sync.Mutex // guards spin
 	spin    chan struct{}
 	spinWG  sync.WaitGroup
 	spinFor string
+}
+
+// ansiRE matches terminal escape sequences: CSI (colours, cursor moves),
+// OSC (titles, links) and the two-byte forms.
+var ansiRE = regexp.MustCompile(`\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]`)
+
+// plain drops escape sequences from command output when the output is not
+// a terminal (a file, a pipe): there they are noise, not colours.
+func (r *renderer) plain(s string) string {
+	if r.color || !strings.Contains(s, "\x1b") {
+		return s
+	}
+	return ansiRE.ReplaceAllString(s, "")
 }
 
 func (r *renderer) style(code, s string) string {
@@ -155,9 +184,66 @@ func (r *renderer) style(code, s string) string {
 	return "\x1b[" + code + "m" + s + "\x1b[0m"
 }
 
+type heldError struct{ msg, code string }
+
+// holdError keeps an error to print once (see held).
+func (r *renderer) holdError(msg, code string) {
+	msg = strings.TrimSpace(msg)
+	for i, h := range r.held {
+		if h.msg == msg {
+			if isVagueCode(h.code) && !isVagueCode(code) {
+				r.held[i].code = code
+			}
+			return
+		}
+	}
+	r.held = append(r.held, heldError{msg, code})
+}
+
+// isVagueCode: codes that say less than the turn's own ("unknown" is what
+// Claude Code puts on its synthetic error message).
+func isVagueCode(c string) bool { return c == "" || c == "unknown" }
+
+// flushErrors prints the held errors.
+func (r *renderer) flushErrors() {
+	for _, h := range r.held {
+		r.endText()
+		code := ""
+		if !isVagueCode(h.code) {
+			code = " (" + h.code + ")"
+		}
+		fmt.Fprintf(r.errOut, "%s %s%s\n", r.style("31", "error:"), h.msg, code)
+	}
+	r.held = nil
+}
+
+// failure is the one line of a failed turn: its code and message, merged
+// with the errors held for it; other held errors are printed first.
+func (r *renderer) failure(q *conversation.QueryFailed) string {
+	msg := strings.TrimSpace(q.Error)
+	var rest []heldError
+	for _, h := range r.held {
+		if h.msg != msg && !strings.Contains(msg, h.msg) {
+			rest = append(rest, h)
+		}
+	}
+	r.held = rest
+	r.flushErrors()
+	code := q.Code
+	if code == "" {
+		code = "FAILED"
+	}
+	return fmt.Sprintf("turn failed: %s (%s)", msg, code)
+}
+
 func (r *renderer) apply(ev conversation.Event) {
 	if ev.Context.ConversationID != "" && ev.Context.ConversationID != conversation.MainConversation {
 		return // subagent detail stays in the UI; the main thread shows its block
+	}
+	if ev.Type == conversation.TypeBlockUpsert || ev.Type == conversation.TypeBlockDelta {
+		if !isErrorBlock(ev) {
+			r.flushErrors()
+		}
 	}
 	switch ev.Type {
 	case conversation.TypeBlockUpsert:
@@ -230,19 +316,30 @@ func (r *renderer) upsert(nb conversation.Block, raw json.RawMessage) {
 			} else {
 				r.endText()
 				if b.Output != "" {
-					fmt.Fprint(r.out, indent(clip(b.Output, 4000)))
+					fmt.Fprint(r.out, indent(clip(r.plain(b.Output), 4000)))
 				}
 			}
 			code := ""
-			if v, ok := b.Metadata["exitCode"]; ok {
-				code = fmt.Sprintf(" (exit %v)", v)
+			if v, ok := b.Metadata["exitCode"].(float64); ok {
+				code = fmt.Sprintf(" (exit %d)", int(v))
+				r.exitCode = int(v)
 			}
 			fmt.Fprintf(r.out, "%s %s%s\n", r.mark(!b.IsError), toolName(r.blocks, b.ToolUseID), code)
 		}
 	case conversation.BlockError:
-		r.endText()
-		fmt.Fprintf(r.errOut, "%s %s\n", r.style("31", "error:"), b.Message)
+		if b.Status != conversation.StatusPending && b.Message != "" {
+			r.holdError(b.Message, b.Code)
+		}
 	}
+}
+
+func isErrorBlock(ev conversation.Event) bool {
+	var p struct {
+		Block struct {
+			Type conversation.BlockType `json:"type"`
+		} `json:"block"`
+	}
+	return json.Unmarshal(ev.Payload, &p) == nil && p.Block.Type == conversation.BlockError
 }
 
 func toolName(blocks map[string]*conversation.Block, toolUseID string) string {
@@ -268,7 +365,7 @@ func (r *renderer) stream(b *conversation.Block, delta string) {
 			r.endText()
 			r.current = b.ID
 		}
-		fmt.Fprint(r.out, r.style("2", delta))
+		fmt.Fprint(r.out, r.style("2", r.plain(delta)))
 	default:
 		b.Content += delta
 		r.streamRaw(b, delta)
@@ -297,6 +394,33 @@ func (r *renderer) endText() {
 func (r *renderer) finish() {
 	r.stopSpinner()
 	r.endText()
+}
+
+// ServerURL is the URL of a server listening on addr (agentd serve's
+// --addr / AGENTD_ADDR): a wildcard host is reached on loopback. Empty
+// addr: the serve default.
+func ServerURL(addr string) string {
+	if addr == "" {
+		return "http://127.0.0.1:8080"
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://" + addr
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// createError says why creating the session failed: what the server
+// answered, or that it could not be reached.
+func createError(server string, err error) error {
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		return fmt.Errorf("create session: the server refused it: %s (%d %s)", ce.Message, ce.Status, ce.Code)
+	}
+	return fmt.Errorf("create session: cannot reach agentd at %s (is agentd serve running? set --server or AGENTD_SERVER): %w", server, err)
 }
 
 var frames = []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}

@@ -39,6 +39,11 @@ func (m *Manager) startEnvironment(ctx context.Context, s *Session, rec store.Se
 		return nil, nil, nil, agent.Fail(agent.CodeSandboxError, "start %s sandbox: %v", m.cfg.Sandbox.Name(), err)
 	}
 	if fresh {
+		if err := m.populateFrom(ctx, e, rec); err != nil { // workspace.go: a git clone
+			terminateQuietly(e)
+			m.revokeCredentials(rec.ID)
+			return nil, nil, nil, err
+		}
 		if err := m.populate(ctx, e, rec.ID, prof.DefaultWorkspaceFiles); err != nil {
 			terminateQuietly(e)
 			m.revokeCredentials(rec.ID)
@@ -59,7 +64,8 @@ func (m *Manager) startEnvironment(ctx context.Context, s *Session, rec store.Se
 // model credentials are issued here (Revoke them if the environment does
 // not come up).
 func (m *Manager) spec(ctx context.Context, rec store.Session, prof profile.Profile) (sandbox.Spec, error) {
-	env := make(map[string]string, len(m.cfg.Env)+len(prof.EnvironmentVariables))
+	env := make(map[string]string, len(m.cfg.Env)+len(prof.EnvironmentVariables)+1)
+	env["GIT_CEILING_DIRECTORIES"] = m.gitCeiling(rec.ID) // workspace.go
 	maps.Copy(env, m.cfg.Env)
 	maps.Copy(env, prof.EnvironmentVariables)
 	if m.cfg.Credentials != nil {
@@ -96,6 +102,9 @@ func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.E
 	if opts.Model == "" {
 		opts.Model = prof.Model
 	}
+	s.mu.Lock()
+	s.rec.Runtime.WorkDir = e.WorkDir() // saved with the next record update (the status that follows)
+	s.mu.Unlock()
 	if hd, ok := e.(sandbox.Handler); ok {
 		s.mu.Lock()
 		s.rec.SandboxState = hd.Handle()

@@ -14,4 +14,8 @@ var (
 	ErrLeased              = errors.New("session is running on another server")
 	ErrClosed              = errors.New("server is shutting down")
 	ErrInvalidRequest      = errors.New("invalid request")
+	ErrMessageNotFound     = errors.New("queued message not found")
+	// ErrAgentNotFound: the architecture's agent CLI is not installed on
+	// this server (not on PATH).
+	ErrAgentNotFound = errors.New("agent CLI not found")
 )

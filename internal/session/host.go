@@ -108,6 +108,9 @@ func (h *host) RequestPermission(ctx context.Context, req agent.PermissionReques
 		}
 		return agent.PermissionDecision{Behavior: b, Message: msg, By: conversation.ByPolicy}, nil
 	}
+	if d, ok := h.ruleDecision(ctx, req, input, cur); ok {
+		return d, nil // rules.go
+	}
 	timeout := req.Timeout
 	if timeout <= 0 {
 		timeout = h.s.m.cfg.PermissionTimeout
@@ -116,7 +119,7 @@ func (h *host) RequestPermission(ctx context.Context, req agent.PermissionReques
 	if req.ToolUseID != "" {
 		id = "perm-" + req.ToolUseID
 	}
-	pd := h.s.perms.register(id)
+	pd := h.s.perms.register(id, req.ToolName)
 	defer close(pd.done)
 	expires := time.Now().Add(timeout).UTC().Truncate(time.Millisecond)
 	reqEv := withActor(conversation.NewEvent(conversation.PermissionRequested{
@@ -146,20 +149,21 @@ func (h *host) RequestPermission(ctx context.Context, req agent.PermissionReques
 			d = <-pd.ch
 			break
 		}
-		h.resolve(id, agent.PermissionDecision{Behavior: conversation.Deny, By: conversation.ByInterrupt, Message: "the turn ended"}, cur.actor)
+		h.resolve(id, agent.PermissionDecision{Behavior: conversation.Deny, By: conversation.ByInterrupt, Message: "the turn ended"}, cur.actor, req.ToolName)
 		return agent.PermissionDecision{}, ctx.Err()
 	}
 	actor := cur.actor
 	if d.Actor != "" {
 		actor = d.Actor
 	}
-	h.resolve(id, d, actor)
+	h.resolve(id, d, actor, req.ToolName)
 	return d, nil
 }
 
-func (h *host) resolve(id string, d agent.PermissionDecision, actor string) {
+func (h *host) resolve(id string, d agent.PermissionDecision, actor, tool string) {
 	ev := conversation.NewEvent(conversation.PermissionResolved{
 		RequestID: id, Behavior: d.Behavior, By: d.By, Message: d.Message, UpdatedInput: d.UpdatedInput,
+		ToolName: tool, Scope: d.Scope,
 	})
 	if _, err := h.s.m.cfg.Log.Append(context.Background(), h.s.id, withActor(ev, actor)); err != nil {
 		h.log.Error("record permission resolution", "err", err)

@@ -64,6 +64,11 @@ type Config struct {
 	// Credentials, when set, issues each environment's model credentials
 	// in place of the provider keys in Env (credentials.go).
 	Credentials Credentials
+	// RefuseMissingAgents refuses to create a session whose agent CLI is
+	// not installed (ErrAgentNotFound). Architectures probe the server's
+	// PATH, which is where the built-in sandboxes find agents; a sandbox
+	// that looks elsewhere leaves it off.
+	RefuseMissingAgents bool
 }
 
 // Metrics receives session lifecycle observations.
@@ -82,6 +87,7 @@ type Manager struct {
 
 	watchers watchers
 	states   *stateCache
+	snaps    snapshots      // changes.go
 	wg       sync.WaitGroup // owner goroutines
 }
 
@@ -132,6 +138,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load sessions: %w", err)
 	}
+	var queued []*Session
 	for _, rec := range recs {
 		s := newSession(m, rec)
 		m.mu.Lock()
@@ -142,10 +149,14 @@ func (m *Manager) Start(ctx context.Context) error {
 				m.log.Error("settle session after restart", "session", rec.ID, "err", err)
 			}
 		}
+		if rec.Runtime.Queued > 0 {
+			queued = append(queued, s)
+		}
 		if m.cfg.Metrics != nil {
 			m.cfg.Metrics.StatusChanged("", s.record().Status)
 		}
 	}
+	m.resumeQueues(ctx, queued) // queue.go
 	m.log.Info("sessions loaded", "count", len(recs))
 	return nil
 }
@@ -175,6 +186,12 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, actor string) (
 	var probe map[string]any
 	if err := json.Unmarshal(opts, &probe); err != nil {
 		return store.Session{}, fmt.Errorf("%w: sessionOptions must be an object", ErrInvalidRequest)
+	}
+	if _, err := workspaceSource(opts); err != nil {
+		return store.Session{}, err
+	}
+	if err := m.checkAgent(ctx, arch.Name()); err != nil {
+		return store.Session{}, err
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -319,6 +336,7 @@ func (m *Manager) Delete(ctx context.Context, id string, purge bool, actor strin
 	if err := os.RemoveAll(m.workspace(id)); err != nil {
 		m.log.Warn("remove workspace", "session", id, "err", err)
 	}
+	m.forgetChanges(id)
 	if m.cfg.Metrics != nil {
 		m.cfg.Metrics.StatusChanged(s.record().Status, "")
 	}

@@ -23,9 +23,11 @@ type permissions struct {
 	open     map[string]*pending
 	resolved map[string]struct{}
 	order    []string // resolved ids, oldest first, to bound the set
+	rules    sessionRules
 }
 
 type pending struct {
+	tool string
 	ch   chan agent.PermissionDecision // buffered(1)
 	done chan struct{}                 // closed once the resolution is recorded
 }
@@ -36,8 +38,8 @@ func newPermissions() *permissions {
 
 const maxRemembered = 4096
 
-func (p *permissions) register(id string) *pending {
-	pd := &pending{ch: make(chan agent.PermissionDecision, 1), done: make(chan struct{})}
+func (p *permissions) register(id, tool string) *pending {
+	pd := &pending{tool: tool, ch: make(chan agent.PermissionDecision, 1), done: make(chan struct{})}
 	p.mu.Lock()
 	p.open[id] = pd
 	p.mu.Unlock()

@@ -193,6 +193,10 @@ func (s *Session) Answer(ctx context.Context, requestID string, d agent.Permissi
 	}
 	d.By = conversation.ByUser
 	d.Actor = actor
+	if d.Scope == conversation.ScopeSession {
+		return s.answerForSession(ctx, requestID, d) // rules.go
+	}
+	d.Scope = ""
 	err := s.perms.answer(requestID, d)
 	if errors.Is(err, ErrPermissionNotFound) {
 		// Not opened by this process: a request from before a restart is
@@ -353,8 +357,9 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 		}
 		o.setStatus(conversation.SessionRunning, "", actor)
 		o.host.setTurn(actor, queryID)
-		runner, h := o.runner, o.host
+		runner, h, env := o.runner, o.host, o.env
 		o.goJob(func() func(*owner) {
+			s.m.snapshotTurn(tctx, env, s.id, queryID) // changes.go: the workspace before the turn
 			res, err := runner.Turn(tctx, t)
 			// The turn's file changes go in the log before its end.
 			syncTurnFiles(h)
@@ -466,10 +471,12 @@ func (o *owner) finishTurn(res agent.TurnResult, err error) {
 	if o.env == nil {
 		// The environment never came up; the start failure set the status.
 		o.saveRecord()
+		o.turnEnded()
 		return
 	}
 	if gone {
 		o.loseEnv(o.env, err)
+		o.turnEnded() // queued messages start a new environment
 		return
 	}
 	o.setStatus(conversation.SessionIdle, "", t.actor)
@@ -477,6 +484,7 @@ func (o *owner) finishTurn(res agent.TurnResult, err error) {
 		s.m.log.Error("record idle", "session", s.id, "err", aerr)
 	}
 	o.startIdle()
+	o.turnEnded() // the next queued message, if any (queue.go)
 }
 
 // terminate stops the environment now, or after the running turn ends.

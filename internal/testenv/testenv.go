@@ -258,6 +258,7 @@ func (p *Process) start(addr string) {
 			p.logs.WriteString(line + "\n")
 			p.logMu.Unlock()
 			if u, ok := strings.CutPrefix(line, "agentd listening on "); ok {
+				u, _, _ = strings.Cut(u, " ") // "… (data: DIR)"
 				select {
 				case ready <- u:
 				default:

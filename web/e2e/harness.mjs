@@ -258,9 +258,15 @@ export async function send(page, text) {
   await page.getByTestId("send-button").click();
 }
 
-/** The text of every tool output in the conversation, joined. */
+/**
+ * The text of every tool output in the conversation, joined. Long outputs
+ * show only their last lines until expanded: this expands them first.
+ */
 export async function outputText(page) {
-  return page.evaluate(() => [...document.querySelectorAll('[data-testid="tool-output"]')].map((e) => e.textContent ?? "").join("\n"));
+  return page.evaluate(() => {
+    for (const b of document.querySelectorAll('[data-testid="expand-output"]')) b.click();
+    return [...document.querySelectorAll('[data-testid="tool-output"]')].map((e) => e.textContent ?? "").join("\n");
+  });
 }
 
 /** How often each "line N" occurs in the conversation's tool output. */
@@ -294,3 +300,41 @@ export async function duplicateBlocks(page) {
 }
 
 export { sleep };
+
+// ---- screenshots and accessibility ------------------------------------------
+
+/** Where the browser tests' screenshots go (printed once per run). */
+export const screens = path.join(artifacts, "screens");
+let screensAnnounced = false;
+
+/** Saves a screenshot of the page (the viewport) as screens/<name>.png. */
+export async function screenshot(page, name) {
+  mkdirSync(screens, { recursive: true });
+  if (!screensAnnounced) {
+    screensAnnounced = true;
+    console.log(`# screenshots: ${screens}`);
+  }
+  const file = path.join(screens, name.replace(/[^a-z0-9-_]+/gi, "_") + ".png");
+  await page.screenshot({ path: file });
+  return file;
+}
+
+const axeSource = path.resolve(here, "../node_modules/axe-core/axe.min.js");
+
+/**
+ * Runs axe-core (WCAG 2.x A/AA rules) on the page and returns the serious
+ * and critical violations, each as "rule: target (summary)".
+ */
+export async function axeViolations(page) {
+  if (!(await page.evaluate(() => !!window.axe))) await page.addScriptTag({ path: axeSource });
+  const res = await page.evaluate(async () => {
+    const r = await window.axe.run(document, { runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"] }, resultTypes: ["violations"] });
+    return r.violations.map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.map((n) => `${n.target.join(" ")} — ${n.failureSummary?.split("\n")[1]?.trim() ?? ""}`) }));
+  });
+  return res.filter((v) => v.impact === "serious" || v.impact === "critical").flatMap((v) => v.nodes.slice(0, 5).map((n) => `${v.id} (${v.impact}): ${n}`));
+}
+
+/** Page errors and React's fatal errors logged so far. */
+export function fatalErrors(page) {
+  return (page.consoleLog ?? []).filter((l) => l.startsWith("[pageerror]") || /Minified React error|Maximum update depth/.test(l));
+}

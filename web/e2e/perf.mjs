@@ -21,7 +21,8 @@ function frameSummary(frames) {
 
 async function sendAndWait(server, id, content) {
   for (;;) {
-    const r = await fetch(`${server.url}/api/sessions/${id}/messages`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ content }) });
+    // queue:false: wait for each turn here rather than in the server's queue.
+    const r = await fetch(`${server.url}/api/sessions/${id}/messages`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ content, queue: false }) });
     if (r.status === 202) break;
     if (r.status !== 409) throw new Error(`send: ${r.status} ${await r.text()}`);
     await sleep(2);
@@ -30,9 +31,8 @@ async function sendAndWait(server, id, content) {
 
 async function idle(server, id) {
   await waitFor(async () => {
-    const r = await fetch(`${server.url}/api/sessions/${id}/messages`, { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" });
-    // 400 = not busy (empty content rejected); 409 = a turn still runs.
-    return r.status !== 409;
+    const s = await server.api("GET", `/api/sessions/${id}`);
+    return !s.activeQueryId && s.queuedMessages.length === 0;
   }, { timeout: 120_000, interval: 20, what: "idle" });
 }
 

@@ -123,9 +123,14 @@ describe("block rendering (claude-code + mock-llm)", () => {
       // Write: a new file is all additions
       const write = conv.locator('[data-tool="Write"]');
       assert.equal(await write.locator(".dot").getAttribute("aria-label"), "done");
-      assert.equal(await write.locator(".diff-path").innerText(), path.join(ws, "main.go"));
+      // paths relative to the workspace; a new file numbered from 1
+      assert.equal(await write.locator(".diff-path span").first().innerText(), "main.go");
+      assert.equal(await write.getByTestId("tool-toggle").locator(".tool-arg").innerText(), "main.go");
       assert.equal(await write.locator(".diff .del").count(), 0);
-      assert.deepEqual(await write.locator(".diff .add").allInnerTexts().then((l) => l.map((x) => x.replace(/^\+\s?/, "").trim())), ["package main", "", "func main() {", 'fmt.Println("hello")', "}"]);
+      assert.deepEqual(await write.locator(".diff .add .code-text").allInnerTexts().then((l) => l.map((x) => x.trim())), ["package main", "", "func main() {", 'fmt.Println("hello")', "}"]);
+      assert.deepEqual(await write.locator(".diff .add .ln:nth-child(2)").allInnerTexts(), ["1", "2", "3", "4", "5"]);
+      // highlighted as Go
+      await write.locator(".diff .hljs-keyword").first().waitFor();
       // Edit: one line out, one in
       const edit = conv.locator('[data-tool="Edit"]');
       assert.equal(await edit.locator(".dot").getAttribute("aria-label"), "done");
@@ -142,7 +147,7 @@ describe("block rendering (claude-code + mock-llm)", () => {
 
       // Bash, terminal style: the command after a prompt, then its output
       const bash = conv.locator('[data-tool="Bash"]').first();
-      assert.equal(await flat(bash.locator(".tool-head")), "Bash — Print three lines");
+      assert.equal(await flat(bash.locator(".tool-head")), "▾Bash — Print three lines");
       assert.equal(await bash.locator("pre.terminal.cmd").innerText(), "$ for i in 1 2 3; do echo bash line $i; done");
       assert.equal(await bash.getByTestId("tool-output").innerText(), "bash line 1\nbash line 2\nbash line 3");
       assert.match(await bash.getByTestId("tool-output").getAttribute("class"), /\bterminal\b/);
@@ -164,15 +169,16 @@ describe("block rendering (claude-code + mock-llm)", () => {
       assert.deepEqual(await duplicateBlocks(page), []);
       assert.deepEqual(await missingBlocks(page, st), [], "every block the server has is on screen");
 
-      // an error: the model fails the next turn
+      // an error: the model fails the next turn, and says so once, with its
+      // code (the CLI's error message, its error event and the turn's
+      // failure are one error)
       await send(page, "BREAK-DEMO now");
-      const err = page.getByTestId("block-error");
-      await err.waitFor({ timeout: 30_000 });
-      assert.match(await err.innerText(), /^Error( \([^)]*\))?: API Error: 400 mock-llm refuses this request$/);
-      await page.getByTestId("notice-turn_failed").waitFor();
-      assert.match(await page.getByTestId("notice-turn_failed").innerText(), /MODEL_ERROR/);
+      await page.getByTestId("notice-turn_failed").waitFor({ timeout: 30_000 });
       await waitIdle(page);
+      assert.match(await flat(page.getByTestId("notice-turn_failed").locator(".notice-text")), /^Model error: API Error: 400 mock-llm refuses this request \(MODEL_ERROR\)$/);
       assert.equal(await page.getByTestId("notice-turn_failed").count(), 1, "one notice for the failed turn");
+      assert.equal(await conv.getByTestId("block-error").count(), 0, "the CLI's error message is not shown a second time");
+      assert.equal(await conv.locator('[role="alert"]').count(), 1, "one error in the conversation");
       const failedTurns = (await server.api("GET", `/api/sessions/${id}`)).turns.filter((t) => t.status === "failed");
       assert.equal(failedTurns.length, 1, "the snapshot records the failed turn");
       assert.equal(failedTurns[0].code, "MODEL_ERROR");
@@ -181,16 +187,20 @@ describe("block rendering (claude-code + mock-llm)", () => {
       // subagent's thread included, and the failed turn's notice (from the
       // snapshot's turns, not from live events), once.
       await page.reload();
-      await page.getByTestId("block-error").waitFor();
       const notice = page.getByTestId("notice-turn_failed");
       await notice.waitFor();
-      assert.match(await notice.innerText(), /^Turn failed: .+\(MODEL_ERROR\)$/s);
+      assert.match(await flat(notice.locator(".notice-text")), /^Model error: .+ \(MODEL_ERROR\)$/s);
       assert.equal(await notice.count(), 1, "the reloaded page shows the failed turn's notice once");
+      assert.equal(await conv.getByTestId("block-error").count(), 0);
       assert.ok(await page.evaluate(() => {
-        const errs = document.querySelectorAll('[data-testid="block-error"]');
+        const users = document.querySelectorAll('[data-testid="block-user_message"]');
         const n = document.querySelector('[data-testid="notice-turn_failed"]');
-        return !!n && errs.length > 0 && !!(errs[errs.length - 1].compareDocumentPosition(n) & Node.DOCUMENT_POSITION_FOLLOWING);
-      }), "the notice follows the failed turn's error block");
+        return !!n && users.length > 0 && !!(users[users.length - 1].compareDocumentPosition(n) & Node.DOCUMENT_POSITION_FOLLOWING);
+      }), "the notice follows the failed turn's message");
+      // Retry sends the turn's message again.
+      await notice.getByTestId("retry-turn").click();
+      await waitFor(async () => (await page.getByTestId("notice-turn_failed").count()) === 2, { what: "the retried turn to fail again", timeout: 30_000 });
+      assert.deepEqual((await conv.getByTestId("block-user_message").allInnerTexts()).slice(-2), ["BREAK-DEMO now", "BREAK-DEMO now"]);
       const again = page.getByTestId("block-subagent").getByTestId("subagent-thread");
       await again.locator("summary").click();
       await checkThread(again);
@@ -224,7 +234,7 @@ describe("block rendering (claude-code + mock-llm)", () => {
       assert.ok(overflow <= 0, `the permission card makes the page scroll sideways by ${overflow}px`);
       await page.getByTestId("permission-allow").click();
       await req.waitFor({ state: "detached", timeout: 30_000 });
-      await page.getByText("finished the allowed call").waitFor({ timeout: 60_000 });
+      await page.getByTestId("conversation").getByText("finished the allowed call").waitFor({ timeout: 60_000 });
       assert.equal(await page.locator('[data-tool="Bash"]').getByTestId("tool-output").innerText(), "allowed-ran");
       assert.equal(await page.getByTestId("awaiting-permission").count(), 0);
 
@@ -232,9 +242,14 @@ describe("block rendering (claude-code + mock-llm)", () => {
       await waitIdle(page);
       await send(page, "PERM-DENY please write another file");
       await req.waitFor({ timeout: 60_000 });
+      // Deny with a message: the agent is told what to do instead.
       await page.getByTestId("permission-deny").click();
+      await page.getByTestId("permission-deny-message").fill("use printf instead");
+      await page.getByTestId("permission-deny-send").click();
       await req.waitFor({ state: "detached", timeout: 30_000 });
-      await page.getByText(/finished the denied call/).waitFor({ timeout: 60_000 });
+      const deniedText = page.getByTestId("conversation").getByText(/finished the denied call/);
+      await deniedText.waitFor({ timeout: 60_000 });
+      assert.match(await deniedText.innerText(), /use printf instead/);
       const denied = page.locator('[data-tool="Bash"]').nth(1);
       assert.equal(await denied.locator(".dot").getAttribute("aria-label"), "failed");
       await waitIdle(page);

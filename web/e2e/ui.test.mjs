@@ -253,8 +253,9 @@ describe("agentd web UI", () => {
         const item = page.locator(`[data-testid="session-item"][data-session-id="${sessionId}"]`);
         await item.waitFor({ timeout: 10_000 });
         await server.api("POST", `/api/sessions/${sessionId}/messages`, { content: "sleep 1" });
-        await waitFor(async () => /running/.test(await item.innerText()), { what: "status running in the list", timeout: 10_000 });
-        await waitFor(async () => /idle|ready/.test(await item.innerText()), { what: "status back to idle in the list", timeout: 15_000 });
+        const status = item.getByTestId("session-item-status");
+        await waitFor(async () => (await status.getAttribute("data-status")) === "running" && /working/.test(await status.innerText()), { what: "status running in the list", timeout: 10_000 });
+        await waitFor(async () => /idle|ready/.test(await status.getAttribute("data-status")) && /ready/.test(await status.innerText()), { what: "status back to idle in the list", timeout: 15_000 });
       });
     });
   });

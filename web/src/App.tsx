@@ -2,8 +2,9 @@ import { useCallback, useEffect, useRef, useState, useSyncExternalStore } from "
 import { AgentdClient, EventSocket } from "@agentd/client";
 import { AppContext, stats, useConnectionState, type App as AppT } from "./app-context";
 import { NewSessionDialog, prefetchArchitectures } from "./NewSessionDialog";
-import { SessionList } from "./SessionList";
+import { SessionList, useSessions } from "./SessionList";
 import { SessionView } from "./SessionView";
+import { ErrorBoundary } from "./ErrorBoundary";
 
 const KEY_STORAGE = "agentd.apiKey";
 
@@ -133,8 +134,11 @@ function Connected({ apiKey, onUnauthorized }: { apiKey: string | undefined; onU
 }
 
 function Shell({ app }: { app: AppT }) {
+  const [unavailable, setUnavailable] = useState<ReadonlySet<string>>(new Set());
   useEffect(() => {
-    prefetchArchitectures(app.client).catch(() => {});
+    prefetchArchitectures(app.client)
+      .then((a) => setUnavailable(new Set(a.filter((x) => !x.available).flatMap((x) => [x.name, ...x.aliases]))))
+      .catch(() => {});
   }, [app.client]);
   const sessionId = useSessionRoute();
   const [dialog, setDialog] = useState(false);
@@ -142,40 +146,62 @@ function Shell({ app }: { app: AppT }) {
 
   return (
     <AppContext.Provider value={app}>
-      <div className={`layout${sessionId ? " has-session" : ""}`}>
-        <header className="topbar">
-          <a
-            href="/"
-            className="brand"
-            onClick={(e) => {
-              e.preventDefault();
-              navigate("/");
-            }}
-          >
-            agentd
-          </a>
-          <span className={`conn conn-${conn}`} role="status" data-testid="connection-state" data-state={conn}>
-            {conn === "connected" ? "live" : conn === "reconnecting" ? "reconnecting…" : conn === "connecting" ? "connecting…" : "offline"}
-          </span>
-        </header>
-        <SessionList selected={sessionId} onSelect={(id) => navigate(`/s/${encodeURIComponent(id)}`)} onNew={() => setDialog(true)} />
-        <main className="main">
+      <Body sessionId={sessionId} conn={conn} unavailable={unavailable} onNew={() => setDialog(true)} />
+      {dialog && (
+        <NewSessionDialog
+          onClose={() => setDialog(false)}
+          onCreated={(id) => {
+            setDialog(false);
+            navigate(`/s/${encodeURIComponent(id)}`);
+          }}
+        />
+      )}
+    </AppContext.Provider>
+  );
+}
+
+function Body({ sessionId, conn, unavailable, onNew }: { sessionId: string | null; conn: string; unavailable: ReadonlySet<string>; onNew: () => void }) {
+  const { sessions, error } = useSessions();
+  const summary = sessionId ? sessions.find((s) => s.sessionId === sessionId) : undefined;
+  return (
+    <div className={`layout${sessionId ? " has-session" : ""}`}>
+      <a className="skip-link" href={sessionId ? "#conversation" : "#main"} data-testid="skip-link">
+        Skip to {sessionId ? "the conversation" : "the main content"}
+      </a>
+      <header className="topbar">
+        <a
+          href="/"
+          className="brand"
+          onClick={(e) => {
+            e.preventDefault();
+            navigate("/");
+          }}
+        >
+          agentd
+        </a>
+        <span className={`conn conn-${conn}`} role="status" data-testid="connection-state" data-state={conn}>
+          {conn === "connected" ? "live" : conn === "reconnecting" ? "reconnecting…" : conn === "connecting" ? "connecting…" : "offline"}
+        </span>
+      </header>
+      <ErrorBoundary name="session list">
+        <SessionList
+          sessions={sessions}
+          error={error}
+          selected={sessionId}
+          unavailable={unavailable}
+          onSelect={(id) => navigate(id ? `/s/${encodeURIComponent(id)}` : "/")}
+          onNew={onNew}
+        />
+      </ErrorBoundary>
+      <main className="main" id="main" tabIndex={-1}>
+        <ErrorBoundary name="session" resetKey={sessionId}>
           {sessionId ? (
-            <SessionView key={sessionId} id={sessionId} onBack={() => navigate("/")} />
+            <SessionView key={sessionId} id={sessionId} summary={summary} onBack={() => navigate("/")} />
           ) : (
             <div className="center muted welcome">Select a session, or create one with “+ New”.</div>
           )}
-        </main>
-        {dialog && (
-          <NewSessionDialog
-            onClose={() => setDialog(false)}
-            onCreated={(id) => {
-              setDialog(false);
-              navigate(`/s/${encodeURIComponent(id)}`);
-            }}
-          />
-        )}
-      </div>
-    </AppContext.Provider>
+        </ErrorBoundary>
+      </main>
+    </div>
   );
 }

@@ -1,29 +1,38 @@
-import { useCallback, useEffect, useMemo, useRef, useState, useSyncExternalStore, lazy, Suspense } from "react";
+import { useCallback, useEffect, useMemo, useRef, useState, useSyncExternalStore, lazy, Suspense, type KeyboardEvent as ReactKeyboardEvent } from "react";
 import {
   AgentdError,
   Conversation,
   noticesOf,
   stateFromSnapshot,
+  type AnyBlock,
   type ConversationState,
   type PermissionRequestedPayload,
+  type QueuedMessage,
   type SessionState,
+  type SessionSummary,
+  type Usage,
 } from "@agentd/client";
-import { buildItems, ItemView, type Item } from "./blocks";
+import { buildItems, inputSummary, ItemView, mergeTurnErrors, SessionInfoContext, ToolInput, type Item, type SessionInfo } from "./blocks";
 import { frameScheduler, stats, useApp, useNow } from "./app-context";
 import { VirtualList } from "./VirtualList";
 import { Workspace } from "./Workspace";
+import { Changes } from "./Changes";
+import { ErrorBoundary } from "./ErrorBoundary";
+import { editsOf } from "./diff";
+import { stripAnsi } from "./lib/ansi";
 
 const TerminalTab = lazy(() => import("./Terminal"));
 
-type Tab = "conversation" | "workspace" | "terminal";
+type Tab = "conversation" | "changes" | "workspace" | "terminal";
+const TABS: readonly Tab[] = ["conversation", "changes", "workspace", "terminal"];
 
 interface Loaded {
   conv: Conversation;
   meta: SessionState;
 }
 
-/** A session: its live conversation, workspace and terminal. */
-export function SessionView({ id, onBack }: { id: string; onBack: () => void }) {
+/** A session: its live conversation, changes, workspace and terminal. */
+export function SessionView({ id, onBack, summary }: { id: string; onBack: () => void; summary?: SessionSummary | undefined }) {
   const { client, socket, unauthorized } = useApp();
   const [loaded, setLoaded] = useState<Loaded | null>(null);
   const [error, setError] = useState<string | null>(null);
@@ -86,6 +95,7 @@ export function SessionView({ id, onBack }: { id: string; onBack: () => void }) 
       key={id}
       id={id}
       loaded={loaded}
+      name={summary?.name ?? loaded.meta.name}
       tab={tab}
       setTab={(t) => {
         if (t === "terminal") setTerminalOpened(true);
@@ -98,9 +108,12 @@ export function SessionView({ id, onBack }: { id: string; onBack: () => void }) 
   );
 }
 
+const TAB_LABEL: Record<Tab, string> = { conversation: "Conversation", changes: "Changes", workspace: "Files", terminal: "Terminal" };
+
 function Live({
   id,
   loaded,
+  name,
   tab,
   setTab,
   terminalOpened,
@@ -109,92 +122,226 @@ function Live({
 }: {
   id: string;
   loaded: Loaded;
+  name: string;
   tab: Tab;
   setTab: (t: Tab) => void;
   terminalOpened: boolean;
   onBack: () => void;
   error: string | null;
 }) {
+  const { client } = useApp();
   const { conv, meta } = loaded;
   const state = useSyncExternalStore(
     useCallback((cb) => conv.subscribe(cb), [conv]),
     () => conv.state,
   );
   const running = !!state.activeQueryId || state.status === "running";
+  const tabRefs = useRef<Record<string, HTMLButtonElement | null>>({});
+  const composerRef = useRef<HTMLTextAreaElement>(null);
+  const [sendErr, setSendErr] = useState<string | null>(null);
+
+  const resend = useCallback(
+    (content: string) => {
+      setSendErr(null);
+      client.sendMessage(id, content).catch((e: unknown) => setSendErr(e instanceof Error ? e.message : String(e)));
+    },
+    [client, id],
+  );
+  const info = useMemo<SessionInfo>(() => ({ sessionId: id, workDir: state.runtime.workDir, resend }), [id, state.runtime.workDir, resend]);
+
+  const interrupt = useCallback(() => {
+    client.interrupt(id).catch((e: unknown) => {
+      if (!(e instanceof AgentdError && e.code === "NO_ACTIVE_TURN")) setSendErr(e instanceof Error ? e.message : String(e));
+    });
+  }, [client, id]);
+
+  // Esc interrupts the running turn, as in Claude Code (unless a dialog or
+  // menu has it).
+  useEffect(() => {
+    if (!running) return;
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key !== "Escape" || e.defaultPrevented) return;
+      if ((e.target as HTMLElement | null)?.closest?.("[role=dialog],[role=menu]")) return;
+      e.preventDefault();
+      interrupt();
+    };
+    window.addEventListener("keydown", onKey);
+    return () => window.removeEventListener("keydown", onKey);
+  }, [running, interrupt]);
+
+  const onTabKey = (e: ReactKeyboardEvent, t: Tab) => {
+    const i = TABS.indexOf(t);
+    let next: Tab | undefined;
+    if (e.key === "ArrowRight") next = TABS[(i + 1) % TABS.length];
+    else if (e.key === "ArrowLeft") next = TABS[(i + TABS.length - 1) % TABS.length];
+    else if (e.key === "Home") next = TABS[0];
+    else if (e.key === "End") next = TABS[TABS.length - 1];
+    if (!next) return;
+    e.preventDefault();
+    setTab(next);
+    tabRefs.current[next]?.focus();
+  };
+
   return (
-    <div className="session-view" data-testid="session-view" data-session-id={id}>
-      <header className="session-head">
-        <button type="button" className="back" onClick={onBack} aria-label="Back to sessions">
-          ←
-        </button>
-        <div className="session-title">
-          <div className="name">{meta.name || id.slice(0, 8)}</div>
-          <div className="muted small">
-            {meta.type} · <span data-testid="session-status" className={`status status-${state.status}`}>{state.status || "…"}</span>
-            {state.model ? ` · ${state.model}` : ""}
-          </div>
-        </div>
-        <Usage state={state} />
-      </header>
-      <nav className="tabs" role="tablist" aria-label="Session views">
-        {(["conversation", "workspace", "terminal"] as const).map((t) => (
-          <button
-            key={t}
-            type="button"
-            role="tab"
-            aria-selected={tab === t}
-            data-testid={`tab-${t}`}
-            className={tab === t ? "active" : ""}
-            onClick={() => setTab(t)}
-          >
-            {t === "conversation" ? "Conversation" : t === "workspace" ? state.workspaceFiles.length ? `Files (${state.workspaceFiles.length})` : "Files" : "Terminal"}
+    <SessionInfoContext.Provider value={info}>
+      <div className="session-view" data-testid="session-view" data-session-id={id}>
+        <header className="session-head">
+          <button type="button" className="back" onClick={onBack} aria-label="Back to sessions">
+            ←
           </button>
-        ))}
-      </nav>
-      {error && (
-        <div className="error-box" role="alert">
-          {error}
+          <div className="session-title">
+            <h1 className="name" title={name || id}>
+              {name || "Untitled session"}
+            </h1>
+            <div className="muted small">
+              {meta.type} · <span data-testid="session-status" className={`status status-${state.status}`}>{state.status || "…"}</span>
+              {state.model ? ` · ${state.model}` : ""}
+            </div>
+          </div>
+          <UsageView usage={state.usage} cost={state.costUSD} />
+        </header>
+        <div className="tabs" role="tablist" aria-label="Session views">
+          {TABS.map((t) => (
+            <button
+              key={t}
+              ref={(el) => {
+                tabRefs.current[t] = el;
+              }}
+              type="button"
+              role="tab"
+              id={`tab-${t}`}
+              aria-selected={tab === t}
+              aria-controls={`panel-${t}`}
+              tabIndex={tab === t ? 0 : -1}
+              data-testid={`tab-${t}`}
+              className={tab === t ? "active" : ""}
+              onClick={() => setTab(t)}
+              onKeyDown={(e) => onTabKey(e, t)}
+            >
+              {t === "workspace" && state.workspaceFiles.length ? `Files (${state.workspaceFiles.length})` : TAB_LABEL[t]}
+            </button>
+          ))}
         </div>
-      )}
-      {state.status === "error" && state.runtime.lastError && (
-        <div className="error-box small" role="alert" data-testid="session-error">
-          Session error: {state.runtime.lastError}
+        {error && (
+          <div className="error-box" role="alert">
+            {error}
+          </div>
+        )}
+        {state.status === "error" && state.runtime.lastError && (
+          <div className="error-box small" role="alert" data-testid="session-error">
+            Session error: {state.runtime.lastError}
+          </div>
+        )}
+        <div className="tab-body" hidden={tab !== "conversation"} role="tabpanel" id="panel-conversation" aria-labelledby="tab-conversation">
+          <ErrorBoundary name="conversation" resetKey={id}>
+            <ConversationPane state={state} />
+          </ErrorBoundary>
+          <ErrorBoundary name="permission request" resetKey={state.pendingPermissions}>
+            <Permissions sessionId={id} pending={state.pendingPermissions} onInterrupt={interrupt} composer={composerRef} />
+          </ErrorBoundary>
+          {running && <TurnProgress state={state} />}
+          <QueuedMessages sessionId={id} queue={state.queuedMessages} />
+          <Composer sessionId={id} running={running} onInterrupt={interrupt} inputRef={composerRef} externalError={sendErr} />
         </div>
-      )}
-      <div className="tab-body" hidden={tab !== "conversation"} role="tabpanel">
-        <ConversationPane state={state} />
-        <Permissions sessionId={id} pending={state.pendingPermissions} />
-        <Composer sessionId={id} running={running} />
+        {tab === "changes" && (
+          <div className="tab-body" role="tabpanel" id="panel-changes" aria-labelledby="tab-changes">
+            <ErrorBoundary name="changes view" resetKey={id}>
+              <Changes sessionId={id} turns={state.turns} running={running} blocks={state.blocks} />
+            </ErrorBoundary>
+          </div>
+        )}
+        {tab === "workspace" && (
+          <div className="tab-body" role="tabpanel" id="panel-workspace" aria-labelledby="tab-workspace">
+            <ErrorBoundary name="file browser" resetKey={id}>
+              <Workspace sessionId={id} files={state.workspaceFiles} />
+            </ErrorBoundary>
+          </div>
+        )}
+        {terminalOpened && (
+          <div className="tab-body" hidden={tab !== "terminal"} role="tabpanel" id="panel-terminal" aria-labelledby="tab-terminal">
+            <ErrorBoundary name="terminal" resetKey={id}>
+              <Suspense fallback={<div className="muted">Loading terminal…</div>}>
+                <TerminalTab sessionId={id} visible={tab === "terminal"} />
+              </Suspense>
+            </ErrorBoundary>
+          </div>
+        )}
       </div>
-      {tab === "workspace" && (
-        <div className="tab-body" role="tabpanel">
-          <Workspace sessionId={id} files={state.workspaceFiles} />
-        </div>
-      )}
-      {terminalOpened && (
-        <div className="tab-body" hidden={tab !== "terminal"} role="tabpanel">
-          <Suspense fallback={<div className="muted">Loading terminal…</div>}>
-            <TerminalTab sessionId={id} visible={tab === "terminal"} />
-          </Suspense>
-        </div>
-      )}
-    </div>
+    </SessionInfoContext.Provider>
   );
 }
 
-function Usage({ state }: { state: ConversationState }) {
-  const u = state.usage;
-  if (!u.inputTokens && !u.outputTokens && !state.costUSD) return null;
+function UsageView({ usage, cost }: { usage: Usage; cost: number }) {
+  if (!usage.inputTokens && !usage.outputTokens && !cost) return null;
   return (
     <div className="usage small" data-testid="usage" title="Tokens in / out, and cost">
-      <span>{fmtTokens(u.inputTokens)} in</span> · <span>{fmtTokens(u.outputTokens)} out</span>
-      {state.costUSD ? <span> · ${state.costUSD.toFixed(4)}</span> : null}
+      <span>{fmtTokens(usage.inputTokens)} in</span> · <span>{fmtTokens(usage.outputTokens)} out</span>
+      {cost ? <span> · ${cost.toFixed(4)}</span> : null}
     </div>
   );
 }
 
-function fmtTokens(n: number): string {
+export function fmtTokens(n: number): string {
   return n >= 10_000 ? `${(n / 1000).toFixed(1)}k` : String(n);
+}
+
+function fmtElapsed(ms: number): string {
+  const s = Math.max(0, Math.floor(ms / 1000));
+  return s < 60 ? `${s}s` : `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, "0")}s`;
+}
+
+/** The tool call running now: the last tool_use without a result. */
+export function runningTool(blocks: readonly AnyBlock[]): AnyBlock | undefined {
+  const done = new Set<string>();
+  for (let i = blocks.length - 1; i >= 0; i--) {
+    const b = blocks[i]!;
+    // A result still streaming (a command's output) is not the end of its call.
+    if (b.type === "tool_result" && b.toolUseId && b.status !== "pending") done.add(b.toolUseId);
+    if (b.type === "tool_use" && !done.has(b.toolUseId || b.id)) return b;
+    if (b.type === "user_message") return undefined;
+  }
+  return undefined;
+}
+
+/** While a turn runs: how long, what it is doing, what it has cost so far. */
+export function TurnProgress({ state }: { state: ConversationState }) {
+  const now = useNow(1000);
+  const info = useMemo(() => ({ sessionId: "", workDir: state.runtime.workDir }), [state.runtime.workDir]);
+  const turn = state.turns.length ? state.turns[state.turns.length - 1] : undefined;
+  const started = turn?.startedAt ? Date.parse(turn.startedAt) : NaN;
+  const tool = runningTool(state.blocks);
+  const u = turn?.usage;
+  const what = tool ? `${tool.displayName || tool.toolName || "tool"}${toolArg(tool, info)}` : state.status === "starting" ? "Starting the environment" : "Thinking";
+  return (
+    <div className="turn-progress small" data-testid="turn-running" role="status" aria-live="off">
+      <span className="spinner" aria-hidden="true" />
+      <span className="what" data-testid="turn-activity">
+        {what}…
+      </span>
+      {!Number.isNaN(started) && (
+        <span className="muted" data-testid="turn-elapsed">
+          {fmtElapsed(now - started)}
+        </span>
+      )}
+      {u && (u.inputTokens || u.outputTokens) ? (
+        <span className="muted" data-testid="turn-tokens" title="Tokens of this turn so far: in / out">
+          ↑{fmtTokens(u.inputTokens)} ↓{fmtTokens(u.outputTokens)}
+        </span>
+      ) : null}
+      {state.costUSD ? <span className="muted">${state.costUSD.toFixed(4)}</span> : null}
+      <span className="muted hint">Esc to stop</span>
+    </div>
+  );
+}
+
+function toolArg(b: AnyBlock, info: { sessionId: string; workDir?: string | undefined }): string {
+  const input = b.input;
+  if (input && typeof input === "object" && !Array.isArray(input)) {
+    const cmd = (input as Record<string, unknown>).command;
+    if (typeof cmd === "string") return `: ${cmd.split("\n")[0]!.slice(0, 80)}`;
+  }
+  const s = inputSummary(input, info);
+  return s ? `: ${s.slice(0, 80)}` : "";
 }
 
 const itemKey = (it: Item) => it.key;
@@ -205,95 +352,293 @@ function ConversationPane({ state }: { state: ConversationState }) {
   // Turn notices come from the reduced turns, which the snapshot carries: a
   // failed or interrupted turn keeps its notice across a reload, once.
   const notices = useMemo(() => noticesOf(state), [state.turns, state.errorNotices]);
+  const merged = useMemo(() => mergeTurnErrors(state.blocks, notices, state.turns), [state.blocks, notices, state.turns]);
   const items = useMemo(() => {
     const awaiting = new Set<string>();
     for (const p of state.pendingPermissions) if (p.toolUseId) awaiting.add(p.toolUseId);
-    return buildItems(state.blocks, notices, state.subagents, awaiting);
-  }, [state.blocks, notices, state.subagents, state.pendingPermissions]);
-  const running = !!state.activeQueryId;
+    return buildItems(state.blocks, merged.notices, state.subagents, awaiting, merged.hidden);
+  }, [state.blocks, merged, state.subagents, state.pendingPermissions]);
   return (
-    <VirtualList
-      className="conversation"
-      testId="conversation"
-      label="Conversation"
-      items={items}
-      itemKey={itemKey}
-      estimate={estimateItem}
-      renderItem={renderItem}
-      footer={
-        items.length === 0 ? (
-          <div className="empty muted">No messages yet. Send one below.</div>
-        ) : running ? (
-          <div className="working muted small" data-testid="turn-running">
-            Working…
-          </div>
-        ) : null
-      }
-    />
+    <>
+      <VirtualList
+        id="conversation"
+        className="conversation"
+        testId="conversation"
+        label="Conversation"
+        items={items}
+        itemKey={itemKey}
+        estimate={estimateItem}
+        renderItem={renderItem}
+        footer={items.length === 0 ? <div className="empty muted">No messages yet. Send one below.</div> : null}
+      />
+      <Announcer state={state} />
+    </>
   );
 }
 
-function Permissions({ sessionId, pending }: { sessionId: string; pending: readonly PermissionRequestedPayload[] }) {
+/**
+ * A polite live region: says when the agent answered, a turn ended or a
+ * permission is asked for. (The virtualized list itself is not live: its
+ * items mount and unmount as it scrolls.)
+ */
+function Announcer({ state }: { state: ConversationState }) {
+  const [msg, setMsg] = useState("");
+  const seen = useRef<{ blocks: number; turns: string; perms: number } | null>(null);
+  useEffect(() => {
+    const turnsKey = state.turns.map((t) => t.status).join(",");
+    const prev = seen.current;
+    seen.current = { blocks: state.blocks.length, turns: turnsKey, perms: state.pendingPermissions.length };
+    if (!prev) return; // nothing to announce for what was there on load
+    if (state.pendingPermissions.length > prev.perms) {
+      const p = state.pendingPermissions[state.pendingPermissions.length - 1]!;
+      setMsg(`Permission asked to run ${p.toolName}.`);
+      return;
+    }
+    if (turnsKey !== prev.turns) {
+      const t = state.turns[state.turns.length - 1];
+      if (t && t.status !== "running") {
+        const last = [...state.blocks].reverse().find((b) => b.type === "assistant_text" && b.content);
+        setMsg(
+          t.status === "failed"
+            ? `The turn failed: ${t.error ?? ""}`
+            : t.interrupted
+              ? "The turn was interrupted."
+              : `Agent: ${stripAnsi(last?.content ?? "done").slice(0, 300)}`,
+        );
+      }
+    }
+  }, [state.blocks.length, state.turns, state.pendingPermissions.length]);
+  return (
+    <div className="sr-only" aria-live="polite" aria-atomic="true" data-testid="announcer">
+      {msg}
+    </div>
+  );
+}
+
+function Permissions({
+  sessionId,
+  pending,
+  onInterrupt,
+  composer,
+}: {
+  sessionId: string;
+  pending: readonly PermissionRequestedPayload[];
+  onInterrupt: () => void;
+  composer: React.RefObject<HTMLTextAreaElement | null>;
+}) {
   if (pending.length === 0) return null;
   return (
     <div className="permissions" aria-label="Permission requests">
-      {pending.map((p) => (
-        <PermissionCard key={p.requestId} sessionId={sessionId} req={p} />
+      {pending.map((p, i) => (
+        <PermissionCard key={p.requestId} sessionId={sessionId} req={p} first={i === 0} onInterrupt={onInterrupt} composer={composer} />
       ))}
     </div>
   );
 }
 
-function PermissionCard({ sessionId, req }: { sessionId: string; req: PermissionRequestedPayload }) {
+const EDIT_TOOLS = /^(write|edit|multiedit|notebookedit|str_replace_based_edit_tool|apply_patch|patch|replace|write_file)$/i;
+
+function PermissionCard({
+  sessionId,
+  req,
+  first,
+  onInterrupt,
+  composer,
+}: {
+  sessionId: string;
+  req: PermissionRequestedPayload;
+  first: boolean;
+  onInterrupt: () => void;
+  composer: React.RefObject<HTMLTextAreaElement | null>;
+}) {
   const { client } = useApp();
   const now = useNow(1000);
   const [busy, setBusy] = useState(false);
   const [err, setErr] = useState<string | null>(null);
+  const [denying, setDenying] = useState(false);
+  const [reason, setReason] = useState("");
+  const card = useRef<HTMLDivElement>(null);
+  const reasonRef = useRef<HTMLInputElement>(null);
   const left = Math.max(0, Math.ceil((Date.parse(req.expiresAt) - now) / 1000));
-  const answer = async (behavior: "allow" | "deny") => {
+  const expired = left === 0;
+  const isEdit = EDIT_TOOLS.test(req.toolName) || !!editsOf(req.input);
+
+  // The request takes the focus (the first one, once), so its keys work at once.
+  useEffect(() => {
+    if (first) card.current?.focus();
+  }, [first]);
+  useEffect(() => {
+    if (denying) reasonRef.current?.focus();
+  }, [denying]);
+
+  const answer = async (behavior: "allow" | "deny", scope?: "session", message?: string) => {
     setBusy(true);
     setErr(null);
     try {
-      await client.answerPermission(sessionId, req.requestId, { behavior });
+      await client.answerPermission(sessionId, req.requestId, {
+        behavior,
+        ...(scope ? { scope } : {}),
+        ...(message ? { message } : {}),
+      });
+      composer.current?.focus();
     } catch (e) {
       setErr(e instanceof Error ? e.message : String(e));
       setBusy(false);
     }
   };
-  const input = req.input && typeof req.input === "object" && !Array.isArray(req.input) ? (req.input as Record<string, unknown>) : null;
-  const summary = typeof input?.command === "string" ? `$ ${input.command}` : JSON.stringify(req.input, null, 2);
+
+  const onKey = (e: ReactKeyboardEvent) => {
+    if (busy || expired) return;
+    if (denying) {
+      if (e.key === "Escape") {
+        e.preventDefault();
+        e.stopPropagation();
+        setDenying(false);
+        card.current?.focus();
+      }
+      return;
+    }
+    if (e.target !== card.current && (e.target as HTMLElement).tagName !== "BUTTON") return;
+    const k = e.key.toLowerCase();
+    if (k === "1" || k === "y" || (k === "enter" && e.target === card.current)) {
+      e.preventDefault();
+      void answer("allow");
+    } else if (k === "2" || k === "a") {
+      e.preventDefault();
+      void answer("allow", "session");
+    } else if (k === "3" || k === "n" || k === "d") {
+      e.preventDefault();
+      setDenying(true);
+    } else if (k === "escape") {
+      e.preventDefault();
+      e.stopPropagation();
+      onInterrupt();
+    }
+  };
+
   return (
-    <div className="permission" role="alertdialog" aria-label={`Permission for ${req.toolName}`} data-testid="permission-request" data-request-id={req.requestId}>
+    <div
+      ref={card}
+      className="permission"
+      role="group"
+      tabIndex={-1}
+      aria-label={`Permission for ${req.toolName}`}
+      aria-describedby={`perm-keys-${req.requestId}`}
+      data-testid="permission-request"
+      data-request-id={req.requestId}
+      onKeyDown={onKey}
+    >
       <div className="perm-head">
-        <strong>{req.toolName}</strong> wants to run
+        <strong>{req.toolName}</strong> {isEdit ? "wants to change a file" : "wants to run"}
         <span className="countdown" data-testid="permission-countdown" aria-live="polite">
           {Number.isNaN(left) ? "" : left > 0 ? `${Math.floor(left / 60)}:${String(left % 60).padStart(2, "0")} left` : "expired"}
         </span>
       </div>
-      <pre className="perm-input">{summary}</pre>
+      <div className="perm-input" data-testid="permission-input">
+        <ToolInput toolName={req.toolName} input={req.input} />
+      </div>
       {err && (
         <div className="error-box small" role="alert">
           {err}
         </div>
       )}
-      <div className="perm-actions">
-        <button type="button" className="primary" data-testid="permission-allow" disabled={busy || left === 0} onClick={() => void answer("allow")}>
-          Allow
-        </button>
-        <button type="button" data-testid="permission-deny" disabled={busy || left === 0} onClick={() => void answer("deny")}>
-          Deny
-        </button>
+      {denying ? (
+        <form
+          className="perm-deny"
+          onSubmit={(e) => {
+            e.preventDefault();
+            void answer("deny", undefined, reason.trim() || undefined);
+          }}
+        >
+          <label className="small">
+            Tell the agent what to do instead (optional)
+            <input ref={reasonRef} data-testid="permission-deny-message" value={reason} onChange={(e) => setReason(e.target.value)} placeholder="e.g. use the staging database" />
+          </label>
+          <div className="perm-actions">
+            <button type="submit" className="danger" data-testid="permission-deny-send" disabled={busy || expired}>
+              Deny
+            </button>
+            <button type="button" onClick={() => setDenying(false)}>
+              Back
+            </button>
+          </div>
+        </form>
+      ) : (
+        <div className="perm-actions">
+          <button type="button" className="primary" data-testid="permission-allow" disabled={busy || expired} onClick={() => void answer("allow")}>
+            Allow once <kbd>1</kbd>
+          </button>
+          <button type="button" data-testid="permission-allow-session" disabled={busy || expired} onClick={() => void answer("allow", "session")}>
+            Allow {req.toolName} for this session <kbd>2</kbd>
+          </button>
+          <button type="button" data-testid="permission-deny" disabled={busy || expired} onClick={() => setDenying(true)}>
+            Deny… <kbd>3</kbd>
+          </button>
+        </div>
+      )}
+      <div id={`perm-keys-${req.requestId}`} className="muted small perm-keys">
+        Keys: 1 or Enter allow once · 2 allow for this session · 3 deny with a message · Esc stop the turn
       </div>
     </div>
   );
 }
 
-function Composer({ sessionId, running }: { sessionId: string; running: boolean }) {
+function QueuedMessages({ sessionId, queue }: { sessionId: string; queue: readonly QueuedMessage[] }) {
+  const { client } = useApp();
+  const [err, setErr] = useState<string | null>(null);
+  if (queue.length === 0) return null;
+  return (
+    <div className="queued" aria-label="Queued messages" data-testid="queued-messages">
+      <div className="muted small">
+        {queue.length === 1 ? "1 message waits" : `${queue.length} messages wait`} for the running turn to end:
+      </div>
+      <ol>
+        {queue.map((m) => (
+          <li key={m.id} data-testid="queued-message" data-message-id={m.id}>
+            <span className="q-text">{m.content}</span>
+            <button
+              type="button"
+              className="linkish"
+              aria-label={`Cancel the queued message: ${m.content.slice(0, 60)}`}
+              data-testid="cancel-queued"
+              onClick={() => {
+                setErr(null);
+                client.cancelQueued(sessionId, m.id).catch((e: unknown) => {
+                  if (!(e instanceof AgentdError && e.code === "MESSAGE_NOT_FOUND")) setErr(e instanceof Error ? e.message : String(e));
+                });
+              }}
+            >
+              ✕
+            </button>
+          </li>
+        ))}
+      </ol>
+      {err && (
+        <div className="error-box small" role="alert">
+          {err}
+        </div>
+      )}
+    </div>
+  );
+}
+
+function Composer({
+  sessionId,
+  running,
+  onInterrupt,
+  inputRef,
+  externalError,
+}: {
+  sessionId: string;
+  running: boolean;
+  onInterrupt: () => void;
+  inputRef: React.RefObject<HTMLTextAreaElement | null>;
+  externalError: string | null;
+}) {
   const { client } = useApp();
   const [text, setText] = useState("");
   const [sending, setSending] = useState(false);
   const [err, setErr] = useState<string | null>(null);
-  const ref = useRef<HTMLTextAreaElement>(null);
   const send = async () => {
     const content = text.trim();
     if (!content || sending) return;
@@ -303,20 +648,13 @@ function Composer({ sessionId, running }: { sessionId: string; running: boolean 
       await client.sendMessage(sessionId, content);
       setText("");
     } catch (e) {
-      setErr(e instanceof AgentdError && e.code === "SESSION_BUSY" ? "A turn is still running; wait or interrupt it." : e instanceof Error ? e.message : String(e));
+      setErr(e instanceof Error ? e.message : String(e));
     } finally {
       setSending(false);
-      ref.current?.focus();
+      inputRef.current?.focus();
     }
   };
-  const interrupt = async () => {
-    setErr(null);
-    try {
-      await client.interrupt(sessionId);
-    } catch (e) {
-      setErr(e instanceof Error ? e.message : String(e));
-    }
-  };
+  const shown = err ?? externalError;
   return (
     <form
       className="composer"
@@ -325,17 +663,17 @@ function Composer({ sessionId, running }: { sessionId: string; running: boolean 
         void send();
       }}
     >
-      {err && (
+      {shown && (
         <div className="error-box small" role="alert">
-          {err}
+          {shown}
         </div>
       )}
       <div className="composer-row">
         <textarea
-          ref={ref}
+          ref={inputRef}
           data-testid="composer-input"
           aria-label="Message"
-          placeholder={running ? "A turn is running…" : "Message (Enter to send, Shift+Enter for a new line)"}
+          placeholder={running ? "Queue a message for when this turn ends (Enter)…" : "Message (Enter to send, Shift+Enter for a new line)"}
           value={text}
           rows={2}
           onChange={(e) => setText(e.target.value)}
@@ -347,12 +685,12 @@ function Composer({ sessionId, running }: { sessionId: string; running: boolean 
           }}
         />
         {running ? (
-          <button type="button" className="danger" data-testid="interrupt-button" onClick={() => void interrupt()}>
+          <button type="button" className="danger" data-testid="interrupt-button" onClick={onInterrupt} title="Stop the turn (Esc)">
             Stop
           </button>
         ) : null}
-        <button type="submit" className="primary" data-testid="send-button" disabled={sending || !text.trim() || running}>
-          Send
+        <button type="submit" className="primary" data-testid="send-button" disabled={sending || !text.trim()}>
+          {running ? "Queue" : "Send"}
         </button>
       </div>
     </form>

@@ -4,7 +4,17 @@
 // is there (a streaming conversation) and stays put when they scroll up.
 // Scrolling re-renders only when the mounted range changes, and an item
 // re-renders only when its own data object changes.
+//
+// While it follows the bottom, the mounted range is computed from the end
+// of the list (enough items to fill the viewport), never from scrollTop: the
+// scroll position it sets after each render must not feed back into the
+// range. (Deriving it from scrollTop there made a loop: the mounted items,
+// taller than their estimates, moved scrollHeight, the pin moved scrollTop,
+// the range changed and mounted other items, and so on until React gave up
+// with "maximum update depth exceeded", blanking the app.) Range updates made
+// during layout are also capped per frame, so no layout can loop.
 import { memo, useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState, type ReactNode } from "react";
+import { ErrorBoundary } from "./ErrorBoundary";
 
 export interface VirtualListProps<T> {
   items: readonly T[];
@@ -20,11 +30,14 @@ export interface VirtualListProps<T> {
   /** Rendered after the last item (inside the scroller). */
   footer?: ReactNode;
   label?: string;
+  id?: string;
 }
 
 const BOTTOM_SLACK = 48;
+/** Range updates allowed during layout in one frame before waiting for the next. */
+const LAYOUT_SYNCS_PER_FRAME = 4;
 
-export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan = 600, className, testId, footer, label }: VirtualListProps<T>) {
+export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan = 600, className, testId, footer, label, id }: VirtualListProps<T>) {
   const scroller = useRef<HTMLDivElement>(null);
   const heights = useRef(new Map<string, number>());
   const [, setVersion] = useState(0);
@@ -33,6 +46,9 @@ export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan 
   const [away, setAway] = useState(false);
   const pending = useRef(false);
   const offsetsRef = useRef<Float64Array>(new Float64Array(1));
+  const indexRef = useRef(new Map<string, number>());
+  const anchorDelta = useRef(0); // height change above the viewport, to keep the reader's place
+  const layoutSyncs = useRef(0);
 
   const bump = useCallback(() => {
     if (pending.current) return;
@@ -49,15 +65,24 @@ export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan 
         ? null
         : new ResizeObserver((entries) => {
             let changed = false;
+            const el = scroller.current;
+            const top = el?.scrollTop ?? 0;
             for (const e of entries) {
-              const el = e.target as HTMLElement;
-              const key = el.dataset.vkey;
+              const node = e.target as HTMLElement;
+              const key = node.dataset.vkey;
               if (!key) continue;
-              const h = Math.ceil(e.borderBoxSize?.[0]?.blockSize ?? el.offsetHeight);
+              const h = Math.ceil(e.borderBoxSize?.[0]?.blockSize ?? node.offsetHeight);
               // 0 means hidden (display: none on a parent), not an empty item:
               // keep the last real measurement.
               if (h === 0) continue;
-              if (heights.current.get(key) !== h) {
+              const old = heights.current.get(key);
+              if (old !== h) {
+                const i = indexRef.current.get(key);
+                // An item wholly above the viewport changed: the content the
+                // reader looks at moves by the difference unless we follow.
+                if (i !== undefined && !atBottom.current && offsetsRef.current[i + 1]! <= top) {
+                  anchorDelta.current += h - (old ?? offsetsRef.current[i + 1]! - offsetsRef.current[i]!);
+                }
                 heights.current.set(key, h);
                 changed = true;
               }
@@ -71,20 +96,30 @@ export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan 
   // Prefix sums of item heights: O(items) per render, cheap next to painting.
   const count = items.length;
   const offsets = new Float64Array(count + 1);
+  const index = new Map<string, number>();
   for (let i = 0; i < count; i++) {
     const it = items[i]!;
-    offsets[i + 1] = offsets[i]! + (heights.current.get(itemKey(it)) ?? (estimate ? estimate(it) : 64));
+    const k = itemKey(it);
+    index.set(k, i);
+    offsets[i + 1] = offsets[i]! + (heights.current.get(k) ?? (estimate ? estimate(it) : 64));
   }
   offsetsRef.current = offsets;
+  indexRef.current = index;
   const total = offsets[count]!;
 
-  // The mounted range for the current scroll position.
+  // The mounted range: the tail while following the bottom, else around
+  // the scroll position.
   const computeRange = useCallback(
     (el: HTMLDivElement): [number, number] => {
       const offs = offsetsRef.current;
       const n = offs.length - 1;
-      const top = el.scrollTop;
       const viewport = el.clientHeight || 800;
+      if (atBottom.current) {
+        let start = upperBound(offs, Math.max(0, offs[n]! - viewport - overscan)) - 1;
+        if (start < 0) start = 0;
+        return [start, n];
+      }
+      const top = el.scrollTop;
       let start = upperBound(offs, Math.max(0, top - overscan)) - 1;
       if (start < 0) start = 0;
       let end = upperBound(offs, top + viewport + overscan);
@@ -115,7 +150,8 @@ export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan 
     atBottom.current = true;
     setAway(false);
     el.scrollTop = el.scrollHeight;
-  }, []);
+    sync();
+  }, [sync]);
 
   useLayoutEffect(() => {
     const el = scroller.current;
@@ -130,12 +166,27 @@ export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan 
     return () => ro.disconnect();
   }, [sync]);
 
-  // After every render: stay pinned to the bottom if we were there, and make
-  // sure the mounted range matches the (possibly re-measured) layout.
+  // After every render: keep the reader's place (pinned to the bottom, or
+  // anchored where they scrolled to), and make sure the mounted range
+  // matches the (possibly re-measured) layout, a bounded number of times
+  // per frame.
   useLayoutEffect(() => {
     const el = scroller.current;
     if (!el) return;
-    if (atBottom.current && el.scrollHeight - el.scrollTop - el.clientHeight > 1) el.scrollTop = el.scrollHeight;
+    if (atBottom.current) {
+      if (el.scrollHeight - el.scrollTop - el.clientHeight > 1) el.scrollTop = el.scrollHeight;
+    } else if (anchorDelta.current !== 0) {
+      el.scrollTop += anchorDelta.current;
+    }
+    anchorDelta.current = 0;
+    if (layoutSyncs.current >= LAYOUT_SYNCS_PER_FRAME) return;
+    if (layoutSyncs.current++ === 0) {
+      requestAnimationFrame(() => {
+        const again = layoutSyncs.current > LAYOUT_SYNCS_PER_FRAME - 1;
+        layoutSyncs.current = 0;
+        if (again) sync(); // the cap cut a sequence short: finish it now
+      });
+    }
     sync();
   });
 
@@ -148,7 +199,7 @@ export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan 
   }
 
   return (
-    <div ref={scroller} className={className} data-testid={testId} onScroll={onScroll} role="log" aria-label={label} aria-live="off">
+    <div ref={scroller} id={id} className={className} data-testid={testId} onScroll={onScroll} role="log" aria-label={label} aria-live="off" tabIndex={0}>
       <div style={{ height: total, position: "relative" }}>
         <div style={{ position: "absolute", top: offsets[start], left: 0, right: 0 }}>{mounted}</div>
       </div>
@@ -173,7 +224,9 @@ const Measured = memo(
     }, [observer]);
     return (
       <div ref={ref} data-vkey={vkey} className="vitem">
-        {render(item)}
+        <ErrorBoundary name="message" inline resetKey={item}>
+          {render(item)}
+        </ErrorBoundary>
       </div>
     );
   },

@@ -1,6 +1,8 @@
-import { useEffect, useMemo, useRef, useState } from "react";
+import { useEffect, useMemo, useRef, useState, type KeyboardEvent as ReactKeyboardEvent } from "react";
 import type { FileEntry, WorkspaceFile } from "@agentd/client";
 import { useApp } from "./app-context";
+import { CodeView } from "./blocks";
+import { CopyButton } from "./markdown";
 
 interface TreeNode {
   name: string;
@@ -55,7 +57,10 @@ export function Workspace({ sessionId, files }: { sessionId: string; files: read
   const [listing, setListing] = useState<FileEntry[] | null>(null);
   const [listErr, setListErr] = useState<string | null>(null);
   const [selected, setSelected] = useState<string | null>(null);
+  const [focused, setFocused] = useState<string | null>(null);
+  const [open, setOpen] = useState<ReadonlySet<string>>(new Set());
   const timer = useRef<ReturnType<typeof setTimeout> | null>(null);
+  const treeRef = useRef<HTMLDivElement>(null);
 
   useEffect(() => {
     if (timer.current) clearTimeout(timer.current);
@@ -79,48 +84,116 @@ export function Workspace({ sessionId, files }: { sessionId: string; files: read
     return buildTree([...(listing ?? []), ...files.map((f) => ({ path: f.path, size: f.size }))]);
   }, [listing, files]);
 
+  // Top-level folders start open.
+  const isOpen = (n: TreeNode, depth: number) => (open.has(n.path) ? true : open.has("!" + n.path) ? false : depth < 1);
+  const toggle = (n: TreeNode, depth: number, to?: boolean) =>
+    setOpen((cur) => {
+      const next = new Set(cur);
+      next.delete(n.path);
+      next.delete("!" + n.path);
+      const want = to ?? !isOpen(n, depth);
+      next.add(want ? n.path : "!" + n.path);
+      return next;
+    });
+
+  // The visible rows in order, for the arrow keys.
+  const rows: { node: TreeNode; depth: number; parent: string | null }[] = [];
+  const walk = (ns: TreeNode[], depth: number, parent: string | null) => {
+    for (const n of ns) {
+      rows.push({ node: n, depth, parent });
+      if (n.isDir && isOpen(n, depth)) walk(n.children, depth + 1, n.path);
+    }
+  };
+  walk(tree, 0, null);
+  const current = focused && rows.some((r) => r.node.path === focused) ? focused : rows[0]?.node.path ?? null;
+
+  const focusRow = (path: string | null) => {
+    if (!path) return;
+    setFocused(path);
+    requestAnimationFrame(() => treeRef.current?.querySelector<HTMLElement>(`[data-row-path="${CSS.escape(path)}"]`)?.focus());
+  };
+
+  const onKey = (e: ReactKeyboardEvent<HTMLDivElement>) => {
+    const i = rows.findIndex((r) => r.node.path === current);
+    if (i < 0) return;
+    const r = rows[i]!;
+    switch (e.key) {
+      case "ArrowDown":
+        focusRow(rows[Math.min(rows.length - 1, i + 1)]!.node.path);
+        break;
+      case "ArrowUp":
+        focusRow(rows[Math.max(0, i - 1)]!.node.path);
+        break;
+      case "Home":
+        focusRow(rows[0]!.node.path);
+        break;
+      case "End":
+        focusRow(rows[rows.length - 1]!.node.path);
+        break;
+      case "ArrowRight":
+        if (r.node.isDir && !isOpen(r.node, r.depth)) toggle(r.node, r.depth, true);
+        else if (r.node.isDir && r.node.children[0]) focusRow(r.node.children[0].path);
+        break;
+      case "ArrowLeft":
+        if (r.node.isDir && isOpen(r.node, r.depth)) toggle(r.node, r.depth, false);
+        else if (r.parent) focusRow(r.parent);
+        break;
+      case "Enter":
+      case " ":
+        if (r.node.isDir) toggle(r.node, r.depth);
+        else setSelected(r.node.path);
+        break;
+      default:
+        return;
+    }
+    e.preventDefault();
+  };
+
+  const renderNodes = (ns: TreeNode[], depth: number) =>
+    ns.map((n) => {
+      const expanded = n.isDir ? isOpen(n, depth) : undefined;
+      return (
+        <div key={n.path} role="none">
+          <div
+            role="treeitem"
+            aria-level={depth + 1}
+            aria-expanded={expanded}
+            aria-selected={!n.isDir && selected === n.path}
+            tabIndex={current === n.path ? 0 : -1}
+            className={`tree-row ${n.isDir ? "dir" : "file"}${selected === n.path ? " selected" : ""}`}
+            style={{ paddingLeft: 8 + depth * 14 + (n.isDir ? 0 : 12) }}
+            data-testid={n.isDir ? "file-dir" : "file-item"}
+            data-path={n.path}
+            data-row-path={n.path}
+            onFocus={() => setFocused(n.path)}
+            onClick={() => {
+              setFocused(n.path);
+              if (n.isDir) toggle(n, depth);
+              else setSelected(n.path);
+            }}
+          >
+            {n.isDir ? `${expanded ? "▾" : "▸"} ${n.name}/` : n.name}
+            {!n.isDir && n.size !== undefined && <span className="muted small"> {fmtSize(n.size)}</span>}
+          </div>
+          {n.isDir && expanded && <div role="group">{renderNodes(n.children, depth + 1)}</div>}
+        </div>
+      );
+    });
+
   return (
     <div className="workspace">
-      <div className="file-tree" data-testid="file-tree" role="tree" aria-label="Workspace files">
-        {listErr && <div className="error-box small">{listErr}</div>}
-        {tree.length === 0 ? <div className="muted small">No files yet.</div> : tree.map((n) => <TreeItem key={n.path} node={n} selected={selected} onSelect={setSelected} depth={0} />)}
+      <div className="file-pane">
+        <div className="file-pane-bar small">
+          <a className="button-link" href={client.archiveUrl(sessionId, "zip")} download data-testid="download-workspace">
+            Download all (.zip)
+          </a>
+        </div>
+        <div ref={treeRef} className="file-tree" data-testid="file-tree" role="tree" aria-label="Workspace files" onKeyDown={onKey}>
+          {listErr && <div className="error-box small">{listErr}</div>}
+          {tree.length === 0 ? <div className="muted small pad">No files yet.</div> : renderNodes(tree, 0)}
+        </div>
       </div>
       <FileViewer sessionId={sessionId} path={selected} version={files.find((f) => f.path === selected)?.sha256 ?? String(files.length)} />
-    </div>
-  );
-}
-
-function TreeItem({ node, selected, onSelect, depth }: { node: TreeNode; selected: string | null; onSelect: (p: string) => void; depth: number }) {
-  const [open, setOpen] = useState(depth < 1);
-  if (node.isDir) {
-    return (
-      <div role="treeitem" aria-expanded={open} aria-selected={false}>
-        <button type="button" className="tree-row dir" style={{ paddingLeft: 8 + depth * 14 }} onClick={() => setOpen(!open)} data-testid="file-dir" data-path={node.path}>
-          {open ? "▾" : "▸"} {node.name}/
-        </button>
-        {open && (
-          <div role="group">
-            {node.children.map((c) => (
-              <TreeItem key={c.path} node={c} selected={selected} onSelect={onSelect} depth={depth + 1} />
-            ))}
-          </div>
-        )}
-      </div>
-    );
-  }
-  return (
-    <div role="treeitem" aria-selected={selected === node.path}>
-      <button
-        type="button"
-        className={`tree-row file${selected === node.path ? " selected" : ""}`}
-        style={{ paddingLeft: 8 + depth * 14 + 12 }}
-        onClick={() => onSelect(node.path)}
-        data-testid="file-item"
-        data-path={node.path}
-      >
-        {node.name}
-        {node.size !== undefined && <span className="muted small"> {fmtSize(node.size)}</span>}
-      </button>
     </div>
   );
 }
@@ -129,7 +202,7 @@ const VIEW_CAP = 1 << 20;
 
 function FileViewer({ sessionId, path, version }: { sessionId: string; path: string | null; version: string }) {
   const { client } = useApp();
-  const [content, setContent] = useState<{ text: string; note?: string } | null>(null);
+  const [content, setContent] = useState<{ text: string; note?: string; binary?: boolean } | null>(null);
   const [err, setErr] = useState<string | null>(null);
   useEffect(() => {
     if (!path) return;
@@ -142,7 +215,7 @@ function FileViewer({ sessionId, path, version }: { sessionId: string; path: str
         if (cancelled) return;
         const head = buf.subarray(0, Math.min(buf.length, 8000));
         if (head.includes(0)) {
-          setContent({ text: "", note: `Binary file, ${fmtSize(buf.length)}.` });
+          setContent({ text: "", note: `Binary file, ${fmtSize(buf.length)}.`, binary: true });
           return;
         }
         const cut = buf.length > VIEW_CAP;
@@ -159,9 +232,20 @@ function FileViewer({ sessionId, path, version }: { sessionId: string; path: str
     };
   }, [client, sessionId, path, version]);
   if (!path) return <div className="file-viewer muted">Select a file to view it.</div>;
+  const download = async () => {
+    const res = await client.readFile(sessionId, path);
+    downloadBlob(await res.blob(), path.split("/").pop() || "file");
+  };
   return (
     <div className="file-viewer" data-testid="file-viewer" data-path={path}>
-      <div className="viewer-head">{path}</div>
+      <div className="viewer-head">
+        <span>{path}</span>
+        <span className="spacer" />
+        {content && !content.binary && <CopyButton text={content.text} label="Copy file" />}
+        <button type="button" className="linkish" data-testid="download-file" onClick={() => void download()}>
+          Download
+        </button>
+      </div>
       {err ? (
         <div className="error-box" role="alert">
           {err}
@@ -169,14 +253,26 @@ function FileViewer({ sessionId, path, version }: { sessionId: string; path: str
       ) : (
         <>
           {content?.note && <div className="muted small">{content.note}</div>}
-          <pre className="file-content">{content?.text}</pre>
+          {content && !content.binary && <CodeView text={content.text} path={path} testId="file-content" />}
         </>
       )}
     </div>
   );
 }
 
-function fmtSize(n: number): string {
+/** Saves a blob under a file name (the browser's download). */
+export function downloadBlob(blob: Blob, name: string): void {
+  const url = URL.createObjectURL(blob);
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = name;
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+export function fmtSize(n: number): string {
   if (n < 1024) return `${n} B`;
   if (n < 1 << 20) return `${(n / 1024).toFixed(1)} KB`;
   return `${(n / (1 << 20)).toFixed(1)} MB`;

@@ -54,6 +54,8 @@ export interface FileEdit {
   path?: string;
   oldText: string;
   newText: string;
+  /** Both texts are whole files (their line numbers are the file's). */
+  whole?: boolean;
 }
 
 function str(v: unknown): string | undefined {

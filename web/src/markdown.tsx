@@ -1,10 +1,12 @@
 // A small, safe Markdown renderer for assistant text. It builds React
 // elements only (never HTML strings), so nothing in the model's output can
-// inject markup or script. Supports: ATX headings, paragraphs, fenced code,
-// block quotes, ordered and unordered lists, horizontal rules, tables (as
-// preformatted text), inline code, bold, italic, strikethrough, and links
-// whose scheme is http, https or mailto.
-import { Fragment, memo, type ReactNode } from "react";
+// inject markup or script. Supports: ATX headings, paragraphs, fenced code
+// (syntax-highlighted, with a copy button), block quotes, ordered and
+// unordered lists, horizontal rules, GitHub tables (with alignment), inline
+// code, bold, italic, strikethrough, and links whose scheme is http, https
+// or mailto.
+import { Fragment, memo, useState, type ReactNode } from "react";
+import { highlight, useHighlighter } from "./lib/highlight";
 
 type BlockNode =
   | { kind: "heading"; level: number; text: string }
@@ -12,7 +14,46 @@ type BlockNode =
   | { kind: "code"; lang: string; text: string }
   | { kind: "quote"; children: BlockNode[] }
   | { kind: "list"; ordered: boolean; start: number; items: BlockNode[][] }
+  | { kind: "table"; align: Align[]; head: string[]; rows: string[][] }
   | { kind: "hr" };
+
+type Align = "left" | "center" | "right" | undefined;
+
+const TABLE_SEP = /^ {0,3}\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
+
+/** The cells of a table row ("| a | b |" or "a | b"); escaped pipes stay. */
+export function tableCells(line: string): string[] {
+  let l = line.trim();
+  if (l.startsWith("|")) l = l.slice(1);
+  if (l.endsWith("|") && !l.endsWith("\\|")) l = l.slice(0, -1);
+  const cells: string[] = [];
+  let cur = "";
+  let code = false;
+  for (let i = 0; i < l.length; i++) {
+    const ch = l[i]!;
+    if (ch === "\\" && l[i + 1] === "|") {
+      cur += "|";
+      i++;
+      continue;
+    }
+    if (ch === "`") code = !code;
+    if (ch === "|" && !code) {
+      cells.push(cur.trim());
+      cur = "";
+      continue;
+    }
+    cur += ch;
+  }
+  cells.push(cur.trim());
+  return cells;
+}
+
+function isTableStart(lines: string[], i: number): boolean {
+  const head = lines[i]!;
+  const sep = lines[i + 1];
+  if (sep === undefined || !head.includes("|") || !TABLE_SEP.test(sep) || !sep.includes("-")) return false;
+  return tableCells(head).length === tableCells(sep).length;
+}
 
 const FENCE = /^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)/;
 const HEADING = /^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
@@ -40,6 +81,20 @@ export function parseBlocks(src: string, depth = 0): BlockNode[] {
       while (i < lines.length && !lines[i]!.trimStart().startsWith(marker)) body.push(lines[i++]!);
       i++; // closing fence (or end of text while streaming)
       out.push({ kind: "code", lang: fence[2] ?? "", text: body.join("\n") });
+      continue;
+    }
+    if (isTableStart(lines, i)) {
+      const head = tableCells(line);
+      const align: Align[] = tableCells(lines[i + 1]!).map((c) =>
+        c.startsWith(":") && c.endsWith(":") ? "center" : c.endsWith(":") ? "right" : c.startsWith(":") ? "left" : undefined,
+      );
+      i += 2;
+      const rows: string[][] = [];
+      while (i < lines.length && lines[i]!.trim() !== "" && lines[i]!.includes("|")) {
+        const cells = tableCells(lines[i++]!);
+        rows.push(head.map((_, j) => cells[j] ?? ""));
+      }
+      out.push({ kind: "table", align, head, rows });
       continue;
     }
     const h = HEADING.exec(line);
@@ -98,7 +153,7 @@ export function parseBlocks(src: string, depth = 0): BlockNode[] {
       if (l.trim() === "") break;
       // The first line always belongs to the paragraph (it matched nothing
       // above, or nesting is too deep), so the loop always makes progress.
-      if (para.length > 0 && (FENCE.test(l) || HEADING.test(l) || HR.test(l) || QUOTE.test(l) || BULLET.test(l) || ORDERED.test(l))) break;
+      if (para.length > 0 && (FENCE.test(l) || HEADING.test(l) || HR.test(l) || QUOTE.test(l) || BULLET.test(l) || ORDERED.test(l) || isTableStart(lines, i))) break;
       para.push(l);
       i++;
     }
@@ -175,10 +230,33 @@ function renderBlocks(nodes: BlockNode[]): ReactNode[] {
       case "para":
         return <p key={i}>{renderInline(n.text)}</p>;
       case "code":
+        return <CodeBlock key={i} lang={n.lang} text={n.text} />;
+      case "table":
         return (
-          <pre key={i} className="md-code" data-lang={n.lang || undefined}>
-            <code>{n.text}</code>
-          </pre>
+          <div key={i} className="md-table-wrap" tabIndex={0} role="region" aria-label="Table">
+            <table className="md-table">
+              <thead>
+                <tr>
+                  {n.head.map((c, j) => (
+                    <th key={j} style={n.align[j] ? { textAlign: n.align[j] } : undefined}>
+                      {renderInline(c)}
+                    </th>
+                  ))}
+                </tr>
+              </thead>
+              <tbody>
+                {n.rows.map((r, k) => (
+                  <tr key={k}>
+                    {r.map((c, j) => (
+                      <td key={j} style={n.align[j] ? { textAlign: n.align[j] } : undefined}>
+                        {renderInline(c)}
+                      </td>
+                    ))}
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
         );
       case "quote":
         return <blockquote key={i}>{renderBlocks(n.children)}</blockquote>;
@@ -202,6 +280,65 @@ function renderBlocks(nodes: BlockNode[]): ReactNode[] {
 function renderListItem(nodes: BlockNode[]): ReactNode {
   if (nodes.length === 1 && nodes[0]!.kind === "para") return renderInline(nodes[0]!.text);
   return renderBlocks(nodes);
+}
+
+/** Copies text to the clipboard (with a fallback where the Clipboard API is missing). */
+export async function copyText(text: string): Promise<void> {
+  if (navigator.clipboard?.writeText) {
+    try {
+      await navigator.clipboard.writeText(text);
+      return;
+    } catch {
+      // not allowed here: fall back
+    }
+  }
+  const ta = document.createElement("textarea");
+  ta.value = text;
+  ta.setAttribute("readonly", "");
+  ta.style.position = "fixed";
+  ta.style.opacity = "0";
+  document.body.appendChild(ta);
+  ta.select();
+  document.execCommand("copy");
+  ta.remove();
+}
+
+export function CopyButton({ text, label = "Copy" }: { text: string; label?: string }) {
+  const [done, setDone] = useState(false);
+  return (
+    // The label is drawn by CSS (::before), so it never joins the text of
+    // the message or code it sits beside (selection, innerText).
+    <button
+      type="button"
+      className="copy-btn"
+      data-testid="copy-button"
+      data-copied={done || undefined}
+      aria-label={done ? "Copied" : label}
+      title={label}
+      onClick={() => {
+        void copyText(text).then(() => {
+          setDone(true);
+          setTimeout(() => setDone(false), 1500);
+        });
+      }}
+    />
+  );
+}
+
+function CodeBlock({ lang, text }: { lang: string; text: string }) {
+  const hl = useHighlighter();
+  const coloured = highlight(hl, text, lang);
+  return (
+    <div className="md-code-wrap">
+      <div className="md-code-bar">
+        <span className="muted small">{lang || "text"}</span>
+        <CopyButton text={text} label="Copy code" />
+      </div>
+      <pre className="md-code hljs" data-lang={lang || undefined}>
+        <code>{coloured ?? text}</code>
+      </pre>
+    </div>
+  );
 }
 
 export const Markdown = memo(function Markdown({ text }: { text: string }) {

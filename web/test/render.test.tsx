@@ -18,7 +18,8 @@ describe("markdown", () => {
     expect(html).toContain('<a href="https://x.test/a" target="_blank" rel="noopener noreferrer nofollow">a link</a>');
     expect(html).toContain("<ul><li>one</li><li>two</li></ul>");
     expect(html).toContain('<ol start="1"><li>first</li><li>second</li></ol>');
-    expect(html).toContain('<pre class="md-code" data-lang="go"><code>fmt.Println(1)</code></pre>');
+    expect(html).toContain('<pre class="md-code hljs" data-lang="go"><code>fmt.Println(1)</code></pre>');
+    expect(html).toContain('aria-label="Copy code"');
     expect(html).toContain("<blockquote><p>quoted</p></blockquote>");
   });
 
@@ -101,7 +102,7 @@ describe("items", () => {
     expect(items.map((i) => i.key)).toEqual(["u", "e", "notice-turn-0", "u2", "notice-turn-1"]);
     const failed = renderToStaticMarkup(<ItemView item={items[2]!} />);
     expect(failed).toContain('data-testid="notice-turn_failed"');
-    expect(failed).toContain("Turn failed</strong>: API Error: 400");
+    expect(failed).toContain("Model error</strong>: API Error: 400");
     expect(failed).toContain("(MODEL_ERROR)");
     const interrupted = renderToStaticMarkup(<ItemView item={items[4]!} />);
     expect(interrupted).toContain('data-testid="notice-turn_interrupted"');
@@ -193,5 +194,113 @@ describe("session list", () => {
     expect(mergeList(fetched, cur, new Set(["new", "gone"])).map((x) => x.sessionId)).toEqual(["new", "stale", "old"]);
     // A session the listing lacks and no frame touched is gone (deleted while disconnected).
     expect(mergeList([s("old", "2026-01-01T00:00:00Z")], cur, new Set()).map((x) => x.sessionId)).toEqual(["old"]);
+  });
+});
+
+describe("tables", () => {
+  it("renders GitHub tables with alignment and inline markup", () => {
+    const html = md("| Name | Size | Notes |\n|:-----|-----:|:---:|\n| `a.go` | 12 | **new** |\n| b \\| c | 3 |\n\nafter");
+    expect(html).toContain('<table class="md-table">');
+    expect(html).toContain('<th style="text-align:left">Name</th><th style="text-align:right">Size</th><th style="text-align:center">Notes</th>');
+    expect(html).toContain('<td style="text-align:left"><code>a.go</code></td><td style="text-align:right">12</td><td style="text-align:center"><strong>new</strong></td>');
+    expect(html).toContain('<td style="text-align:left">b | c</td><td style="text-align:right">3</td><td style="text-align:center"></td>');
+    expect(html).toContain("<p>after</p>");
+    // A pipe in a paragraph is not a table.
+    expect(md("a | b\nnot a separator")).not.toContain("<table");
+  });
+});
+
+describe("ANSI", () => {
+  it("renders colours as spans and strips them for plain text", async () => {
+    const { ansiNodes, stripAnsi } = await import("../src/lib/ansi");
+    const html = renderToStaticMarkup(<>{ansiNodes("\x1b[31mred\x1b[0m plain \x1b[1;32mbold\x1b[0m \x1b[38;5;208mx\x1b[0m\x1b[2K")}</>);
+    expect(html).toContain('<span class="ansi-red-fg">red</span>');
+    expect(html).toContain(" plain ");
+    expect(html).toContain('<span class="ansi-green-fg ansi-bold">bold</span>');
+    expect(html).toContain('style="color:rgb(255, 135, 0)"');
+    expect(html).not.toContain("\x1b");
+    expect(stripAnsi("\x1b[31mred\x1b[0m \x1b]0;title\x07ok")).toBe("red ok");
+    expect(ansiNodes("no escapes")).toBe("no escapes");
+  });
+});
+
+describe("sessions", () => {
+  it("gives sessions created together unique short ids", async () => {
+    const { shortIds } = await import("../src/SessionList");
+    const ids = ["01a213f9-8132-7db0-9e2b-22f4ca08a90e", "01a213f9-8132-7db0-9e2b-22f4ca18a90e", "01a213f9-9151-72e0-91f2-964c9ff024a8"];
+    const m = shortIds(ids);
+    expect(new Set(m.values()).size).toBe(3);
+    expect(m.get(ids[2]!)).toBe("9ff024a8".slice(-6));
+    for (const id of ids) expect(id.replace(/-/g, "").endsWith(m.get(id)!)).toBe(true);
+  });
+
+  it("tells a paused session from one that ended", async () => {
+    const { statusLabel } = await import("../src/SessionList");
+    expect(statusLabel("terminated", true).label).toBe("paused");
+    expect(statusLabel("terminated", false).label).toBe("ended");
+    expect(statusLabel("running", true).label).toBe("working");
+  });
+});
+
+describe("errors of a failed turn", () => {
+  it("shows one error per failed turn, with the turn's code and its message to retry", async () => {
+    const { mergeTurnErrors } = await import("../src/blocks");
+    const blocks: AnyBlock[] = [
+      { id: "q1-user", type: "user_message", content: "BREAK-DEMO now" },
+      { id: "m-0", type: "error", message: "API Error: 400 refused", code: "unknown" },
+    ];
+    const turns = [{ queryId: "q1", status: "failed" as const, error: "API Error: 400 refused", code: "MODEL_ERROR", afterBlock: 2 }];
+    const notices: Notice[] = [
+      { key: "error-0", kind: "error", message: "API Error: 400 refused", code: "MODEL_ERROR", afterBlock: 2 },
+      { key: "turn-0", kind: "turn_failed", message: "API Error: 400 refused", code: "MODEL_ERROR", queryId: "q1", afterBlock: 2 },
+    ];
+    const m = mergeTurnErrors(blocks, notices, turns);
+    expect([...m.hidden]).toEqual(["m-0"]);
+    expect(m.notices).toHaveLength(1);
+    expect(m.notices[0]).toMatchObject({ kind: "turn_failed", code: "MODEL_ERROR", retry: "BREAK-DEMO now" });
+    const items = buildItems(blocks, m.notices, [], new Set(), m.hidden);
+    expect(items.map((i) => i.kind)).toEqual(["block", "notice"]);
+    // An error the failure does not repeat stays.
+    const other = mergeTurnErrors([...blocks, { id: "x", type: "error", message: "disk full" }], notices, [{ ...turns[0]!, afterBlock: 3 }]);
+    expect(other.hidden.has("x")).toBe(false);
+  });
+
+  it("paths relative to the workspace, and the running tool", async () => {
+    const { relPath } = await import("../src/blocks");
+    const { runningTool } = await import("../src/SessionView");
+    expect(relPath("/data/workspaces/s1/src/a.go", { sessionId: "s1" })).toBe("src/a.go");
+    expect(relPath("/w/x.txt", { sessionId: "s1", workDir: "/w" })).toBe("x.txt");
+    expect(relPath("/etc/passwd", { sessionId: "s1", workDir: "/w" })).toBe("/etc/passwd");
+    const bl: AnyBlock[] = [
+      { id: "u", type: "user_message", content: "go" },
+      { id: "t1", type: "tool_use", toolUseId: "t1", toolName: "Bash" },
+      { id: "t1-result", type: "tool_result", toolUseId: "t1" },
+      { id: "t2", type: "tool_use", toolUseId: "t2", toolName: "Edit" },
+    ];
+    expect(runningTool(bl)?.id).toBe("t2");
+    expect(runningTool(bl.slice(0, 3))).toBeUndefined();
+    // A command whose output still streams is running.
+    expect(runningTool([...bl.slice(0, 2), { id: "t1-result", type: "tool_result", toolUseId: "t1", status: "pending" }])?.id).toBe("t1");
+  });
+});
+
+describe("turn progress", () => {
+  it("shows the running tool, the elapsed time and the turn's tokens", async () => {
+    const { TurnProgress } = await import("../src/SessionView");
+    const st = stateFromSnapshot({
+      status: "running",
+      activeQueryId: "q1",
+      blocks: [
+        { id: "q1-user", type: "user_message", content: "go" },
+        { id: "t1", type: "tool_use", toolUseId: "t1", toolName: "Bash", input: { command: "npm test\nmore" } },
+      ],
+      turns: [{ queryId: "q1", status: "running", startedAt: new Date(Date.now() - 83_000).toISOString(), usage: { inputTokens: 12_345, outputTokens: 67 } }],
+      costUSD: 0.0123,
+    });
+    const html = renderToStaticMarkup(<TurnProgress state={st} />);
+    expect(html).toContain('data-testid="turn-activity">Bash: npm test…');
+    expect(html).toMatch(/data-testid="turn-elapsed">1m 2[2-4]s/);
+    expect(html).toContain("↑12.3k ↓67");
+    expect(html).toContain("$0.0123");
   });
 });

@@ -17,9 +17,15 @@
 //   - permission:requested adds (in request order), permission:resolved
 //     removes; file:created|modified upsert, file:deleted removes; the file
 //     list is sorted by path.
-//   - query:started appends a running turn; query:completed|failed replaces
-//     the outcome of the latest turn with its queryId (none: nothing is
-//     recorded) and notes the main conversation's block count (afterBlock).
+//   - query:started appends a running turn (startedAt: its timestamp);
+//     query:completed|failed replaces the outcome of the latest turn with its
+//     queryId (none: nothing is recorded), keeping startedAt and usage, and
+//     notes the main conversation's block count (afterBlock).
+//   - metadata:update usage also adds to the usage of the active turn.
+//   - message:queued appends to queuedMessages (or replaces the entry with
+//     its id); message:dequeued and message:cancelled remove it.
+//   - permission:resolved with scope "session", behavior allow and a
+//     toolName adds a permission rule for the tool (once).
 //
 // The state is immutable: applyEvent returns a new state sharing everything
 // that did not change, so UI frameworks can compare blocks by identity.
@@ -30,6 +36,8 @@ import {
   type AnyBlock,
   type Json,
   type PermissionRequestedPayload,
+  type PermissionRule,
+  type QueuedMessage,
   type ReducedState,
   type Runtime,
   type Subagent,
@@ -127,6 +135,8 @@ export function initialState(): ConversationState {
     pendingPermissions: [],
     workspaceFiles: [],
     turns: [],
+    queuedMessages: [],
+    permissionRules: [],
     lastSeq: 0,
     errorNotices: [],
   };
@@ -151,6 +161,8 @@ export function stateFromSnapshot(s: Partial<ReducedState> & { lastSeq?: number 
     workspaceFiles: s.workspaceFiles ?? [],
     ...(s.activeQueryId ? { activeQueryId: s.activeQueryId } : {}),
     turns: s.turns ?? [],
+    queuedMessages: s.queuedMessages ?? [],
+    permissionRules: s.permissionRules ?? [],
     lastSeq: s.lastSeq ?? 0,
   };
 }
@@ -332,6 +344,8 @@ class Draft {
   private files: Map<string, WorkspaceFile> | null = null;
   private notices: Notice[] | null = null;
   private turns: Turn[] | null = null;
+  private queue: QueuedMessage[] | null = null;
+  private rules: PermissionRule[] | null = null;
 
   constructor(state: ConversationState) {
     this.st = { ...state };
@@ -412,6 +426,13 @@ class Draft {
           if (cr) next.cacheReadInputTokens = cr;
           if (cc) next.cacheCreationInputTokens = cc;
           this.st.usage = next;
+          const q = this.st.activeQueryId;
+          if (q) {
+            const turns = this.writableTurns();
+            let at = turns.length - 1;
+            while (at >= 0 && turns[at]!.queryId !== q) at--;
+            if (at >= 0) turns[at] = { ...turns[at]!, usage: addUsage(turns[at]!.usage ?? emptyUsage(), u) };
+          }
         }
         if (typeof p.costUSD === "number") this.st.costUSD += p.costUSD;
         if (typeof p.model === "string" && p.model !== "") this.st.model = p.model;
@@ -428,7 +449,9 @@ class Draft {
         const q = (p.queryId as string | undefined) ?? "";
         if (q) this.st.activeQueryId = q;
         else delete this.st.activeQueryId;
-        this.writableTurns().push({ queryId: q, status: "running" });
+        const started: Turn = { queryId: q, status: "running" };
+        if (ts && !isZeroTime(ts)) started.startedAt = ts;
+        this.writableTurns().push(started);
         return undefined;
       }
       case "query:completed":
@@ -454,6 +477,9 @@ class Draft {
         }
         if (typeof p.durationMs === "number" && p.durationMs !== 0) t.durationMs = p.durationMs;
         if (!failed) setOpt(t, "result", p.result);
+        const prev = turns[at]!;
+        if (prev.startedAt) t.startedAt = prev.startedAt;
+        if (prev.usage) t.usage = prev.usage;
         if (this.main.length > 0) t.afterBlock = this.main.length;
         this.writableTurns()[at] = t;
         return undefined;
@@ -468,8 +494,37 @@ class Draft {
         return undefined;
       }
       case "permission:resolved": {
+        if (!["requestId", "behavior", "by", "message", "toolName", "scope"].every((k) => optional(p, k, "string"))) return "malformed permission:resolved";
         if (!this.pending) this.pending = this.st.pendingPermissions.slice();
         this.pending = this.pending.filter((x) => x.requestId !== p.requestId);
+        const tool = p.toolName;
+        if (p.scope === "session" && p.behavior === "allow" && typeof tool === "string" && tool !== "") {
+          const rules = this.rules ?? this.st.permissionRules;
+          if (!rules.some((r) => r.toolName === tool)) {
+            if (!this.rules) this.rules = this.st.permissionRules.slice();
+            this.rules.push({ toolName: tool, behavior: "allow" });
+          }
+        }
+        return undefined;
+      }
+      case "message:queued": {
+        if (!optional(p, "messageId", "string") || !optional(p, "content", "string")) return "malformed message:queued";
+        if (!this.queue) this.queue = this.st.queuedMessages.slice();
+        const m: QueuedMessage = { id: (p.messageId as string | undefined) ?? "", content: (p.content as string | undefined) ?? "" };
+        if (ts && !isZeroTime(ts)) m.queuedAt = ts;
+        const actor = isObject(e.context) ? e.context.actor : undefined;
+        if (typeof actor === "string" && actor !== "") m.actor = actor;
+        const at = this.queue.findIndex((x) => x.id === m.id);
+        if (at >= 0) this.queue[at] = m;
+        else this.queue.push(m);
+        return undefined;
+      }
+      case "message:dequeued":
+      case "message:cancelled": {
+        if (!optional(p, "messageId", "string")) return `malformed ${e.type}`;
+        const id = (p.messageId as string | undefined) ?? "";
+        const q = this.queue ?? this.st.queuedMessages;
+        if (q.some((x) => x.id === id)) this.queue = q.filter((x) => x.id !== id);
         return undefined;
       }
       case "file:created":
@@ -536,6 +591,8 @@ class Draft {
     }
     if (this.notices) st.errorNotices = this.notices;
     if (this.turns) st.turns = this.turns;
+    if (this.queue) st.queuedMessages = this.queue;
+    if (this.rules) st.permissionRules = this.rules;
     return st;
   }
 }
@@ -554,6 +611,20 @@ function optional(o: Record<string, unknown>, k: string, t: string): boolean {
   const v = o[k];
   if (v === undefined || v === null) return true;
   return t === "integer" ? Number.isSafeInteger(v) : typeof v === t;
+}
+
+function addUsage(a: Usage, u: Partial<Usage>): Usage {
+  const next: Usage = { inputTokens: a.inputTokens + (u.inputTokens ?? 0), outputTokens: a.outputTokens + (u.outputTokens ?? 0) };
+  const cr = (a.cacheReadInputTokens ?? 0) + (u.cacheReadInputTokens ?? 0);
+  const cc = (a.cacheCreationInputTokens ?? 0) + (u.cacheCreationInputTokens ?? 0);
+  if (cr) next.cacheReadInputTokens = cr;
+  if (cc) next.cacheCreationInputTokens = cc;
+  return next;
+}
+
+// Go omits a zero time.Time (omitzero): so does this reducer.
+function isZeroTime(ts: string): boolean {
+  return ts.startsWith("0001-01-01T00:00:00");
 }
 
 function firstNonEmpty(a: unknown, b: unknown): string | undefined {

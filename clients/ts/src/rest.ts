@@ -9,7 +9,9 @@ import type {
   FileEntry,
   Json,
   PermissionAnswer,
+  QueuedMessage,
   SendMessageResponse,
+  SessionChanges,
   SessionState,
   SessionSummary,
 } from "./types.js";
@@ -86,10 +88,10 @@ export class AgentdClient {
     const h: Record<string, string> = { Accept: "application/json", ...headers };
     if (this.apiKey) h.Authorization = `Bearer ${this.apiKey}`;
     const init: RequestInit = { method, headers: h };
-    if (body !== undefined) {
-      h["Content-Type"] = "application/json";
-      init.body = JSON.stringify(body);
-    }
+    if (body !== undefined) init.body = JSON.stringify(body);
+    // Every state-changing request says JSON, also without a body (the
+    // server may refuse one that does not).
+    if (body !== undefined || (method !== "GET" && method !== "HEAD")) h["Content-Type"] = "application/json";
     const res = await this.fetchImpl(this.url(path), init);
     if (!res.ok) throw await errorFrom(res);
     return res;
@@ -125,8 +127,39 @@ export class AgentdClient {
   getSession(id: string): Promise<SessionState> {
     return this.json("GET", `/api/sessions/${encodeURIComponent(id)}`);
   }
-  sendMessage(id: string, content: string): Promise<SendMessageResponse> {
-    return this.json("POST", `/api/sessions/${encodeURIComponent(id)}/messages`, { content });
+  /**
+   * Sends a user message: it starts a turn, or, while one runs, waits in the
+   * session's queue (the answer has queued and messageId). With
+   * {queue: false} a busy session answers 409 SESSION_BUSY instead.
+   */
+  sendMessage(id: string, content: string, opts: { queue?: boolean } = {}): Promise<SendMessageResponse> {
+    return this.json("POST", `/api/sessions/${encodeURIComponent(id)}/messages`, { content, ...(opts.queue === false ? { queue: false } : {}) });
+  }
+  /** The messages waiting in the session's queue. */
+  async listQueue(id: string): Promise<QueuedMessage[]> {
+    return (await this.json<{ messages: QueuedMessage[] }>("GET", `/api/sessions/${encodeURIComponent(id)}/queue`)).messages;
+  }
+  /** Drops a queued message (404 MESSAGE_NOT_FOUND once it started or was dropped). */
+  cancelQueued(id: string, messageId: string): Promise<{ success: boolean }> {
+    return this.json("DELETE", `/api/sessions/${encodeURIComponent(id)}/queue/${encodeURIComponent(messageId)}`);
+  }
+  /** Sets a session's name ("" clears it). */
+  renameSession(id: string, name: string): Promise<SessionSummary> {
+    return this.json("PATCH", `/api/sessions/${encodeURIComponent(id)}`, { name });
+  }
+  /** What each turn, and the whole session, changed in the workspace. */
+  getChanges(id: string): Promise<SessionChanges> {
+    return this.json("GET", `/api/sessions/${encodeURIComponent(id)}/changes`);
+  }
+  /** A file content of the changes view, by its sha256. */
+  changedContent(id: string, sha256: string): Promise<Response> {
+    return this.request("GET", `/api/sessions/${encodeURIComponent(id)}/changes/content/${encodeURIComponent(sha256)}`, undefined, { Accept: "*/*" });
+  }
+  /** The URL of the workspace as a zip or tar.gz download (with access_token when a key is set). */
+  archiveUrl(id: string, format: "zip" | "tar.gz" = "zip"): string {
+    const q = new URLSearchParams({ format });
+    if (this.apiKey) q.set("access_token", this.apiKey);
+    return this.url(`/api/sessions/${encodeURIComponent(id)}/archive?${q.toString()}`);
   }
   interrupt(id: string): Promise<{ success: boolean }> {
     return this.json("POST", `/api/sessions/${encodeURIComponent(id)}/interrupt`, {});

@@ -146,6 +146,10 @@ export interface Runtime {
   agentSessionId?: string;
   activeQueryId?: string;
   lastError?: string;
+  /** The workspace root as the agent sees it. */
+  workDir?: string;
+  /** Messages waiting in the session's queue when the record was last saved. */
+  queued?: number;
 }
 
 export interface Usage {
@@ -175,6 +179,9 @@ export const EVENT_TYPES = [
   "error",
   "log",
   "session:idle",
+  "message:queued",
+  "message:dequeued",
+  "message:cancelled",
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 
@@ -235,13 +242,18 @@ export interface PermissionRequestedPayload {
   expiresAt: string;
 }
 export type PermissionBehavior = "allow" | "deny";
-export type ResolvedBy = "user" | "policy" | "timeout" | "interrupt";
+export type ResolvedBy = "user" | "policy" | "timeout" | "interrupt" | "rule";
+/** How far a permission answer reaches: this request, or the tool for the rest of the session. */
+export type PermissionScope = "once" | "session";
 export interface PermissionResolvedPayload {
   requestId: string;
   behavior: PermissionBehavior;
   by: ResolvedBy;
   message?: string;
   updatedInput?: Json;
+  /** The requested tool (on answers that add a rule, and decisions by a rule). */
+  toolName?: string;
+  scope?: PermissionScope;
 }
 export interface FileChangePayload {
   path: string;
@@ -273,6 +285,18 @@ export interface LogPayload {
   data?: Json;
 }
 export type SessionIdlePayload = Record<string, never>;
+export interface MessageQueuedPayload {
+  messageId: string;
+  content: string;
+}
+export interface MessageDequeuedPayload {
+  messageId: string;
+  queryId?: string;
+}
+export interface MessageCancelledPayload {
+  messageId: string;
+  reason?: string;
+}
 
 /** Maps each event type to its payload type. */
 export interface PayloadMap {
@@ -293,6 +317,9 @@ export interface PayloadMap {
   error: ErrorPayload;
   log: LogPayload;
   "session:idle": SessionIdlePayload;
+  "message:queued": MessageQueuedPayload;
+  "message:dequeued": MessageDequeuedPayload;
+  "message:cancelled": MessageCancelledPayload;
 }
 
 /** The envelope of one event type. */
@@ -343,8 +370,27 @@ export interface Turn {
   code?: string;
   durationMs?: number;
   result?: string;
+  /** When the turn started (its query:started timestamp). */
+  startedAt?: string;
+  /** The usage reported while the turn ran. */
+  usage?: Usage;
   /** The number of main-conversation blocks when the turn ended: its outcome belongs after them. Absent means 0. */
   afterBlock?: number;
+}
+
+/** A message waiting in the session's queue for its turn. */
+export interface QueuedMessage {
+  id: string;
+  content: string;
+  queuedAt?: string;
+  /** The principal who sent it. */
+  actor?: string;
+}
+
+/** A session rule: later permission requests for toolName are answered without asking. */
+export interface PermissionRule {
+  toolName: string;
+  behavior: PermissionBehavior;
 }
 
 /** What the Go reducer's State holds (GET /api/sessions/{id} adds session fields). */
@@ -361,6 +407,10 @@ export interface ReducedState {
   activeQueryId?: string;
   /** One entry per query:started, in log order. */
   turns: readonly Turn[];
+  /** Messages waiting for their turn, in order. */
+  queuedMessages: readonly QueuedMessage[];
+  /** The session's "allow for this session" rules. */
+  permissionRules: readonly PermissionRule[];
   lastSeq: number;
 }
 
@@ -432,13 +482,43 @@ export interface SessionState extends ReducedState {
 export interface SendMessageResponse {
   success: true;
   sessionId: string;
-  queryId: string;
+  /** The turn the message started (absent when it was queued). */
+  queryId?: string;
+  /** Set when the message waits in the session's queue. */
+  queued?: boolean;
+  messageId?: string;
 }
 
 export interface PermissionAnswer {
   behavior: PermissionBehavior;
   message?: string;
   updatedInput?: Json;
+  /** "session" (with allow): also allow every later request for this tool in the session. */
+  scope?: PermissionScope;
+}
+
+/** A file's content in a workspace snapshot; sha256 is absent when it was not kept. */
+export interface FileVersion {
+  sha256?: string;
+  size: number;
+}
+
+export interface ChangedFile {
+  path: string;
+  change: "added" | "modified" | "deleted";
+  before?: FileVersion;
+  after?: FileVersion;
+}
+
+export interface TurnChanges {
+  queryId: string;
+  files: ChangedFile[];
+}
+
+/** GET /api/sessions/{id}/changes. */
+export interface SessionChanges {
+  turns: TurnChanges[];
+  overall: ChangedFile[];
 }
 
 export interface FileEntry {

@@ -57,7 +57,13 @@ function randomLog(seed: number): AgentEvent[] {
       type = pick(["permission:requested", "permission:resolved"] as const);
       payload = type === "permission:requested"
         ? { requestId: pick(["r1", "r2"]), toolName: "Bash", input: { c: 1 }, expiresAt: "2026-11-21T23:50:00.5Z" }
-        : { requestId: pick(["r1", "r2"]), behavior: "allow", by: "user" };
+        : {
+            requestId: pick(["r1", "r2"]),
+            behavior: pick(["allow", "allow", "deny"]),
+            by: pick(["user", "rule"]),
+            ...(r() < 0.6 ? { toolName: pick(["Bash", "Write", ""]) } : {}),
+            ...(r() < 0.6 ? { scope: pick(["session", "once"]) } : {}),
+          };
     } else if (k < 0.8) {
       type = pick(["file:created", "file:modified", "file:deleted"] as const);
       payload = { path: pick(["a.txt", "dir/b.go", "c"]), ...(r() < 0.5 ? { size: Math.floor(r() * 3) } : {}) };
@@ -81,6 +87,10 @@ function randomLog(seed: number): AgentEvent[] {
         } else if (r() < 0.5) p.result = pick(["done", ""]);
       }
       payload = p;
+    } else if (k < 0.97) {
+      type = pick(["message:queued", "message:queued", "message:dequeued", "message:cancelled"] as const);
+      const id = pick(["m1", "m2", "m3"]);
+      payload = type === "message:queued" ? { messageId: id, content: pick(["next", "then this"]) } : type === "message:dequeued" ? { messageId: id, queryId: "q9" } : { messageId: id };
     } else {
       type = "status";
       payload = { status: pick(["running", "idle"]), runtime: { status: "running", architecture: "shell" } };
@@ -92,7 +102,7 @@ function randomLog(seed: number): AgentEvent[] {
       seq: thisSeq,
       type,
       payload,
-      context: { sessionId: "s", conversationId: pick(convs), source: "runner", timestamp: "2026-11-21T23:47:49.108Z", actor: null },
+      context: { sessionId: "s", conversationId: pick(convs), source: "runner", timestamp: pick(["2026-11-21T23:47:49.108Z", "2026-11-21T23:47:50Z"]), actor: pick([null, "alice"]) },
     } as AgentEvent);
   }
   return events;
@@ -111,7 +121,7 @@ function normalize(v: unknown, key = ""): unknown {
     }
     return out;
   }
-  if (typeof v === "string" && (key === "timestamp" || key === "expiresAt")) return new Date(v).toISOString();
+  if (typeof v === "string" && ["timestamp", "expiresAt", "startedAt", "queuedAt"].includes(key)) return new Date(v).toISOString();
   return v;
 }
 
@@ -140,6 +150,10 @@ describe.skipIf(!hasGo)("parity with the Go reducer", () => {
       expect(turns.some((t) => Object.entries(want).every(([k, v]) => t[k] === v)), JSON.stringify(want)).toBe(true);
     }
     expect(turns.some((t) => typeof t.afterBlock === "number" && t.afterBlock > 0)).toBe(true);
+    expect(turns.some((t) => typeof t.usage === "object" && typeof t.startedAt === "string" && t.status !== "running")).toBe(true);
+    const st = goStates as { queuedMessages: unknown[]; permissionRules: unknown[] }[];
+    expect(st.some((g) => g.queuedMessages.length > 1)).toBe(true);
+    expect(st.some((g) => g.permissionRules.length > 0)).toBe(true);
   });
 
   it("agrees on a hand-written log with every event type", { timeout: 180_000 }, () => {
@@ -156,6 +170,12 @@ describe.skipIf(!hasGo)("parity with the Go reducer", () => {
       ["query:started", { queryId: "q2" }],
       ["query:failed", { queryId: "q2", error: "x", code: "C", interrupted: true, durationMs: 1 }],
       ["query:started", { queryId: "q3" }],
+      ["metadata:update", { usage: { inputTokens: 3, outputTokens: 4, cacheReadInputTokens: 1 } }],
+      ["message:queued", { messageId: "m1", content: "next" }],
+      ["message:queued", { messageId: "m2", content: "later" }],
+      ["message:dequeued", { messageId: "m1", queryId: "q4" }],
+      ["message:cancelled", { messageId: "m9", reason: "x" }],
+      ["permission:resolved", { requestId: "r", behavior: "allow", by: "user", toolName: "Write", scope: "session" }],
     ].map(([type, payload], i) => ({ seq: i + 1, type, payload, context: { sessionId: "s", conversationId: "main", source: "runner", timestamp: "2026-11-21T23:47:49Z", actor: null } })) as AgentEvent[];
     const out = execFileSync("go", ["run", "./clients/ts/test/goref"], { cwd: repoRoot, input: JSON.stringify([log]) }).toString();
     const goState = normalize((JSON.parse(out) as unknown[])[0]) as { turns: unknown[] };

@@ -9,6 +9,7 @@ import {
   reduceAll,
   stateFromSnapshot,
   type AgentEvent,
+  type Turn,
 } from "../src/index.js";
 import { ev } from "./helpers.js";
 
@@ -209,10 +210,10 @@ describe("session-level events", () => {
       ev(2, "query:started", { queryId: "q1", content: "x" }),
     ]);
     expect(st.activeQueryId).toBe("q1");
-    expect(st.turns).toEqual([{ queryId: "q1", status: "running" }]);
+    expect(noStart(st.turns)).toEqual([{ queryId: "q1", status: "running" }]);
     st = reduce(st, ev(3, "query:failed", { queryId: "q1", error: "server restarted", code: "INTERRUPTED", durationMs: 4 }));
     expect(st.activeQueryId).toBeUndefined();
-    expect(st.turns).toEqual([{ queryId: "q1", status: "failed", error: "server restarted", code: "INTERRUPTED", durationMs: 4, afterBlock: 1 }]);
+    expect(noStart(st.turns)).toEqual([{ queryId: "q1", status: "failed", error: "server restarted", code: "INTERRUPTED", durationMs: 4, afterBlock: 1 }]);
     st = reduceAll([
       ev(4, "query:started", { queryId: "q2" }),
       ev(5, "block:upsert", { block: { id: "a", type: "assistant_text", content: "partial" } }),
@@ -220,7 +221,7 @@ describe("session-level events", () => {
       ev(7, "query:started", { queryId: "q3" }),
       ev(8, "query:completed", { queryId: "q3", result: "fine", durationMs: 0 }),
     ], st);
-    expect(st.turns.slice(1)).toEqual([
+    expect(noStart(st.turns.slice(1))).toEqual([
       { queryId: "q2", status: "completed", interrupted: true, afterBlock: 2 },
       { queryId: "q3", status: "completed", result: "fine", afterBlock: 2 },
     ]);
@@ -243,7 +244,7 @@ describe("session-level events", () => {
       ev(3, "query:failed", { queryId: "q", error: "first", code: "C", interrupted: true }),
       ev(4, "query:completed", { queryId: "q", result: "ok" }),
     ]);
-    expect(st.turns).toEqual([{ queryId: "q", status: "running" }, { queryId: "q", status: "completed", result: "ok" }]);
+    expect(noStart(st.turns)).toEqual([{ queryId: "q", status: "running" }, { queryId: "q", status: "completed", result: "ok" }]);
   });
 
   it("rejects malformed query events without touching the turns", () => {
@@ -372,5 +373,47 @@ describe("Conversation", () => {
     expect(c.duplicates).toBe(1);
     expect(errors).toHaveLength(1);
     expect(c.lastSeq).toBe(2);
+  });
+});
+
+/** Turns without their start times (the helper's clock makes them). */
+function noStart(turns: readonly Turn[]): Omit<Turn, "startedAt">[] {
+  return turns.map(({ startedAt: _s, ...t }) => t);
+}
+
+describe("queue, rules and turn progress", () => {
+  it("keeps queued messages in order until dequeued or cancelled", () => {
+    const st = reduceAll([
+      ev(1, "message:queued", { messageId: "m1", content: "one" }),
+      ev(2, "message:queued", { messageId: "m2", content: "two" }),
+      ev(3, "message:queued", { messageId: "m3", content: "three" }),
+      ev(4, "message:dequeued", { messageId: "m1", queryId: "q2" }),
+      ev(5, "message:cancelled", { messageId: "m3" }),
+    ]);
+    expect(st.queuedMessages.map((m) => [m.id, m.content])).toEqual([["m2", "two"]]);
+    expect(st.queuedMessages[0]!.queuedAt).toMatch(/^\d{4}-/);
+  });
+
+  it("adds a rule for an allow with scope session, once per tool", () => {
+    const st = reduceAll([
+      ev(1, "permission:resolved", { requestId: "a", behavior: "allow", by: "user", toolName: "Bash", scope: "session" }),
+      ev(2, "permission:resolved", { requestId: "b", behavior: "allow", by: "rule", toolName: "Bash" }),
+      ev(3, "permission:resolved", { requestId: "c", behavior: "allow", by: "user", toolName: "Bash", scope: "session" }),
+      ev(4, "permission:resolved", { requestId: "d", behavior: "deny", by: "user", toolName: "Edit", scope: "session" }),
+    ]);
+    expect(st.permissionRules).toEqual([{ toolName: "Bash", behavior: "allow" }]);
+  });
+
+  it("sums the usage reported while a turn runs into the turn", () => {
+    const st = reduceAll([
+      ev(1, "query:started", { queryId: "q1" }),
+      ev(2, "metadata:update", { usage: { inputTokens: 5, outputTokens: 1 } }),
+      ev(3, "metadata:update", { usage: { inputTokens: 2, outputTokens: 2 } }),
+      ev(4, "query:completed", { queryId: "q1" }),
+      ev(5, "metadata:update", { usage: { inputTokens: 100, outputTokens: 100 } }),
+    ]);
+    expect(st.turns[0]!.usage).toEqual({ inputTokens: 7, outputTokens: 3 });
+    expect(st.turns[0]!.startedAt).toMatch(/^\d{4}-/);
+    expect(st.usage.inputTokens).toBe(107);
   });
 });

@@ -74,6 +74,39 @@ describe("AgentdClient", () => {
     ]);
   });
 
+  it("builds the queue, rename, changes and archive routes, each write with a JSON Content-Type", async () => {
+    const { c, calls } = client((call) => {
+      if (call.url.includes("/content/")) return new Response("old");
+      return json({ messages: [{ id: "m1", content: "x" }], success: true, turns: [], overall: [], sessionId: "s", name: "n", queued: true, messageId: "m2" });
+    }, "k");
+    const sent = await c.sendMessage("s", "later", { queue: true });
+    expect(sent).toMatchObject({ queued: true, messageId: "m2" });
+    await c.sendMessage("s", "now", { queue: false });
+    expect((await c.listQueue("s"))[0]!.id).toBe("m1");
+    await c.cancelQueued("s", "m 1");
+    await c.renameSession("s", "n");
+    await c.getChanges("s");
+    expect(await (await c.changedContent("s", "ab")).text()).toBe("old");
+    await c.deleteSession("s");
+    expect(calls.map((x) => `${x.init!.method} ${x.url.replace("http://127.0.0.1:1", "")}`)).toEqual([
+      "POST /api/sessions/s/messages",
+      "POST /api/sessions/s/messages",
+      "GET /api/sessions/s/queue",
+      "DELETE /api/sessions/s/queue/m%201",
+      "PATCH /api/sessions/s",
+      "GET /api/sessions/s/changes",
+      "GET /api/sessions/s/changes/content/ab",
+      "DELETE /api/sessions/s",
+    ]);
+    expect(JSON.parse(calls[0]!.init!.body as string)).toEqual({ content: "later" });
+    expect(JSON.parse(calls[1]!.init!.body as string)).toEqual({ content: "now", queue: false });
+    for (const call of calls) {
+      const h = call.init!.headers as Record<string, string>;
+      if (call.init!.method !== "GET") expect(h["Content-Type"], `${call.init!.method} ${call.url}`).toBe("application/json");
+    }
+    expect(c.archiveUrl("s", "tar.gz")).toBe("http://127.0.0.1:1/api/sessions/s/archive?format=tar.gz&access_token=k");
+  });
+
   it("encodes paths segment by segment", () => {
     expect(encodePath("/a//b c/ü?.md")).toBe("a/b%20c/%C3%BC%3F.md");
     expect(encodePath("..")).toBe("..");

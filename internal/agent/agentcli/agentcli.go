@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/profile"
 )
@@ -62,7 +63,7 @@ func Probe(ctx context.Context, command string) (string, error) {
 	out, err := exec.CommandContext(ctx, command, "--version").Output()
 	if err != nil {
 		if errors.Is(err, exec.ErrNotFound) {
-			return "", fmt.Errorf("%s is not installed or not on PATH", command)
+			return "", agent.NotInstalled(command)
 		}
 		return "", fmt.Errorf("%s --version: %w", command, err)
 	}

@@ -123,7 +123,7 @@ func (a *Architecture) Start(ctx context.Context, h agent.Host) (agent.Runner, e
 func (a *Architecture) Probe(ctx context.Context) (string, error) {
 	bin, err := exec.LookPath(a.opts.Command)
 	if err != nil {
-		return "", fmt.Errorf("%s is not installed or not on PATH", a.opts.Command)
+		return "", agent.NotInstalled(a.opts.Command)
 	}
 	fi, err := os.Stat(bin)
 	if err != nil {

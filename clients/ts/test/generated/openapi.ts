@@ -112,6 +112,13 @@ export interface BlockUpsert {
   block: Block;
 }
 
+export interface ChangedFile {
+  after?: FileVersion;
+  before?: FileVersion;
+  change: string;
+  path: string;
+}
+
 export interface ClientFrame {
   after: Json;
   id?: Json;
@@ -140,6 +147,8 @@ export interface ConversationState {
   lastSeq: number;
   model?: string;
   pendingPermissions: PermissionRequested[];
+  permissionRules: PermissionRule[];
+  queuedMessages: QueuedMessage[];
   runtime: Runtime;
   status: "" | "created" | "starting" | "ready" | "running" | "idle" | "terminated" | "error";
   subagents: Subagent[];
@@ -182,7 +191,7 @@ export interface Event {
   context: Context;
   payload: Json;
   seq: number;
-  type: "block:upsert" | "block:delta" | "metadata:update" | "status" | "query:started" | "query:completed" | "query:failed" | "permission:requested" | "permission:resolved" | "file:created" | "file:modified" | "file:deleted" | "subagent:spawned" | "subagent:completed" | "error" | "log" | "session:idle";
+  type: "block:upsert" | "block:delta" | "metadata:update" | "status" | "query:started" | "query:completed" | "query:failed" | "permission:requested" | "permission:resolved" | "file:created" | "file:modified" | "file:deleted" | "subagent:spawned" | "subagent:completed" | "error" | "log" | "session:idle" | "message:queued" | "message:dequeued" | "message:cancelled";
 }
 
 export interface EventPage {
@@ -206,6 +215,11 @@ export interface FileEntry {
 
 export interface FileList {
   files: FileEntry[];
+}
+
+export interface FileVersion {
+  sha256?: string;
+  size: number;
 }
 
 export interface Health {
@@ -232,12 +246,30 @@ export interface MCPServer {
   url?: string;
 }
 
+export interface MessageCancelled {
+  messageId: string;
+  reason?: string;
+}
+
+export interface MessageDequeued {
+  messageId: string;
+  queryId?: string;
+}
+
+export interface MessageQueued {
+  content: string;
+  messageId: string;
+}
+
 export interface MessageRequest {
   content: string;
+  queue?: boolean;
 }
 
 export interface MessageResponse {
-  queryId: string;
+  messageId?: string;
+  queryId?: string;
+  queued?: boolean;
   sessionId: string;
   success: boolean;
 }
@@ -251,6 +283,7 @@ export interface MetadataUpdate {
 export interface PermissionAnswer {
   behavior: string;
   message?: string;
+  scope?: "once" | "session";
   updatedInput?: Json;
 }
 
@@ -264,10 +297,17 @@ export interface PermissionRequested {
 
 export interface PermissionResolved {
   behavior: "allow" | "deny";
-  by: "user" | "policy" | "timeout" | "interrupt";
+  by: "user" | "policy" | "timeout" | "interrupt" | "rule";
   message?: string;
   requestId: string;
+  scope?: "once" | "session";
+  toolName?: string;
   updatedInput?: Json;
+}
+
+export interface PermissionRule {
+  behavior: "allow" | "deny";
+  toolName: string;
 }
 
 export interface ProfileFile {
@@ -313,6 +353,21 @@ export interface QueryStarted {
   queryId: string;
 }
 
+export interface QueuedMessage {
+  actor?: string;
+  content: string;
+  id: string;
+  queuedAt?: string;
+}
+
+export interface QueuedMessageList {
+  messages: QueuedMessage[];
+}
+
+export interface RenameSessionRequest {
+  name: string | null;
+}
+
 export interface Rule {
   content: string;
   name: string;
@@ -324,8 +379,10 @@ export interface Runtime {
   agentVersion?: string;
   architecture: string;
   lastError?: string;
+  queued?: number;
   sandbox?: string;
   status: "" | "created" | "starting" | "ready" | "running" | "idle" | "terminated" | "error";
+  workDir?: string;
 }
 
 export interface Sandbox {
@@ -361,6 +418,11 @@ export interface SandboxProtects {
   threat: string;
 }
 
+export interface SessionChanges {
+  overall: ChangedFile[];
+  turns: TurnChanges[];
+}
+
 export interface SessionFrame {
   op: string;
   session: SessionSummary;
@@ -383,6 +445,8 @@ export interface SessionState {
   model?: string;
   name: string;
   pendingPermissions: PermissionRequested[];
+  permissionRules: PermissionRule[];
+  queuedMessages: QueuedMessage[];
   runtime: Runtime;
   sessionId: string;
   sessionOptions: Json;
@@ -462,7 +526,14 @@ export interface Turn {
   interrupted?: boolean;
   queryId: string;
   result?: string;
+  startedAt?: string;
   status: "running" | "completed" | "failed";
+  usage?: Usage;
+}
+
+export interface TurnChanges {
+  files: ChangedFile[];
+  queryId: string;
 }
 
 export interface Usage {

@@ -2,6 +2,7 @@ package e2etest
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -306,8 +307,8 @@ func ResumeInAFreshWorkspace(t testing.TB, srv *testenv.Server, mock *mockllm.Se
 }
 
 // Missing starts a server whose PATH has no agent CLIs: arch is listed as
-// unavailable with a problem, and a turn fails with AGENT_NOT_FOUND naming
-// mention.
+// unavailable with a problem, and creating a session of it fails at once
+// with AGENT_NOT_FOUND naming mention (not at the first message).
 func Missing(t *testing.T, arch, mention string) {
 	t.Setenv("PATH", "/usr/bin:/bin")
 	srv := testenv.Start(t, agentd.Config{Env: map[string]string{}})
@@ -319,15 +320,13 @@ func Missing(t *testing.T, arch, mention string) {
 			t.Fatalf("missing %s reported %+v", arch, a)
 		}
 	}
-	created, err := c.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: arch})
-	if err != nil {
-		t.Fatal(err)
+	_, err := c.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: arch})
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != 400 || ce.Code != "AGENT_NOT_FOUND" || !strings.Contains(ce.Message, mention) {
+		t.Fatalf("create: %v", err)
 	}
-	q, after := Send(t, c, created.SessionID, "hello")
-	_, end := Turn(t, c, created.SessionID, after, q, nil)
-	f := Payload[conversation.QueryFailed](end)
-	if end.Type != conversation.TypeQueryFailed || f.Code != "AGENT_NOT_FOUND" || !strings.Contains(f.Error, mention) {
-		t.Fatalf("turn end %s %s", end.Type, end.Payload)
+	if list, _ := c.Sessions(ctx); len(list) != 0 {
+		t.Fatalf("a session was created: %+v", list)
 	}
 }
 
