@@ -99,6 +99,16 @@ type Config struct {
 	AgentNice int
 	// APIKey, when set, is required on every /api/* route and the WebSocket.
 	APIKey string
+	// AllowedHosts are more host names (or IP addresses) clients may reach
+	// the server by, with any port, e.g. the name of a reverse proxy in
+	// front of it. A request with another Host header gets 403
+	// HOST_NOT_ALLOWED: a page that rebinds its own name to the server's
+	// address (DNS rebinding) cannot reach the API. localhost, 127.0.0.1
+	// and ::1 are always allowed; when Addr is not a loopback address
+	// (0.0.0.0, a LAN address) any IP address is too, and names must be
+	// listed here. "*.example.com" allows the subdomains of example.com,
+	// "*" any host.
+	AllowedHosts []string
 	// IdleTimeout terminates an idle environment (default 15m).
 	IdleTimeout time.Duration
 	// PermissionTimeout denies unanswered permission requests (default 5m).
@@ -299,6 +309,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.api, err = api.New(api.Config{
 		Sessions: s.sessions, Log: s.events, Profiles: profiles, Architectures: archs,
 		APIKey: cfg.APIKey, MaxBody: cfg.MaxBody, Gatherer: cfg.Registerer, Registerer: cfg.Registerer,
+		AllowedHosts: cfg.AllowedHosts, AllowIPHosts: !loopbackAddr(cfg.Addr),
 		UI: ui, Logger: log, Version: Version,
 		Audit: auditReader(s.store), ModelUsage: s.modelUsage(),
 	})
@@ -390,6 +401,21 @@ func OpenStore(ctx context.Context, url string, log *slog.Logger) (store.Store, 
 		return nil, errors.New("open store: the PostgreSQL store is not built yet; use sqlite://")
 	}
 	return nil, fmt.Errorf("open store: unknown store URL %q (use sqlite://PATH)", url)
+}
+
+// loopbackAddr reports whether a listen address binds loopback only; a
+// wildcard ("", 0.0.0.0, ::) or any other address is reachable from the
+// network.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Handler returns the HTTP handler (API, WebSocket, SSE, Socket.IO, UI).

@@ -34,6 +34,15 @@ const (
 	CodeUnavailable       = "UNAVAILABLE"
 	CodeSlowConsumer      = "SLOW_CONSUMER"
 	CodeUnknownOp         = "UNKNOWN_OP"
+	// CodeHostNotAllowed: the Host header is not one of the server's
+	// (DNS rebinding); 403.
+	CodeHostNotAllowed = "HOST_NOT_ALLOWED"
+	// CodeCrossOrigin: a state-changing request or WebSocket handshake
+	// from another origin; 403.
+	CodeCrossOrigin = "CROSS_ORIGIN"
+	// CodeUnsupportedMediaType: a request body that is not
+	// application/json; 415.
+	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
 )
 
 // apiError is the JSON error body.

@@ -21,6 +21,9 @@ type ptyControl struct {
 // sandbox: binary frames carry terminal bytes both ways, a text frame
 // {"type":"resize"} resizes, and {"type":"exit","code"} ends the session.
 func (s *Server) handlePTY(w http.ResponseWriter, r *http.Request) {
+	if !checkOrigin(w, r) {
+		return
+	}
 	sess, err := s.cfg.Sessions.Get(r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)

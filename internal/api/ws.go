@@ -60,6 +60,9 @@ type errorFrame struct {
 }
 
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
+	if !checkOrigin(w, r) {
+		return
+	}
 	bw := &batchingWriter{ResponseWriter: w}
 	c, err := websocket.Accept(bw, r, nil)
 	if err != nil {
