@@ -38,6 +38,14 @@ type Config struct {
 	APIKey string
 	// MaxBody bounds request bodies (default 1 MiB).
 	MaxBody int64
+	// WriteTimeout: a streaming client (WebSocket, SSE, Socket.IO) that
+	// takes none of what is written to it for this long is a slow
+	// consumer and is cut off (default 10s).
+	WriteTimeout time.Duration
+	// CloseTimeout bounds the best-effort goodbye to a slow consumer (the
+	// rest of the frame in flight and a close frame or error event;
+	// default 2s).
+	CloseTimeout time.Duration
 	// AllowedHosts are the host names (or IP addresses) clients may reach
 	// the server by, with any port; a request with another Host gets 403
 	// HOST_NOT_ALLOWED, which stops DNS rebinding. localhost, 127.0.0.1 and
@@ -103,6 +111,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 1 << 20
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = defaultWriteTimeout
+	}
+	if cfg.CloseTimeout <= 0 {
+		cfg.CloseTimeout = defaultCloseTimeout
 	}
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.DefaultGatherer
