@@ -97,7 +97,9 @@ type Config struct {
 	// DefaultAgentNice; a negative value runs agents at the server's own
 	// priority.
 	AgentNice int
-	// APIKey, when set, is required on every /api/* route and the WebSocket.
+	// APIKey, when set, is required on every /api/* route but /api/auth
+	// (the WebSocket, the PTY and /api/openapi.json included), on /metrics
+	// and on Socket.IO. /health and the web UI's files need none.
 	APIKey string
 	// AllowedHosts are more host names (or IP addresses) clients may reach
 	// the server by, with any port, e.g. the name of a reverse proxy in
@@ -310,7 +312,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Sessions: s.sessions, Log: s.events, Profiles: profiles, Architectures: archs,
 		APIKey: cfg.APIKey, MaxBody: cfg.MaxBody, Gatherer: cfg.Registerer, Registerer: cfg.Registerer,
 		AllowedHosts: cfg.AllowedHosts, AllowIPHosts: !loopbackAddr(cfg.Addr),
-		UI: ui, Logger: log, Version: Version,
+		UI: ui, Logger: log, Version: Version, DataDir: dataDir,
 		Audit: auditReader(s.store), ModelUsage: s.modelUsage(),
 	})
 	if err != nil {

@@ -52,7 +52,7 @@ type serveCmd struct {
 	SandboxLimits      string        `help:"How limits are enforced: auto (cgroups where possible, else rlimits), cgroup, rlimit, off." default:"auto" enum:"auto,cgroup,rlimit,off" env:"AGENTD_SANDBOX_LIMITS"`
 	SandboxReadOnly    []string      `help:"With --sandbox bwrap: more host paths shown read-only inside." env:"AGENTD_SANDBOX_READ_ONLY"`
 	AgentNice          int           `help:"Niceness added to agent processes (0-19), so they yield the CPU to the server streaming their output; 0 runs them at the server's priority." default:"10" env:"AGENTD_AGENT_NICE"`
-	APIKey             string        `help:"Require this bearer key on /api/* and the WebSocket." env:"AGENTD_API_KEY"`
+	APIKey             string        `help:"Require this bearer key on /api/* (but /api/auth), /metrics, the WebSocket and Socket.IO." env:"AGENTD_API_KEY"`
 	AllowedHosts       []string      `help:"More host names clients may reach the server by (any port), e.g. a reverse proxy's; other Host headers get 403 (DNS rebinding). localhost, 127.0.0.1 and ::1 always work; with a non-loopback --addr any IP address does too. *.example.com allows subdomains, * any host." env:"AGENTD_ALLOWED_HOSTS"`
 	IdleTimeout        time.Duration `help:"Terminate an idle environment after this long." default:"15m" env:"AGENTD_IDLE_TIMEOUT"`
 	PermissionTimeout  time.Duration `help:"Deny an unanswered permission request after this long." default:"5m" env:"AGENTD_PERMISSION_TIMEOUT"`

@@ -73,7 +73,7 @@ func newEnvWith(t *testing.T, opts eventlog.Options, tune func(*api.Config)) *en
 	if err := mgr.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	cfg := api.Config{Sessions: mgr, Log: lg, Profiles: session.NewProfiles(st, nil), Architectures: archs, MaxBody: 4096}
+	cfg := api.Config{Sessions: mgr, Log: lg, Profiles: session.NewProfiles(st, nil), Architectures: archs, MaxBody: 4096, DataDir: dataDir}
 	if tune != nil {
 		tune(&cfg)
 	}

@@ -33,8 +33,9 @@ type Config struct {
 	Log           *eventlog.Log
 	Profiles      *session.Profiles
 	Architectures *agent.Registry
-	// APIKey, when set, is required on every /api/* route, the WebSocket and
-	// Socket.IO.
+	// APIKey, when set, is required on every /api/* route but /api/auth
+	// (the WebSocket, the PTY and the OpenAPI document included), on
+	// /metrics and on Socket.IO; /health and the UI need none.
 	APIKey string
 	// MaxBody bounds request bodies (default 1 MiB).
 	MaxBody int64
@@ -64,6 +65,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Version is reported by /health.
 	Version string
+	// DataDir is the server's data folder: error answers never show it (a
+	// workspace path is told workspace-relative, another as <data-dir>/…).
+	DataDir string
 	// Audit serves GET /api/sessions/{id}/audit (audit.go); nil: every
 	// session's list is empty.
 	Audit AuditReader
@@ -80,6 +84,7 @@ type Server struct {
 	sio    *socketIO
 	hosts  *hostPolicy
 	cop    *http.CrossOriginProtection
+	hidden []string // the data folder's forms, hidden in error answers
 
 	mu       sync.Mutex // guards conns, closing
 	conns    map[*wsConn]struct{}
@@ -131,7 +136,7 @@ func New(cfg Config) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), conns: make(map[*wsConn]struct{}),
-		closeCtx: ctx, cancel: cancel, hosts: hosts, cop: http.NewCrossOriginProtection(),
+		closeCtx: ctx, cancel: cancel, hosts: hosts, cop: http.NewCrossOriginProtection(), hidden: hiddenRoots(cfg.DataDir),
 		wsGauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentd_websocket_connections", Help: "Open WebSocket connections (/api/ws)."}),
 	}
 	if cfg.Registerer != nil {

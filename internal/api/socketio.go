@@ -193,13 +193,14 @@ func (conn *sioConn) join(args []any) {
 	}
 	s := conn.x.s
 	if _, err := s.cfg.Sessions.Get(id); err != nil {
-		ack(sioAck{Error: &apiError{Code: CodeSessionNotFound, Error: err.Error()}})
+		_, e := s.describe(err, "op", "socket.io join", "session", id)
+		ack(sioAck{Error: &e})
 		return
 	}
 	sub, err := s.cfg.Log.Subscribe(conn.ctx, id, after)
 	if err != nil {
-		_, code := classify(err)
-		ack(sioAck{Error: &apiError{Code: code, Error: err.Error()}})
+		_, e := s.describe(err, "op", "socket.io join", "session", id)
+		ack(sioAck{Error: &e})
 		return
 	}
 	last, _ := s.cfg.Log.LastSeq(conn.ctx, id)

@@ -214,13 +214,14 @@ func (w *wsConn) join(f clientFrame) {
 		return
 	}
 	if _, err := w.s.cfg.Sessions.Get(f.SessionID); err != nil {
-		w.ack(f.ID, &apiError{Code: CodeSessionNotFound, Error: err.Error()}, nil)
+		_, e := w.s.describe(err, "op", "ws join", "session", f.SessionID)
+		w.ack(f.ID, &e, nil)
 		return
 	}
 	sub, err := w.s.cfg.Log.Subscribe(w.ctx, f.SessionID, after)
 	if err != nil {
-		_, code := classify(err)
-		w.ack(f.ID, &apiError{Code: code, Error: err.Error()}, nil)
+		_, e := w.s.describe(err, "op", "ws join", "session", f.SessionID)
+		w.ack(f.ID, &e, nil)
 		return
 	}
 	last, _ := w.s.cfg.Log.LastSeq(w.ctx, f.SessionID)
