@@ -127,8 +127,9 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, aft
 		guard.disarm()
 		return err == nil && !guard.stalled()
 	}
+	told := false // the error event was written
 	defer func() {
-		if guard.stalled() {
+		if guard.stalled() && !told {
 			// The client took the write in flight within CloseTimeout (or
 			// not): tell it why it is cut off, then make sure the
 			// connection is not reused with the deadline set.
@@ -157,6 +158,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, aft
 			}
 			if errors.Is(err, eventlog.ErrSlowConsumer) && !guard.stalled() {
 				writeSlowSSE(bw)
+				told = true
 				flush()
 			}
 			return
