@@ -119,8 +119,20 @@ type Config struct {
 	// DefaultAgentNice; a negative value runs agents at the server's own
 	// priority.
 	AgentNice int
-	// APIKey, when set, is required on every /api/* route and the WebSocket.
+	// APIKey, when set, is required on every /api/* route but /api/auth
+	// (the WebSocket, the PTY and /api/openapi.json included), on /metrics
+	// and on Socket.IO. /health and the web UI's files need none.
 	APIKey string
+	// AllowedHosts are more host names (or IP addresses) clients may reach
+	// the server by, with any port, e.g. the name of a reverse proxy in
+	// front of it. A request with another Host header gets 403
+	// HOST_NOT_ALLOWED: a page that rebinds its own name to the server's
+	// address (DNS rebinding) cannot reach the API. localhost, 127.0.0.1
+	// and ::1 are always allowed; when Addr is not a loopback address
+	// (0.0.0.0, a LAN address) any IP address is too, and names must be
+	// listed here. "*.example.com" allows the subdomains of example.com,
+	// "*" any host.
+	AllowedHosts []string
 	// IdleTimeout terminates an idle environment (default 15m).
 	IdleTimeout time.Duration
 	// PermissionTimeout denies unanswered permission requests (default 5m).
@@ -368,7 +380,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.api, err = newAPI(api.Config{
 		Sessions: s.sessions, Log: s.events, Profiles: profiles, Architectures: archs,
 		APIKey: cfg.APIKey, MaxBody: cfg.MaxBody, Gatherer: cfg.Registerer, Registerer: cfg.Registerer,
-		UI: ui, Logger: log, Version: Version,
+		AllowedHosts: cfg.AllowedHosts, AllowIPHosts: !loopbackAddr(cfg.Addr),
+		UI: ui, Logger: log, Version: Version, DataDir: dataDir,
 		Audit: auditReader(s.store), ModelUsage: s.modelUsage(), Sandboxes: sandboxLister{s},
 	})
 	if err != nil {
@@ -474,6 +487,21 @@ func OpenStore(ctx context.Context, url string, log *slog.Logger) (store.Store, 
 	}
 	scheme, _, _ := strings.Cut(url, "://")
 	return nil, fmt.Errorf("open store: unknown store URL scheme %q (use sqlite://PATH or postgres://…)", scheme)
+}
+
+// loopbackAddr reports whether a listen address binds loopback only; a
+// wildcard ("", 0.0.0.0, ::) or any other address is reachable from the
+// network.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Handler returns the HTTP handler (API, WebSocket, SSE, Socket.IO, UI).

@@ -67,7 +67,8 @@ type serveCmd struct {
 	DockerExecutor     string        `help:"With --sandbox docker: mount this agentd binary into every container as its executor instead of the image's." env:"AGENTD_DOCKER_EXECUTOR" type:"path"`
 	WarmPool           int           `help:"With --sandbox docker: environments of each kind (image and limits) kept started ahead for new sessions." default:"0" env:"AGENTD_WARM_POOL"`
 	AgentNice          int           `help:"Niceness added to agent processes (0-19), so they yield the CPU to the server streaming their output; 0 runs them at the server's priority." default:"10" env:"AGENTD_AGENT_NICE"`
-	APIKey             string        `help:"Require this bearer key on /api/* and the WebSocket." env:"AGENTD_API_KEY"`
+	APIKey             string        `help:"Require this bearer key on /api/* (but /api/auth), /metrics, the WebSocket and Socket.IO." env:"AGENTD_API_KEY"`
+	AllowedHosts       []string      `help:"More host names clients may reach the server by (any port), e.g. a reverse proxy's; other Host headers get 403 (DNS rebinding). localhost, 127.0.0.1 and ::1 always work; with a non-loopback --addr any IP address does too. *.example.com allows subdomains, * any host." env:"AGENTD_ALLOWED_HOSTS"`
 	IdleTimeout        time.Duration `help:"Terminate an idle environment after this long." default:"15m" env:"AGENTD_IDLE_TIMEOUT"`
 	PermissionTimeout  time.Duration `help:"Deny an unanswered permission request after this long." default:"5m" env:"AGENTD_PERMISSION_TIMEOUT"`
 	MaxBody            int64         `help:"Largest request body in bytes." default:"1048576" env:"AGENTD_MAX_BODY"`
@@ -83,7 +84,7 @@ func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
 	}
 	srv, err := agentd.New(ctx, agentd.Config{
 		Addr: c.Addr, DataDir: c.DataDir, StoreURL: c.Store, ProfilesDir: c.Profiles,
-		Sandbox: c.Sandbox, RunAsUser: c.RunAsUser, APIKey: c.APIKey, IdleTimeout: c.IdleTimeout,
+		Sandbox: c.Sandbox, RunAsUser: c.RunAsUser, APIKey: c.APIKey, AllowedHosts: c.AllowedHosts, IdleTimeout: c.IdleTimeout,
 		AgentNice:     agentNice(c.AgentNice),
 		RunAsUserPool: c.RunAsUserPool, SandboxLimitMode: c.SandboxLimits, SandboxReadOnly: c.SandboxReadOnly, SandboxUID: c.SandboxUID,
 		SandboxLimits:     sandbox.Limits{MemoryBytes: c.SandboxMemory, Pids: c.SandboxPids, CPUPercent: c.SandboxCPU},

@@ -47,26 +47,41 @@ type env struct {
 	mgr *session.Manager
 	log *eventlog.Log
 	key string
+	// dataDir is the session manager's data folder (workspaces live in it).
+	dataDir string
+	cfg     api.Config
 }
 
 func newEnv(t *testing.T, key string) *env {
 	t.Helper()
+	return newEnvWith(t, eventlog.Options{QueueSize: 64}, func(c *api.Config) { c.APIKey = key })
+}
+
+// newEnvWith builds an env whose event log and API are configured by opts
+// and tune.
+func newEnvWith(t *testing.T, opts eventlog.Options, tune func(*api.Config)) *env {
+	t.Helper()
 	st := memstore.New()
-	lg := eventlog.New(st, eventlog.Options{QueueSize: 64})
+	lg := eventlog.New(st, opts)
 	archs := agent.NewRegistry()
 	archs.Register(shell.Architecture{})
-	mgr, err := session.New(session.Config{Store: st, Log: lg, Sandbox: local.New(local.Options{}), Architectures: archs, DataDir: t.TempDir()})
+	dataDir := t.TempDir()
+	mgr, err := session.New(session.Config{Store: st, Log: lg, Sandbox: local.New(local.Options{}), Architectures: archs, DataDir: dataDir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := mgr.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	a, err := api.New(api.Config{Sessions: mgr, Log: lg, Profiles: session.NewProfiles(st, nil), Architectures: archs, APIKey: key, MaxBody: 4096})
+	cfg := api.Config{Sessions: mgr, Log: lg, Profiles: session.NewProfiles(st, nil), Architectures: archs, MaxBody: 4096, DataDir: dataDir}
+	if tune != nil {
+		tune(&cfg)
+	}
+	a, err := api.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, srv: httptest.NewServer(a), api: a, mgr: mgr, log: lg, key: key}
+	e := &env{t: t, srv: httptest.NewServer(a), api: a, mgr: mgr, log: lg, key: cfg.APIKey, dataDir: dataDir, cfg: cfg}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -81,10 +96,21 @@ func newEnv(t *testing.T, key string) *env {
 func (e *env) request(method, path, body string, hdr ...string) *http.Response {
 	e.t.Helper()
 	req, _ := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if e.key != "" {
 		req.Header.Set("Authorization", "Bearer "+e.key)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if strings.EqualFold(hdr[i], "Host") {
+			req.Host = hdr[i+1]
+			continue
+		}
+		if hdr[i+1] == "" {
+			req.Header.Del(hdr[i])
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)

@@ -15,17 +15,21 @@ import (
 // goes straight through, so the library's control frames (pong, close) are
 // never held back longer than a burst.
 //
-// It is safe for concurrent use; mu guards buf, depth and the deadline.
+// Every write to the network is under a stallGuard (stall.go): a client
+// that stops reading is found out, whichever goroutine writes.
+//
+// It is safe for concurrent use; mu guards buf and depth.
 type batchConn struct {
 	net.Conn
+	guard *stallGuard
 	mu    sync.Mutex
 	buf   *bufio.Writer
 	depth int
 }
 
-func newBatchConn(c net.Conn) *batchConn {
-	b := &batchConn{Conn: c}
-	b.buf = bufio.NewWriterSize(c, 64<<10)
+func newBatchConn(c net.Conn, writeTimeout, closeTimeout time.Duration) *batchConn {
+	b := &batchConn{Conn: c, guard: newStallGuard(writeTimeout, closeTimeout, c.SetWriteDeadline)}
+	b.buf = bufio.NewWriterSize(guardedWriter{w: c, g: b.guard}, 64<<10)
 	return b
 }
 
@@ -39,14 +43,10 @@ func (b *batchConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// begin opens a burst; the write deadline bounds the whole burst (a
-// client that stops reading is cut off instead of stalling its pumps).
-func (b *batchConn) begin(timeout time.Duration) {
+// begin opens a burst.
+func (b *batchConn) begin() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.depth == 0 {
-		_ = b.Conn.SetWriteDeadline(time.Now().Add(timeout))
-	}
 	b.depth++
 }
 
@@ -58,15 +58,29 @@ func (b *batchConn) end() error {
 	if b.depth > 0 {
 		return nil
 	}
-	err := b.buf.Flush()
-	_ = b.Conn.SetWriteDeadline(time.Time{})
-	return err
+	return b.buf.Flush()
+}
+
+// Close stops the guard with the connection.
+func (b *batchConn) Close() error {
+	b.guard.stop()
+	return b.Conn.Close()
+}
+
+// goodbye bounds what is still written (the frame in flight, a close
+// frame) by the close timeout: a client that was found stuck has had
+// that deadline since; one cut off for its queue gets it now.
+func (b *batchConn) goodbye() {
+	if !b.guard.stalled() {
+		_ = b.Conn.SetWriteDeadline(time.Now().Add(b.guard.grace))
+	}
 }
 
 // batchingWriter makes Hijack hand the websocket library a batchConn.
 type batchingWriter struct {
 	http.ResponseWriter
-	conn *batchConn
+	writeTimeout, closeTimeout time.Duration
+	conn                       *batchConn
 }
 
 func (w *batchingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -78,7 +92,7 @@ func (w *batchingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		c.Close()
 		return nil, nil, err
 	}
-	w.conn = newBatchConn(c)
+	w.conn = newBatchConn(c, w.writeTimeout, w.closeTimeout)
 	// The websocket library (server side) writes through the returned
 	// bufio.Writer, so it must end in the batchConn too.
 	return w.conn, bufio.NewReadWriter(brw.Reader, bufio.NewWriterSize(w.conn, 4096)), nil

@@ -21,13 +21,13 @@ func (r *recConn) SetWriteDeadline(time.Time) error { return nil }
 
 func TestBatchConnHoldsABurst(t *testing.T) {
 	rc := &recConn{}
-	b := newBatchConn(rc)
+	b := newBatchConn(rc, time.Minute, time.Second)
 	b.Write([]byte("solo"))
 	if len(rc.writes) != 1 {
 		t.Fatalf("outside a burst a write goes straight out: %d writes", len(rc.writes))
 	}
-	b.begin(time.Second)
-	b.begin(time.Second) // a second pump of the same connection
+	b.begin()
+	b.begin() // a second pump of the same connection
 	for _, s := range []string{"a", "b", "c"} {
 		b.Write([]byte(s))
 	}

@@ -2,9 +2,16 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 
 	"github.com/agentd/agentd/internal/eventlog"
 	"github.com/agentd/agentd/internal/sandbox"
@@ -36,6 +43,15 @@ const (
 	CodeUnknownOp         = "UNKNOWN_OP"
 	CodeMessageNotFound   = "MESSAGE_NOT_FOUND"
 	CodeAgentNotFound     = "AGENT_NOT_FOUND"
+	// CodeHostNotAllowed: the Host header is not one of the server's
+	// (DNS rebinding); 403.
+	CodeHostNotAllowed = "HOST_NOT_ALLOWED"
+	// CodeCrossOrigin: a state-changing request or WebSocket handshake
+	// from another origin; 403.
+	CodeCrossOrigin = "CROSS_ORIGIN"
+	// CodeUnsupportedMediaType: a request body that is not
+	// application/json; 415.
+	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
 )
 
 // Error codes of the files API (docs/api.md).
@@ -87,7 +103,7 @@ func classify(err error) (int, string) {
 		return http.StatusBadRequest, CodeNotAFile
 	case errors.Is(err, sandbox.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, CodeFileTooLarge
-	case errors.Is(err, sandbox.ErrInvalidPath):
+	case errors.Is(err, sandbox.ErrInvalidPath), errors.Is(err, syscall.ENAMETOOLONG):
 		return http.StatusBadRequest, CodeInvalidPath
 	case errors.Is(err, sandbox.ErrNotFound):
 		return http.StatusNotFound, CodeFileNotFound
@@ -111,11 +127,129 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 
 // fail writes err as an API error.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, e := s.describe(err, "method", r.Method, "path", r.URL.Path)
+	writeJSON(w, status, e)
+}
+
+// describe maps err to what a client is told: its status, code and
+// message. An internal error's message stays in the server's log, under a
+// reference the client gets; any other message is told without host
+// paths (errorText). logArgs describe the request in the log.
+func (s *Server) describe(err error, logArgs ...any) (int, apiError) {
 	status, code := classify(err)
-	msg := err.Error()
 	if status == http.StatusInternalServerError {
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		msg = "internal error: " + msg
+		ref := errorRef()
+		s.log.Error("request failed", append(logArgs, "ref", ref, "err", err)...)
+		return status, apiError{Code: code, Error: "internal error (the server log has it as ref " + ref + ")"}
 	}
-	writeError(w, status, code, msg)
+	return status, apiError{Code: code, Error: s.errorText(err)}
+}
+
+// errorRef is a short random id tying an error answer to its log line.
+func errorRef() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// errorText is err's message without the server's filesystem layout: a
+// path in a session's workspace (<data>/workspaces/<id>/a/b) is told
+// workspace-relative (a/b), any other path under the data folder as
+// <data-dir>/…, and an absolute path an *fs.PathError names elsewhere by
+// its last element.
+func (s *Server) errorText(err error) string {
+	msg := err.Error()
+	for _, root := range s.hidden {
+		msg = hideRoot(msg, root)
+	}
+	var pe *fs.PathError
+	for e := err; errors.As(e, &pe); e = pe.Err {
+		if filepath.IsAbs(pe.Path) && pe.Path != "/" {
+			msg = strings.ReplaceAll(msg, pe.Path, filepath.Base(pe.Path))
+		}
+	}
+	return msg
+}
+
+// hideRoot rewrites the paths under root in msg.
+func hideRoot(msg, root string) string {
+	ws := root + "/workspaces/"
+	for {
+		i := strings.Index(msg, ws)
+		if i < 0 {
+			break
+		}
+		// The session id runs to the next slash (the path goes on inside
+		// the workspace) or to whatever ends a path in a message.
+		k := i + len(ws)
+		end := strings.IndexAny(msg[k:], pathEnd)
+		switch {
+		case end < 0:
+			msg = msg[:i] + "."
+		case msg[k+end] == '/':
+			msg = msg[:i] + msg[k+end+1:]
+		default:
+			msg = msg[:i] + "." + msg[k+end:]
+		}
+	}
+	// The folder itself, where a path ends or goes on inside it (not a
+	// sibling that shares its prefix, /data-old).
+	var b strings.Builder
+	for {
+		i := strings.Index(msg, root)
+		if i < 0 {
+			break
+		}
+		j := i + len(root)
+		b.WriteString(msg[:i])
+		if !continuesName(msg[j:]) {
+			b.WriteString("<data-dir>")
+		} else {
+			b.WriteString(root)
+		}
+		msg = msg[j:]
+	}
+	b.WriteString(msg)
+	return b.String()
+}
+
+// continuesName reports whether rest (what follows a path in a message)
+// makes it a longer name: data-old, data.bak, but not "data." ending a
+// sentence.
+func continuesName(rest string) bool {
+	isName := func(c byte) bool {
+		return c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+	}
+	switch {
+	case rest == "":
+		return false
+	case isName(rest[0]):
+		return true
+	case rest[0] == '.' && len(rest) > 1:
+		return isName(rest[1]) || rest[1] == '.'
+	}
+	return false
+}
+
+// pathEnd are the bytes that may follow a path in an error message, or go
+// on with it ('/').
+const pathEnd = "/ \t\n\"':,;)"
+
+// hiddenRoots are the forms of the data folder an error may name: as
+// configured and with symbolic links resolved.
+func hiddenRoots(dataDir string) []string {
+	if dataDir == "" {
+		return nil
+	}
+	abs, err := filepath.Abs(dataDir)
+	if err != nil || abs == "/" {
+		return nil
+	}
+	roots := []string{abs}
+	if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs && real != "/" {
+		roots = append(roots, real)
+	}
+	// The longer first, so that one is not rewritten as part of the other.
+	slices.SortFunc(roots, func(a, b string) int { return len(b) - len(a) })
+	return roots
 }

@@ -86,7 +86,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 
 // serveSSE streams events after a seq until the client goes away, the
 // subscriber falls behind (an error event, then the stream ends; the
-// client resumes with Last-Event-ID) or the server shuts down.
+// client resumes with Last-Event-ID) or the server shuts down. A client
+// that takes nothing written to it for WriteTimeout fell behind too; it
+// gets the rest of the write in flight and the error event if it reads
+// within CloseTimeout, else the connection is cut.
 func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, after int64) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -102,15 +105,39 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, aft
 	}
 	defer sub.Close()
 	rc := http.NewResponseController(w)
+	guard := newStallGuard(s.cfg.WriteTimeout, s.cfg.CloseTimeout, rc.SetWriteDeadline)
+	defer guard.stop()
+	guard.notify(sub.FellBehind)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	bw := bufio.NewWriterSize(w, 32<<10)
+	bw := bufio.NewWriterSize(guardedWriter{w: w, g: guard}, 32<<10)
+	flush := func() bool {
+		if bw.Flush() != nil {
+			return false
+		}
+		guard.arm()
+		err := rc.Flush()
+		guard.disarm()
+		return err == nil && !guard.stalled()
+	}
+	told := false // the error event was written
+	defer func() {
+		if guard.stalled() && !told {
+			// The client took the write in flight within CloseTimeout (or
+			// not): tell it why it is cut off, then make sure the
+			// connection is not reused with the deadline set.
+			writeSlowSSE(bw)
+			_ = bw.Flush()
+			_ = rc.Flush()
+			_ = rc.SetWriteDeadline(time.Now())
+		}
+	}()
 	_, _ = bw.WriteString("retry: 1000\n\n")
-	if bw.Flush() != nil || rc.Flush() != nil {
+	if !flush() {
 		return
 	}
 	for {
@@ -121,31 +148,36 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, aft
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 				_, _ = bw.WriteString(": ping\n\n")
-				if bw.Flush() != nil || rc.Flush() != nil {
+				if !flush() {
 					return
 				}
 				continue
 			}
-			if errors.Is(err, eventlog.ErrSlowConsumer) {
-				fmt.Fprintf(bw, "event: error\ndata: {\"code\":%q,\"error\":\"subscriber fell behind; reconnect with Last-Event-ID\"}\n\n", CodeSlowConsumer)
-				_ = bw.Flush()
-				_ = rc.Flush()
+			if errors.Is(err, eventlog.ErrSlowConsumer) && !guard.stalled() {
+				writeSlowSSE(bw)
+				told = true
+				flush()
 			}
 			return
 		}
 		writeSSE(bw, rec)
-		// Drain what is ready before flushing: one flush per burst.
-		for drained := 0; drained < 256; drained++ {
+		// Drain what is ready before flushing: one flush per burst. Large
+		// events go through bw unbuffered, so a stall shows here too.
+		for drained := 0; drained < 256 && !guard.stalled(); drained++ {
 			rec, ok, err := sub.TryNext(ctx)
 			if err != nil || !ok {
 				break
 			}
 			writeSSE(bw, rec)
 		}
-		if bw.Flush() != nil || rc.Flush() != nil {
+		if !flush() {
 			return
 		}
 	}
+}
+
+func writeSlowSSE(bw *bufio.Writer) {
+	fmt.Fprintf(bw, "event: error\ndata: {\"code\":%q,\"error\":\"subscriber fell behind; reconnect with Last-Event-ID\"}\n\n", CodeSlowConsumer)
 }
 
 func writeSSE(bw *bufio.Writer, rec eventlog.Record) {

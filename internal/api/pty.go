@@ -21,6 +21,9 @@ type ptyControl struct {
 // sandbox: binary frames carry terminal bytes both ways, a text frame
 // {"type":"resize"} resizes, and {"type":"exit","code"} ends the session.
 func (s *Server) handlePTY(w http.ResponseWriter, r *http.Request) {
+	if !checkOrigin(w, r) {
+		return
+	}
 	sess, err := s.cfg.Sessions.Get(r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
@@ -49,12 +52,14 @@ func (s *Server) handlePTY(w http.ResponseWriter, r *http.Request) {
 
 	env, err := sess.EnsureEnv(ctx, Principal(r.Context()))
 	if err != nil {
-		c.Close(websocket.StatusInternalError, truncate("start environment: "+err.Error(), 120))
+		_, e := s.describe(err, "op", "pty: start environment", "session", sess.ID())
+		c.Close(websocket.StatusInternalError, truncate("start environment: "+e.Error, 120))
 		return
 	}
 	p, err := env.Exec(ctx, sandbox.Cmd{Argv: []string{"sh", "-c", `exec "${SHELL:-sh}" -i`}, PTY: &size, Env: map[string]string{"TERM": "xterm-256color"}})
 	if err != nil {
-		c.Close(websocket.StatusInternalError, truncate("start shell: "+err.Error(), 120))
+		_, e := s.describe(err, "op", "pty: start shell", "session", sess.ID())
+		c.Close(websocket.StatusInternalError, truncate("start shell: "+e.Error, 120))
 		return
 	}
 	defer p.Kill()

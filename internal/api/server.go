@@ -10,6 +10,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -32,8 +33,9 @@ type Config struct {
 	Log           *eventlog.Log
 	Profiles      *session.Profiles
 	Architectures *agent.Registry
-	// APIKey, when set, is required on every /api/* route, the WebSocket and
-	// Socket.IO.
+	// APIKey, when set, is required on every /api/* route but /api/auth
+	// (the WebSocket, the PTY and the OpenAPI document included), on
+	// /metrics and on Socket.IO; /health and the UI need none.
 	APIKey string
 	// MaxBody bounds request bodies (default 1 MiB).
 	MaxBody int64
@@ -41,6 +43,24 @@ type Config struct {
 	// file up to it, ranges totalling up to it (default
 	// DefaultMaxFileBytes).
 	MaxFileBytes int64
+	// WriteTimeout: a streaming client (WebSocket, SSE, Socket.IO) that
+	// takes none of what is written to it for this long is a slow
+	// consumer and is cut off (default 10s).
+	WriteTimeout time.Duration
+	// CloseTimeout bounds the best-effort goodbye to a slow consumer (the
+	// rest of the frame in flight and a close frame or error event;
+	// default 2s).
+	CloseTimeout time.Duration
+	// AllowedHosts are the host names (or IP addresses) clients may reach
+	// the server by, with any port; a request with another Host gets 403
+	// HOST_NOT_ALLOWED, which stops DNS rebinding. localhost, 127.0.0.1 and
+	// ::1 are always allowed. "*.example.com" allows the subdomains of
+	// example.com, "*" any host.
+	AllowedHosts []string
+	// AllowIPHosts also allows any IP address as Host: for a server bound
+	// to a non-loopback address, reached by address (a rebinding page
+	// always uses a name).
+	AllowIPHosts bool
 	// Gatherer serves /metrics (default prometheus.DefaultGatherer).
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
@@ -49,6 +69,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Version is reported by /health.
 	Version string
+	// DataDir is the server's data folder: error answers never show it (a
+	// workspace path is told workspace-relative, another as <data-dir>/…).
+	DataDir string
 	// Audit serves GET /api/sessions/{id}/audit (audit.go); nil: every
 	// session's list is empty.
 	Audit AuditReader
@@ -65,6 +88,9 @@ type Server struct {
 	mux    *http.ServeMux
 	routes []route
 	sio    *socketIO
+	hosts  *hostPolicy
+	cop    *http.CrossOriginProtection
+	hidden []string // the data folder's forms, hidden in error answers
 
 	mu       sync.Mutex // guards conns, closing
 	conns    map[*wsConn]struct{}
@@ -100,16 +126,26 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxFileBytes <= 0 {
 		cfg.MaxFileBytes = DefaultMaxFileBytes
 	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = defaultWriteTimeout
+	}
+	if cfg.CloseTimeout <= 0 {
+		cfg.CloseTimeout = defaultCloseTimeout
+	}
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.DefaultGatherer
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	hosts, err := newHostPolicy(cfg.AllowedHosts, cfg.AllowIPHosts)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), conns: make(map[*wsConn]struct{}),
-		closeCtx: ctx, cancel: cancel,
+		closeCtx: ctx, cancel: cancel, hosts: hosts, cop: http.NewCrossOriginProtection(), hidden: hiddenRoots(cfg.DataDir),
 		wsGauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentd_websocket_connections", Help: "Open WebSocket connections (/api/ws)."}),
 	}
 	if cfg.Registerer != nil {
@@ -118,6 +154,9 @@ func New(cfg Config) (*Server, error) {
 	s.routes = s.table()
 	for _, rt := range s.routes {
 		h := rt.handler
+		if unsafeMethod(rt.method) {
+			h = s.requireJSON(h)
+		}
 		if rt.auth {
 			h = s.requireAuth(h)
 		}
@@ -132,7 +171,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.sio = sio
 	// Socket.IO checks the key itself (auth.token, query or header).
-	s.mux.Handle("/socket.io/", sio)
+	s.mux.HandleFunc("/socket.io/", func(w http.ResponseWriter, r *http.Request) {
+		if checkOrigin(w, r) {
+			sio.ServeHTTP(w, r)
+		}
+	})
 	// Unknown /api routes answer JSON, not the UI.
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		if allowed := s.methodsFor(r); len(allowed) > 0 {
@@ -177,6 +220,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusInternalServerError, CodeInternal, "internal error")
 		}
 	}()
+	if !s.hosts.allows(r.Host) {
+		writeError(w, http.StatusForbidden, CodeHostNotAllowed, "host "+strconvQuote(r.Host)+" is not allowed: reach the server by localhost or a name given with --allowed-hosts")
+		return
+	}
+	if unsafeMethod(r.Method) {
+		if err := s.cop.Check(r); err != nil {
+			writeError(w, http.StatusForbidden, CodeCrossOrigin, "cross-origin request refused")
+			return
+		}
+	}
 	if strings.HasPrefix(r.URL.Path, "/api/sessions/") || strings.HasPrefix(r.URL.Path, "/sessions/") {
 		if err := checkFilesPath(r.URL.Path); err != nil {
 			writeError(w, http.StatusBadRequest, CodeInvalidPath, err.Error())

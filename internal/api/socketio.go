@@ -9,8 +9,12 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
+	"github.com/zishang520/socket.io/servers/engine/v3/transports"
 	sio "github.com/zishang520/socket.io/servers/socket/v3"
+	"github.com/zishang520/socket.io/v3/pkg/types"
 
 	"github.com/agentd/agentd/internal/eventlog"
 )
@@ -189,13 +193,14 @@ func (conn *sioConn) join(args []any) {
 	}
 	s := conn.x.s
 	if _, err := s.cfg.Sessions.Get(id); err != nil {
-		ack(sioAck{Error: &apiError{Code: CodeSessionNotFound, Error: err.Error()}})
+		_, e := s.describe(err, "op", "socket.io join", "session", id)
+		ack(sioAck{Error: &e})
 		return
 	}
 	sub, err := s.cfg.Log.Subscribe(conn.ctx, id, after)
 	if err != nil {
-		_, code := classify(err)
-		ack(sioAck{Error: &apiError{Code: code, Error: err.Error()}})
+		_, e := s.describe(err, "op", "socket.io join", "session", id)
+		ack(sioAck{Error: &e})
 		return
 	}
 	last, _ := s.cfg.Log.LastSeq(conn.ctx, id)
@@ -207,7 +212,7 @@ func (conn *sioConn) join(args []any) {
 	conn.joins[id] = cancel
 	conn.mu.Unlock()
 	ack(sioAck{OK: true, LastSeq: &last})
-	go conn.pump(ctx, sub)
+	go conn.pump(ctx, sub, id)
 }
 
 func (conn *sioConn) leave(args []any) {
@@ -239,19 +244,93 @@ func firstString(args []any) (string, bool) {
 	return "", false
 }
 
-func (conn *sioConn) pump(ctx context.Context, sub *eventlog.Subscription) {
+// sioInflight bounds the bytes handed to Socket.IO and not yet written to
+// the client's transport. The library buffers what is emitted without
+// bound; without this a client that stops reading would hold every event
+// in memory, and its subscription's queue (always empty) would never show
+// it falling behind.
+const sioInflight = 1 << 20
+
+// pump forwards the subscription's events as session:event. Each is
+// written to the Engine.IO socket with a callback for when the transport
+// has written it; past sioInflight bytes in flight the pump waits, and a
+// client whose transport writes nothing for WriteTimeout is a slow
+// consumer (as is one whose subscription's queue bound cut it off).
+func (conn *sioConn) pump(ctx context.Context, sub *eventlog.Subscription, id string) {
 	defer sub.Close()
+	s := conn.x.s
+	eng := conn.c.Conn()
+	prefix := conn.packetPrefix() + `"session:event",`
+	var inflight atomic.Int64
+	drained := make(chan struct{}, 1)
+	stall := time.NewTimer(time.Hour)
+	stall.Stop()
+	defer stall.Stop()
 	for {
 		rec, err := sub.Next(ctx)
 		if err != nil {
 			if errors.Is(err, eventlog.ErrSlowConsumer) {
-				_ = conn.c.Emit("session:error", map[string]any{"code": CodeSlowConsumer, "sessionId": rec.Event.Context.SessionID})
-				conn.c.Disconnect(true)
+				conn.cutOff(ctx, id)
 			}
 			return
 		}
-		if err := conn.c.Emit("session:event", json.RawMessage(rec.JSON)); err != nil {
-			return
+		n := int64(len(rec.JSON))
+		inflight.Add(n)
+		// The envelope is JSON already: the Socket.IO packet is built around
+		// it instead of re-encoding it through Emit.
+		eng.Write(types.NewStringBufferString(prefix+string(rec.JSON)+"]"), nil, func(transports.Transport) {
+			inflight.Add(-n)
+			select {
+			case drained <- struct{}{}:
+			default:
+			}
+		})
+		if inflight.Load() <= sioInflight {
+			continue
 		}
+		stall.Reset(s.cfg.WriteTimeout)
+		for inflight.Load() > sioInflight {
+			select {
+			case <-ctx.Done():
+				return
+			case <-drained:
+				stall.Reset(s.cfg.WriteTimeout) // progress
+			case <-stall.C:
+				sub.FellBehind() // counts it
+				conn.cutOff(ctx, id)
+				return
+			}
+		}
+		stall.Stop()
 	}
+}
+
+// packetPrefix starts a Socket.IO EVENT packet of this socket's namespace.
+func (conn *sioConn) packetPrefix() string {
+	if nsp := conn.c.Nsp().Name(); nsp != "/" {
+		return "2" + nsp + ",["
+	}
+	return "2["
+}
+
+// cutOff tells a slow consumer why it is cut off (session:error, which
+// gets CloseTimeout to reach its transport: best effort, as the WebSocket's
+// close code 4008) and disconnects it; it reconnects and joins with its
+// last seq.
+func (conn *sioConn) cutOff(ctx context.Context, id string) {
+	s := conn.x.s
+	body, _ := json.Marshal(map[string]string{"code": CodeSlowConsumer, "sessionId": id,
+		"error": "subscriber fell behind; reconnect and join with your last seq"})
+	written := make(chan struct{})
+	var once sync.Once
+	conn.c.Conn().Write(types.NewStringBufferString(conn.packetPrefix()+`"session:error",`+string(body)+"]"), nil,
+		func(transports.Transport) { once.Do(func() { close(written) }) })
+	t := time.NewTimer(s.cfg.CloseTimeout)
+	defer t.Stop()
+	select {
+	case <-written:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	conn.c.Disconnect(true)
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/coder/websocket"
 
@@ -18,23 +17,40 @@ import (
 // keep up; it should reconnect and join with its last seq.
 const CloseSlowConsumer websocket.StatusCode = 4008
 
-const (
-	wsWriteTimeout = 10 * time.Second
-	wsReadLimit    = 64 << 10
-)
+const wsReadLimit = 64 << 10
 
 // wsConn is one /api/ws connection. Writes may come from any goroutine
 // (the websocket library serialises them); joins is guarded by mu.
+//
+// A client that falls behind (a subscription's queue bound) or stops
+// reading (a socket write blocked for WriteTimeout) is cut off by the
+// handler's goroutine: pumps stop, then close code 4008 within
+// CloseTimeout (cutOff).
 type wsConn struct {
 	s      *Server
 	c      *websocket.Conn
 	bc     *batchConn // under c: bursts of frames share one write
 	ctx    context.Context
 	cancel context.CancelFunc
+	// pumps is the pumps' parent context, ended first when the client is
+	// cut off (ctx, which the reader uses, lives on for the close
+	// handshake).
+	pumps     context.Context
+	stopPumps context.CancelFunc
 
 	mu    sync.Mutex
-	joins map[string]context.CancelFunc
+	joins map[string]wsJoin
 	wg    sync.WaitGroup
+
+	slowOnce sync.Once
+	slow     chan struct{} // closed when the client is to be cut off
+	slowWhy  string        // written before slow is closed
+}
+
+// wsJoin is one joined stream: a session's events (sub) or the session list.
+type wsJoin struct {
+	cancel context.CancelFunc
+	sub    *eventlog.Subscription // nil for "*"
 }
 
 type clientFrame struct {
@@ -60,14 +76,20 @@ type errorFrame struct {
 }
 
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
-	bw := &batchingWriter{ResponseWriter: w}
+	if !checkOrigin(w, r) {
+		return
+	}
+	bw := &batchingWriter{ResponseWriter: w, writeTimeout: s.cfg.WriteTimeout, closeTimeout: s.cfg.CloseTimeout}
 	c, err := websocket.Accept(bw, r, nil)
 	if err != nil {
 		return // Accept wrote the HTTP error
 	}
 	c.SetReadLimit(wsReadLimit)
 	ctx, cancel := context.WithCancel(context.Background())
-	conn := &wsConn{s: s, c: c, bc: bw.conn, ctx: ctx, cancel: cancel, joins: make(map[string]context.CancelFunc)}
+	pumps, stopPumps := context.WithCancel(ctx)
+	conn := &wsConn{s: s, c: c, bc: bw.conn, ctx: ctx, cancel: cancel, pumps: pumps, stopPumps: stopPumps,
+		joins: make(map[string]wsJoin), slow: make(chan struct{})}
+	bw.conn.guard.notify(func() { conn.cutOffLater("stopped reading", countStuck) })
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -86,10 +108,64 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		s.wsGauge.Dec()
 		s.connWG.Done()
 	}()
-	conn.readLoop(Principal(r.Context()))
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		conn.readLoop(Principal(r.Context()))
+	}()
+	select {
+	case <-read:
+	case <-conn.slow:
+		conn.cutOff()
+		<-read
+	}
 	cancel()
 	conn.wg.Wait()
 	c.CloseNow()
+}
+
+// How a slow consumer is counted in agentd_event_slow_consumers_total.
+type slowCount int
+
+const (
+	countedByLog slowCount = iota // its subscription's queue bound cut it off
+	countStuck                    // its socket write blocked: end its subscriptions as slow
+	countOnce                     // a watcher without a subscription fell behind
+)
+
+// cutOffLater marks the client as a slow consumer, counts it once, and
+// stops its pumps; the handler's goroutine then cuts it off. It never
+// blocks (it runs on the stall guard's timer too).
+func (w *wsConn) cutOffLater(why string, count slowCount) {
+	w.slowOnce.Do(func() {
+		var subs []*eventlog.Subscription
+		if count == countStuck {
+			w.mu.Lock()
+			for _, j := range w.joins {
+				if j.sub != nil {
+					subs = append(subs, j.sub)
+				}
+			}
+			w.mu.Unlock()
+			for _, sub := range subs {
+				sub.FellBehind()
+			}
+		}
+		if count == countOnce || (count == countStuck && len(subs) == 0) {
+			w.s.cfg.Log.CountSlowConsumer()
+		}
+		w.slowWhy = why
+		w.stopPumps()
+		close(w.slow)
+	})
+}
+
+// cutOff ends a slow consumer's connection: the frame in flight and close
+// code 4008 get CloseTimeout (best effort: a client that reads nothing
+// gets nothing), then the connection closes.
+func (w *wsConn) cutOff() {
+	w.bc.goodbye()
+	w.c.Close(CloseSlowConsumer, "slow consumer ("+w.slowWhy+"): reconnect and join with your last seq")
 }
 
 func (w *wsConn) readLoop(actor string) {
@@ -133,34 +209,34 @@ func (w *wsConn) join(f clientFrame) {
 		}
 	}
 	if f.SessionID == "*" {
-		w.startPump("*", func(ctx context.Context) { w.pumpSessions(ctx) })
+		w.startPump("*", nil, func(ctx context.Context) { w.pumpSessions(ctx) })
 		w.ack(f.ID, nil, nil)
 		return
 	}
 	if _, err := w.s.cfg.Sessions.Get(f.SessionID); err != nil {
-		w.ack(f.ID, &apiError{Code: CodeSessionNotFound, Error: err.Error()}, nil)
+		_, e := w.s.describe(err, "op", "ws join", "session", f.SessionID)
+		w.ack(f.ID, &e, nil)
 		return
 	}
 	sub, err := w.s.cfg.Log.Subscribe(w.ctx, f.SessionID, after)
 	if err != nil {
-		status, code := classify(err)
-		_ = status
-		w.ack(f.ID, &apiError{Code: code, Error: err.Error()}, nil)
+		_, e := w.s.describe(err, "op", "ws join", "session", f.SessionID)
+		w.ack(f.ID, &e, nil)
 		return
 	}
 	last, _ := w.s.cfg.Log.LastSeq(w.ctx, f.SessionID)
 	// Ack before the pump starts: the client sees the ack before any event.
 	w.ack(f.ID, nil, &last)
-	w.startPump(f.SessionID, func(ctx context.Context) { w.pumpEvents(ctx, sub) })
+	w.startPump(f.SessionID, sub, func(ctx context.Context) { w.pumpEvents(ctx, sub) })
 }
 
-func (w *wsConn) startPump(key string, run func(context.Context)) {
-	ctx, cancel := context.WithCancel(w.ctx)
+func (w *wsConn) startPump(key string, sub *eventlog.Subscription, run func(context.Context)) {
+	ctx, cancel := context.WithCancel(w.pumps)
 	w.mu.Lock()
 	if old, ok := w.joins[key]; ok {
-		old() // a re-join replaces the previous one
+		old.cancel() // a re-join replaces the previous one
 	}
-	w.joins[key] = cancel
+	w.joins[key] = wsJoin{cancel: cancel, sub: sub}
 	w.mu.Unlock()
 	w.wg.Add(1)
 	go func() {
@@ -171,14 +247,14 @@ func (w *wsConn) startPump(key string, run func(context.Context)) {
 
 func (w *wsConn) leave(f clientFrame) {
 	w.mu.Lock()
-	cancel, ok := w.joins[f.SessionID]
+	j, ok := w.joins[f.SessionID]
 	delete(w.joins, f.SessionID)
 	w.mu.Unlock()
 	if !ok {
 		w.ack(f.ID, &apiError{Code: CodeBadRequest, Error: "not joined to " + strconvQuote(f.SessionID)}, nil)
 		return
 	}
-	cancel()
+	j.cancel()
 	w.ack(f.ID, nil, nil)
 }
 
@@ -196,14 +272,14 @@ func (w *wsConn) pumpEvents(ctx context.Context, sub *eventlog.Subscription) {
 			w.subscriptionEnded(err)
 			return
 		}
-		// Write what is ready as one burst: one flush and one deadline for
-		// all of it, not one per event.
-		w.bc.begin(wsWriteTimeout)
+		// Write what is ready as one burst: one flush for all of it, not
+		// one per event.
+		w.bc.begin()
 		var werr error
 		for n := 0; ; n++ {
 			buf = append(append(append(buf[:0], eventPrefix...), rec.JSON...), '}')
-			// No per-write context: the burst's deadline is on the connection.
-			if werr = w.c.Write(context.Background(), websocket.MessageText, buf); werr != nil || n+1 >= maxBurst {
+			// No per-write context: the connection's stall guard bounds writes.
+			if werr = w.c.Write(context.Background(), websocket.MessageText, buf); werr != nil || n+1 >= maxBurst || ctx.Err() != nil {
 				break
 			}
 			var ok bool
@@ -223,14 +299,17 @@ func (w *wsConn) pumpEvents(ctx context.Context, sub *eventlog.Subscription) {
 			w.subscriptionEnded(err)
 			return
 		}
+		if ctx.Err() != nil {
+			return // left, re-joined or cut off
+		}
 	}
 }
 
 func (w *wsConn) subscriptionEnded(err error) {
 	switch {
 	case errors.Is(err, eventlog.ErrSlowConsumer):
-		w.c.Close(CloseSlowConsumer, "slow consumer: reconnect and join with your last seq")
-		w.cancel()
+		// The queue bound (counted by the log) or FellBehind (counted).
+		w.cutOffLater("fell behind", countedByLog)
 	case errors.Is(err, eventlog.ErrSessionDeleted):
 		w.sendError(nil, CodeSessionNotFound, "session deleted")
 	case errors.Is(err, eventlog.ErrClosed):
@@ -252,8 +331,7 @@ func (w *wsConn) pumpSessions(ctx context.Context) {
 	}
 	if ctx.Err() == nil {
 		// The watcher fell behind: the client re-lists after a reconnect.
-		w.c.Close(CloseSlowConsumer, "slow consumer: reconnect and re-list sessions")
-		w.cancel()
+		w.cutOffLater("session list fell behind", countOnce)
 	}
 }
 
@@ -262,10 +340,9 @@ type sessionFrame struct {
 	Session restapi.SessionSummary `json:"session"`
 }
 
+// write sends one frame; the connection's stall guard bounds it.
 func (w *wsConn) write(b []byte) error {
-	ctx, cancel := context.WithTimeout(w.ctx, wsWriteTimeout)
-	defer cancel()
-	return w.c.Write(ctx, websocket.MessageText, b)
+	return w.c.Write(w.ctx, websocket.MessageText, b)
 }
 
 func (w *wsConn) send(v any) error {

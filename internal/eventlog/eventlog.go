@@ -57,6 +57,11 @@ type Options struct {
 	MaxBatch int
 	// QueueSize bounds each live subscriber's queue (default 4096 events).
 	QueueSize int
+	// QueueBytes bounds the bytes (encoded envelopes) waiting in each live
+	// subscriber's queue (default 128 MiB): one event may be tens of MiB,
+	// so the record count alone bounds no memory. A record offered to an
+	// empty queue always fits.
+	QueueBytes int64
 	// ReplayPage is the number of events read from the store at a time
 	// while a subscriber catches up (default 1024).
 	ReplayPage int
@@ -113,6 +118,9 @@ func New(st store.EventStore, opts Options) *Log {
 	}
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = 4096
+	}
+	if opts.QueueBytes <= 0 {
+		opts.QueueBytes = DefaultQueueBytes
 	}
 	if opts.ReplayPage <= 0 {
 		opts.ReplayPage = 1024

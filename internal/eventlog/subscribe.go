@@ -27,11 +27,17 @@ type Subscription struct {
 
 	closed bool // Close was called; guarded by sl.mu
 
-	mu    sync.Mutex // guards queue, ended, err
-	queue []*Record  // published, not yet taken by the consumer
-	ended bool       // no record will be queued any more
-	err   error      // why it ended
+	mu     sync.Mutex // guards queue, queued, ended, err
+	queue  []*Record  // published, not yet taken by the consumer
+	queued int64      // bytes of JSON in queue
+	ended  bool       // no record will be queued any more
+	err    error      // why it ended
 }
+
+// DefaultQueueBytes is Options.QueueBytes' default: two of the largest
+// events an agent's output line makes (64 MiB), so a subscriber that keeps
+// up is never cut off by one.
+const DefaultQueueBytes = 128 << 20
 
 // Subscribe returns a subscription delivering the session's events with
 // seq > after: first those already stored, then live ones as they are
@@ -121,21 +127,56 @@ func (s *Subscription) take() (bool, error) {
 	// Swap arrays: the publisher appends into the one the consumer has
 	// finished with (all nil by now), so a steady stream allocates nothing.
 	s.pending, s.queue, s.next = s.queue, s.pending[:0], 0
+	s.queued = 0
 	return true, nil
 }
 
-// offerLocked queues rec for the subscriber; false when its queue is full
-// (the subscriber fell behind). sl.mu is held, and s is registered in sl,
-// so it has not ended: end follows the removal from sl, under sl.mu.
+// offerLocked queues rec for the subscriber; false when its queue is full,
+// in records (max) or in bytes (Options.QueueBytes): the subscriber fell
+// behind. sl.mu is held, and s is registered in sl, so it has not ended:
+// end follows the removal from sl, under sl.mu.
 func (s *Subscription) offerLocked(rec *Record, max int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.queue) >= max {
+	n := int64(len(rec.JSON))
+	if len(s.queue) >= max || (len(s.queue) > 0 && s.queued+n > s.log.opts.QueueBytes) {
 		return false
 	}
 	s.queue = append(s.queue, rec)
+	s.queued += n
 	return true
 }
+
+// FellBehind ends the subscription as a slow consumer, for a transport
+// that found its client stuck (a socket write blocked past its deadline)
+// rather than its queue full. Next returns what was queued, then
+// ErrSlowConsumer. The subscription is counted in
+// agentd_event_slow_consumers_total if this call ends it: not when the
+// queue bound cut it off already (counted then), nor after Close or
+// another end. Safe for concurrent use.
+func (s *Subscription) FellBehind() {
+	s.sl.mu.Lock()
+	defer s.sl.mu.Unlock()
+	if s.closed {
+		return
+	}
+	delete(s.sl.subs, s)
+	s.mu.Lock()
+	ended := s.ended
+	if !ended {
+		s.ended, s.err = true, ErrSlowConsumer
+	}
+	s.mu.Unlock()
+	if !ended {
+		s.log.m.slow.Inc()
+	}
+	s.signal()
+}
+
+// CountSlowConsumer counts, in agentd_event_slow_consumers_total, a
+// consumer that was cut off for falling behind and holds no subscription
+// (a WebSocket that follows only the session list).
+func (l *Log) CountSlowConsumer() { l.m.slow.Inc() }
 
 // signal wakes the consumer if it waits.
 func (s *Subscription) signal() {

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/alecthomas/kong"
+)
+
+// TestMain (goleak) is in main_test.go.
+
+func parse(t *testing.T, args ...string) *cli {
+	t.Helper()
+	var c cli
+	p, err := kong.New(&c, kong.Name("agentd"), kong.Exit(func(int) { t.Fatal("kong exited") }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return &c
+}
+
+func TestAllowedHostsFlagAndEnv(t *testing.T) {
+	if got := parse(t, "serve").Serve.AllowedHosts; len(got) != 0 {
+		t.Fatalf("default --allowed-hosts %q, want none", got)
+	}
+	if got := parse(t, "serve", "--allowed-hosts", "a.example,*.corp.example", "--allowed-hosts", "b.example").Serve.AllowedHosts; !slices.Equal(got, []string{"a.example", "*.corp.example", "b.example"}) {
+		t.Fatalf("--allowed-hosts parsed as %q", got)
+	}
+	t.Setenv("AGENTD_ALLOWED_HOSTS", "box.lan,proxy.example")
+	if got := parse(t, "serve").Serve.AllowedHosts; !slices.Equal(got, []string{"box.lan", "proxy.example"}) {
+		t.Fatalf("AGENTD_ALLOWED_HOSTS parsed as %q", got)
+	}
+}

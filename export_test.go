@@ -1,0 +1,4 @@
+package agentd
+
+// LoopbackAddr exports loopbackAddr to the tests.
+var LoopbackAddr = loopbackAddr
