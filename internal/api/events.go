@@ -88,12 +88,13 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 // subscriber falls behind (an error event, then the stream ends; the
 // client resumes with Last-Event-ID) or the server shuts down.
 func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, after int64) {
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	stop := context.AfterFunc(s.closeCtx, cancel)
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(s.closeCtx, func() { cancel(nil) })
 	defer stop()
 	s.connWG.Add(1)
 	defer s.connWG.Done()
+	defer s.live.track(r.Context(), func() { cancel(errCredentialGone) })()
 
 	sub, err := s.cfg.Log.Subscribe(ctx, id, after)
 	if err != nil {
@@ -128,6 +129,11 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, aft
 			}
 			if errors.Is(err, eventlog.ErrSlowConsumer) {
 				fmt.Fprintf(bw, "event: error\ndata: {\"code\":%q,\"error\":\"subscriber fell behind; reconnect with Last-Event-ID\"}\n\n", CodeSlowConsumer)
+				_ = bw.Flush()
+				_ = rc.Flush()
+			}
+			if errors.Is(context.Cause(ctx), errCredentialGone) {
+				fmt.Fprintf(bw, "event: error\ndata: {\"code\":%q,\"error\":\"credential no longer valid\"}\n\n", CodeUnauthorized)
 				_ = bw.Flush()
 				_ = rc.Flush()
 			}

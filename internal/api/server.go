@@ -7,7 +7,6 @@ package api
 import (
 	"bufio"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
@@ -22,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/auth"
 	"github.com/agentd/agentd/internal/eventlog"
 	"github.com/agentd/agentd/internal/session"
 )
@@ -33,8 +33,14 @@ type Config struct {
 	Profiles      *session.Profiles
 	Architectures *agent.Registry
 	// APIKey, when set, is required on every /api/* route, the WebSocket and
-	// Socket.IO.
+	// Socket.IO. Ignored when Auth is set (it holds the key then).
 	APIKey string
+	// Auth authenticates callers and decides what they may do (identity.go);
+	// nil: a single-user Service built from APIKey.
+	Auth *auth.Service
+	// AuthRecheck is how often open connections' credentials are checked
+	// again (default 10s; at once after a revocation on this server).
+	AuthRecheck time.Duration
 	// MaxBody bounds request bodies (default 1 MiB).
 	MaxBody int64
 	// MaxFileBytes bounds what one GET of a workspace file sends: a whole
@@ -76,17 +82,8 @@ type Server struct {
 
 	openapiOnce sync.Once
 	openapiDoc  []byte
-}
 
-// principal is the authenticated caller stored in the request context.
-type principalKey struct{}
-
-// Principal returns the caller's identity: "local" when auth is off.
-func Principal(ctx context.Context) string {
-	if p, ok := ctx.Value(principalKey{}).(string); ok {
-		return p
-	}
-	return "local"
+	live liveConns // connections to close when their credential goes (revoke.go)
 }
 
 // New builds the server.
@@ -106,6 +103,13 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Auth == nil {
+		a, err := auth.New(auth.Config{BootstrapKey: cfg.APIKey, Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Auth = a
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), conns: make(map[*wsConn]struct{}),
@@ -115,11 +119,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(s.wsGauge)
 	}
-	s.routes = s.table()
+	s.routes = append(s.table(), s.identityRoutes()...)
 	for _, rt := range s.routes {
 		h := rt.handler
 		if rt.auth {
-			h = s.requireAuth(h)
+			h = s.requireAuth(s.authorize(rt, h))
 		}
 		if rt.body {
 			h = s.limitBody(h)
@@ -131,6 +135,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.sio = sio
+	s.live.init(s)
 	// Socket.IO checks the key itself (auth.token, query or header).
 	s.mux.Handle("/socket.io/", sio)
 	// Unknown /api routes answer JSON, not the UI.
@@ -248,27 +253,6 @@ func (s *Server) Shutdown(ctx context.Context) {
 	}
 }
 
-func (s *Server) requireAuth(next http.HandlerFunc) http.HandlerFunc {
-	if s.cfg.APIKey == "" {
-		return next
-	}
-	want := []byte(s.cfg.APIKey)
-	return func(w http.ResponseWriter, r *http.Request) {
-		got := ""
-		if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
-			got = strings.TrimPrefix(h, "Bearer ")
-		} else if q := r.URL.Query().Get("access_token"); q != "" {
-			got = q
-		}
-		if got == "" || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="agentd"`)
-			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "missing or wrong API key (Authorization: Bearer <key>)")
-			return
-		}
-		next(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, "api-key")))
-	}
-}
-
 func (s *Server) limitBody(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > s.cfg.MaxBody {
@@ -317,9 +301,6 @@ func (s *Server) handleMetrics() http.HandlerFunc {
 	return h.ServeHTTP
 }
 
-func (s *Server) handleAuth(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]bool{"required": s.cfg.APIKey != ""})
-}
 
 // shortCtx bounds a handler's work that must not hang forever.
 func shortCtx(r *http.Request) (context.Context, context.CancelFunc) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/agentd/agentd/internal/auth"
 	"github.com/agentd/agentd/internal/eventlog"
 	"github.com/agentd/agentd/restapi"
 )
@@ -35,6 +36,8 @@ type wsConn struct {
 	mu    sync.Mutex
 	joins map[string]context.CancelFunc
 	wg    sync.WaitGroup
+
+	who auth.Principal // the authenticated caller
 }
 
 type clientFrame struct {
@@ -67,7 +70,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	c.SetReadLimit(wsReadLimit)
 	ctx, cancel := context.WithCancel(context.Background())
-	conn := &wsConn{s: s, c: c, bc: bw.conn, ctx: ctx, cancel: cancel, joins: make(map[string]context.CancelFunc)}
+	conn := &wsConn{s: s, c: c, bc: bw.conn, ctx: ctx, cancel: cancel, joins: make(map[string]context.CancelFunc), who: PrincipalOf(r.Context())}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -79,6 +82,11 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	s.connWG.Add(1)
 	s.mu.Unlock()
 	s.wsGauge.Inc()
+	untrack := s.live.track(r.Context(), func() {
+		c.Close(CloseUnauthorized, "credential no longer valid")
+		cancel()
+	})
+	defer untrack()
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, conn)
@@ -137,8 +145,9 @@ func (w *wsConn) join(f clientFrame) {
 		w.ack(f.ID, nil, nil)
 		return
 	}
-	if _, err := w.s.cfg.Sessions.Get(f.SessionID); err != nil {
-		w.ack(f.ID, &apiError{Code: CodeSessionNotFound, Error: err.Error()}, nil)
+	if _, err := w.s.checkSession(w.ctx, w.who, f.SessionID, auth.LevelRead); err != nil {
+		_, code := classify(err)
+		w.ack(f.ID, &apiError{Code: code, Error: err.Error()}, nil)
 		return
 	}
 	sub, err := w.s.cfg.Log.Subscribe(w.ctx, f.SessionID, after)
@@ -239,13 +248,22 @@ func (w *wsConn) subscriptionEnded(err error) {
 }
 
 func (w *wsConn) pumpSessions(ctx context.Context) {
+	// Only sessions the caller may see; shares are looked up again at most
+	// every few seconds, so a new share shows with the session's next change.
+	vis := newVisibility(w.s, w.who)
 	for _, sum := range w.s.cfg.Sessions.List(ctx) {
+		if !vis.sees(ctx, sum.Owner, sum.SessionID) {
+			continue
+		}
 		if w.send(sessionFrame{Op: "sessions", Session: restapi.SessionSummary(sum)}) != nil {
 			return
 		}
 	}
 	ch := w.s.cfg.Sessions.WatchSessions(ctx)
 	for sum := range ch {
+		if !vis.sees(ctx, sum.Owner, sum.SessionID) {
+			continue
+		}
 		if w.send(sessionFrame{Op: "sessions", Session: restapi.SessionSummary(sum)}) != nil {
 			return
 		}
