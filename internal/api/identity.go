@@ -90,22 +90,22 @@ type sessionAccess struct {
 // sessionRoutes lists every route with a session {id}: TestEveryRouteHasAnAccessLevel
 // checks none is missing, so a new route cannot skip the check.
 var sessionRoutes = map[string]sessionAccess{
-	"GET /api/sessions/{id}":                               {level: auth.LevelRead},
-	"DELETE /api/sessions/{id}":                            {level: auth.LevelOwner},
-	"POST /api/sessions/{id}/messages":                     {level: auth.LevelControl, start: true},
-	"POST /api/sessions/{id}/interrupt":                    {level: auth.LevelControl},
-	"POST /api/sessions/{id}/permissions/{requestId}":      {level: auth.LevelControl},
-	"GET /api/sessions/{id}/files":                         {level: auth.LevelRead},
-	"GET /api/sessions/{id}/files/{path...}":               {level: auth.LevelRead},
-	"GET /api/sessions/{id}/events":                        {level: auth.LevelRead},
-	"GET /api/sessions/{id}/audit":                         {level: auth.LevelRead},
-	"GET /api/sessions/{id}/pty":                           {level: auth.LevelControl, start: true},
-	"GET /api/sessions/{id}/shares":                        {level: auth.LevelOwner},
-	"PUT /api/sessions/{id}/shares/{userId}":               {level: auth.LevelOwner},
-	"DELETE /api/sessions/{id}/shares/{userId}":            {level: auth.LevelOwner},
-	"GET /sessions/{id}":                                   {level: auth.LevelRead},
-	"POST /sessions/{id}/message":                          {level: auth.LevelControl, start: true},
-	"DELETE /sessions/{id}":                                {level: auth.LevelOwner},
+	"GET /api/sessions/{id}":                          {level: auth.LevelRead},
+	"DELETE /api/sessions/{id}":                       {level: auth.LevelOwner},
+	"POST /api/sessions/{id}/messages":                {level: auth.LevelControl, start: true},
+	"POST /api/sessions/{id}/interrupt":               {level: auth.LevelControl},
+	"POST /api/sessions/{id}/permissions/{requestId}": {level: auth.LevelControl},
+	"GET /api/sessions/{id}/files":                    {level: auth.LevelRead},
+	"GET /api/sessions/{id}/files/{path...}":          {level: auth.LevelRead},
+	"GET /api/sessions/{id}/events":                   {level: auth.LevelRead},
+	"GET /api/sessions/{id}/audit":                    {level: auth.LevelRead},
+	"GET /api/sessions/{id}/pty":                      {level: auth.LevelControl, start: true},
+	"GET /api/sessions/{id}/shares":                   {level: auth.LevelOwner},
+	"PUT /api/sessions/{id}/shares/{userId}":          {level: auth.LevelOwner},
+	"DELETE /api/sessions/{id}/shares/{userId}":       {level: auth.LevelOwner},
+	"GET /sessions/{id}":                              {level: auth.LevelRead},
+	"POST /sessions/{id}/message":                     {level: auth.LevelControl, start: true},
+	"DELETE /sessions/{id}":                           {level: auth.LevelOwner},
 }
 
 // authorize wraps an authenticated route with its scope and session

@@ -54,17 +54,27 @@ type Me struct {
 	Scopes  []string   `json:"scopes"`
 	Admin   bool       `json:"admin"`
 	// ExpiresAt is when the credential stops working (absent: never).
-	ExpiresAt string              `json:"expiresAt,omitempty"`
+	ExpiresAt string             `json:"expiresAt,omitempty"`
 	Budget    *auth.BudgetReport `json:"budget,omitempty"`
 	Tenant    *auth.BudgetReport `json:"tenantBudget,omitempty"`
 }
 
 type (
-	UserList   struct{ Users []store.User `json:"users"` }
-	TokenList  struct{ Tokens []store.APIToken `json:"tokens"` }
-	ShareList  struct{ Shares []store.Share `json:"shares"` }
-	KeyList    struct{ Keys []store.ProviderKey `json:"keys"` }
-	BudgetList struct{ Budgets []store.Budget `json:"budgets"` }
+	UserList struct {
+		Users []store.User `json:"users"`
+	}
+	TokenList struct {
+		Tokens []store.APIToken `json:"tokens"`
+	}
+	ShareList struct {
+		Shares []store.Share `json:"shares"`
+	}
+	KeyList struct {
+		Keys []store.ProviderKey `json:"keys"`
+	}
+	BudgetList struct {
+		Budgets []store.Budget `json:"budgets"`
+	}
 	AccessPage struct {
 		Records []store.AccessRecord `json:"records"`
 		Last    int64                `json:"last"`

@@ -301,7 +301,6 @@ func (s *Server) handleMetrics() http.HandlerFunc {
 	return h.ServeHTTP
 }
 
-
 // shortCtx bounds a handler's work that must not hang forever.
 func shortCtx(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), 30*time.Second)

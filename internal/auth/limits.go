@@ -231,7 +231,7 @@ func (s *Service) Register(reg prometheus.Registerer) {
 	for name, v := range map[string]float64{
 		"requests_per_second": l.RequestsPerSecond, "burst": float64(s.limiter.burst),
 		"sessions_per_user": float64(l.SessionsPerUser), "running_per_user": float64(l.RunningPerUser),
-		"running_per_tenant": float64(l.RunningPerTenant),
+		"running_per_tenant":  float64(l.RunningPerTenant),
 		"user_tokens_per_day": float64(l.UserBudget.TokensPerDay), "user_tokens_per_month": float64(l.UserBudget.TokensPerMonth),
 		"tenant_tokens_per_day": float64(l.TenantBudget.TokensPerDay), "tenant_tokens_per_month": float64(l.TenantBudget.TokensPerMonth),
 		"user_cost_micros_per_day": float64(l.UserBudget.CostPerDayMicros), "user_cost_micros_per_month": float64(l.UserBudget.CostPerMonthMicros),

@@ -28,7 +28,9 @@ func HashToken(token string) string {
 }
 
 // IsAPIToken reports whether s looks like an API token.
-func IsAPIToken(s string) bool { return strings.HasPrefix(s, TokenPrefix) && len(s) > len(TokenPrefix)+20 }
+func IsAPIToken(s string) bool {
+	return strings.HasPrefix(s, TokenPrefix) && len(s) > len(TokenPrefix)+20
+}
 
 // looksLikeJWT reports whether s has a JWS compact serialization's shape.
 func looksLikeJWT(s string) bool { return strings.Count(s, ".") == 2 && !strings.ContainsAny(s, " \t") }
