@@ -141,7 +141,9 @@ func (e *identEnv) listed(user string) []string {
 		e.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var l struct{ Sessions []struct{ SessionID, Owner string } }
+	var l struct {
+		Sessions []struct{ SessionID, Owner string }
+	}
 	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
 		e.t.Fatal(err)
 	}

@@ -280,7 +280,7 @@ func (o *OIDC) Exchange(ctx context.Context, code, verifier, redirectURI string)
 	conf := o.oauth2(p, redirectURI)
 	tok, err := conf.Exchange(ctx, code, oauth2.VerifierOption(verifier))
 	if err != nil {
-		return SignIn{}, fmt.Errorf("%w: code exchange: %v", ErrUnauthenticated, err)
+		return SignIn{}, fmt.Errorf("%w: code exchange: %v", ErrUnauthenticated, describe(err))
 	}
 	return o.signIn(ctx, tok)
 }
@@ -293,13 +293,19 @@ func (o *OIDC) Refresh(ctx context.Context, refresh string) (SignIn, error) {
 	}
 	tok, err := o.oauth2(p, "").TokenSource(ctx, &oauth2.Token{RefreshToken: refresh}).Token()
 	if err != nil {
-		return SignIn{}, fmt.Errorf("%w: refresh: %v", ErrUnauthenticated, err)
+		return SignIn{}, fmt.Errorf("%w: refresh: %v", ErrUnauthenticated, describe(err))
 	}
 	return o.signIn(ctx, tok)
 }
 
 func (o *OIDC) oauth2(p *oidc.Provider, redirectURI string) *oauth2.Config {
-	return &oauth2.Config{ClientID: o.cfg.ClientID, ClientSecret: o.cfg.ClientSecret, Endpoint: p.Endpoint(), RedirectURL: redirectURI, Scopes: o.cfg.Scopes}
+	ep := p.Endpoint()
+	if o.cfg.ClientSecret == "" {
+		// A public client sends its id in the form (none of HTTP Basic's
+		// guessing, which would spend the one-time code on a failed try).
+		ep.AuthStyle = oauth2.AuthStyleInParams
+	}
+	return &oauth2.Config{ClientID: o.cfg.ClientID, ClientSecret: o.cfg.ClientSecret, Endpoint: ep, RedirectURL: redirectURI, Scopes: o.cfg.Scopes}
 }
 
 // SignIn is the result of a code exchange or refresh.
@@ -324,4 +330,14 @@ func (o *OIDC) signIn(ctx context.Context, tok *oauth2.Token) (SignIn, error) {
 		return SignIn{}, err
 	}
 	return SignIn{Token: raw, ExpiresAt: p.Expires, RefreshToken: tok.RefreshToken, User: u}, nil
+}
+
+// describe adds the provider's error description to a token endpoint
+// error.
+func describe(err error) error {
+	var re *oauth2.RetrieveError
+	if errors.As(err, &re) && re.ErrorDescription != "" {
+		return fmt.Errorf("%s: %s", re.ErrorCode, re.ErrorDescription)
+	}
+	return err
 }
