@@ -189,7 +189,7 @@ func TestOIDCSignIn(t *testing.T) {
 // provider's key id).
 func forge(t *testing.T, tok string, key *jose.JSONWebKey) string {
 	t.Helper()
-	parsed, err := jose.ParseSigned(tok, []jose.SignatureAlgorithm{jose.RS256})
+	parsed, err := jose.ParseSignedCompact(tok, []jose.SignatureAlgorithm{jose.RS256})
 	if err != nil {
 		t.Fatal(err)
 	}
