@@ -96,11 +96,11 @@ func (s *Server) startIdentity(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.auth = svc // closed by closeIdentity from here on, whatever fails next
 	if err := svc.Start(ctx); err != nil {
 		return err
 	}
 	svc.Register(cfg.Registerer)
-	s.auth = svc
 	s.log.Info("auth", "required", svc.Required(), "multiUser", svc.MultiUser(), "oidc", oidc != nil, "providerKeys", keyring != nil,
 		"ratePerToken", l.RequestsPerSecond)
 	return nil
