@@ -30,6 +30,7 @@ import (
 	"github.com/agentd/agentd/internal/agent/shell"
 	"github.com/agentd/agentd/internal/api"
 	"github.com/agentd/agentd/internal/audit"
+	"github.com/agentd/agentd/internal/auth"
 	"github.com/agentd/agentd/internal/datadir"
 	"github.com/agentd/agentd/internal/eventlog"
 	"github.com/agentd/agentd/internal/modelproxy"
@@ -121,8 +122,29 @@ type Config struct {
 	AgentNice int
 	// APIKey, when set, is required on every /api/* route but /api/auth
 	// (the WebSocket, the PTY and /api/openapi.json included), on /metrics
-	// and on Socket.IO. /health and the web UI's files need none.
+	// and on Socket.IO. /health and the web UI's files need none. It is
+	// the bootstrap admin's credential (user id "admin").
 	APIKey string
+	// RequireAuth makes every request authenticate even without APIKey or
+	// OIDC: API tokens only (made with agentd token create on the store).
+	// Implied by APIKey and OIDC. Needs a store.IdentityStore.
+	RequireAuth bool
+	// OIDC lets users sign in with an OpenID Connect provider.
+	OIDC *OIDCConfig
+	// DefaultTenant is the tenant of users made without one (default
+	// "default").
+	DefaultTenant string
+	// ServerKey (32 bytes) seals the provider keys users and tenants store
+	// (LoadServerKey); without it they cannot store any.
+	ServerKey []byte
+	// Limits are per-token rate limits, session quotas and default budgets.
+	Limits Limits
+	// ModelPrices turn model token counts into costs for cost budgets
+	// (LoadModelPrices); models without a price cost nothing.
+	ModelPrices map[string]ModelPrice
+	// AuthRecheck is how often open connections' credentials are checked
+	// again (default 10s; at once after a revocation on this server).
+	AuthRecheck time.Duration
 	// AllowedHosts are more host names (or IP addresses) clients may reach
 	// the server by, with any port, e.g. the name of a reverse proxy in
 	// front of it. A request with another Host header gets 403
@@ -187,6 +209,7 @@ type Server struct {
 	events   *eventlog.Log
 	sessions *session.Manager
 	audit    *audit.Recorder
+	auth     *auth.Service
 	proxy    *modelproxy.Proxy // nil when off
 	api      *api.Server
 	handler  http.Handler
@@ -276,6 +299,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.store, s.ownStore = st, true
 		undo = append(undo, func() { _ = st.Close() })
+	}
+	undo = append(undo, func() { _ = s.closeIdentity(context.Background()) })
+	if err := s.startIdentity(ctx); err != nil {
+		return nil, err
 	}
 	undo = append(undo, func() { _ = s.closeSecurity(context.Background()) })
 	if err := s.startSecurity(dataDir); err != nil {
@@ -379,7 +406,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.api, err = newAPI(api.Config{
 		Sessions: s.sessions, Log: s.events, Profiles: profiles, Architectures: archs,
-		APIKey: cfg.APIKey, MaxBody: cfg.MaxBody, Gatherer: cfg.Registerer, Registerer: cfg.Registerer,
+		APIKey: cfg.APIKey, Auth: s.auth, AuthRecheck: cfg.AuthRecheck, MaxBody: cfg.MaxBody, Gatherer: cfg.Registerer, Registerer: cfg.Registerer,
 		AllowedHosts: cfg.AllowedHosts, AllowIPHosts: !loopbackAddr(cfg.Addr),
 		UI: ui, Logger: log, Version: Version, DataDir: dataDir,
 		Audit: auditReader(s.store), ModelUsage: s.modelUsage(), Sandboxes: sandboxLister{s},
@@ -589,6 +616,9 @@ func (s *Server) Close(ctx context.Context) error {
 	// Last before the store: agents in environments that outlive the
 	// server (executor) keep reaching the model while the rest shuts down.
 	if err := s.closeSecurity(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.closeIdentity(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	if s.ownStore {

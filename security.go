@@ -37,6 +37,14 @@ func (s *Server) startSecurity(dataDir string) error {
 	if err != nil {
 		return fmt.Errorf("model proxy: %w", err)
 	}
+	// Users who may bring their own provider keys reach every provider
+	// through the proxy, whether or not the server has a key for it.
+	userKeys := len(cfg.ServerKey) > 0 && s.auth.MultiUser() && !cfg.DisableModelProxy
+	if userKeys {
+		if ups, err = modelproxy.UpstreamsWithUserKeys(cfg.Env); err != nil {
+			return fmt.Errorf("model proxy: %w", err)
+		}
+	}
 	switch {
 	case cfg.DisableModelProxy:
 		if cfg.SessionTokenBudget > 0 {
@@ -64,9 +72,14 @@ func (s *Server) startSecurity(dataDir string) error {
 	if err != nil {
 		return err
 	}
+	var ownersOf modelproxy.Owners
+	if s.auth.MultiUser() {
+		ownersOf = owners{s}
+	}
 	p, err := modelproxy.New(modelproxy.Config{
 		Upstreams: ups, Tokens: tokens, Usage: usage, Audit: s.audit, Budget: cfg.SessionTokenBudget, Secret: secret,
 		OnBudgetExceeded: s.budgetExceeded, Actor: s.turnActor,
+		Owners: ownersOf, OnOwnerBudget: s.ownerBudgetExceeded,
 		Metrics: modelproxy.NewMetrics(cfg.Registerer), Logger: s.log,
 	})
 	if err != nil {
@@ -104,9 +117,15 @@ func (s *Server) closeSecurity(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// turnActor names who an audit record of the session acts for: the user
+// of its running turn, else its owner (a terminal, an idle environment).
 func (s *Server) turnActor(sessionID string) string {
 	if m := s.manager.Load(); m != nil {
-		return m.TurnActor(sessionID)
+		if a := m.TurnActor(sessionID); a != "" {
+			return a
+		}
+		owner, _, _ := m.Owner(sessionID)
+		return owner
 	}
 	return ""
 }

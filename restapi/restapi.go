@@ -46,6 +46,10 @@ type SessionSummary struct {
 	CreatedAt             time.Time                  `json:"createdAt"`
 	LastSeq               int64                      `json:"lastSeq"`
 	Deleted               bool                       `json:"deleted,omitempty"`
+	// Owner is the id of the user who created the session, Tenant that
+	// user's tenant (absent on servers without users).
+	Owner  string `json:"owner,omitempty"`
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // SessionList answers GET /api/sessions.
@@ -250,6 +254,25 @@ type WarmPool struct {
 // AuthInfo answers GET /api/auth.
 type AuthInfo struct {
 	Required bool `json:"required"`
+	// Methods are the ways to authenticate: "token" (an API token or the
+	// server's --api-key, pasted) and "oidc" (sign in at the provider:
+	// authorization code with PKCE).
+	Methods []string `json:"methods,omitempty"`
+	// OIDC describes the provider when "oidc" is a method.
+	OIDC *OIDCInfo `json:"oidc,omitempty"`
+	// MultiUser is true when the server keeps users (tokens, ownership,
+	// shares, per-user keys and budgets).
+	MultiUser bool `json:"multiUser,omitempty"`
+}
+
+// OIDCInfo is what a UI needs to sign in at the OpenID Connect provider:
+// it sends the browser to AuthorizationEndpoint (code flow with PKCE) and
+// hands the code to POST /api/auth/oidc/token.
+type OIDCInfo struct {
+	Issuer                string   `json:"issuer"`
+	ClientID              string   `json:"clientId"`
+	AuthorizationEndpoint string   `json:"authorizationEndpoint,omitempty"`
+	Scopes                []string `json:"scopes"`
 }
 
 // Health answers GET /health.

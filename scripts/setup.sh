@@ -11,6 +11,7 @@ apt_pkgs=()
 command -v bwrap >/dev/null 2>&1 || apt_pkgs+=(bubblewrap)
 [ -x /usr/bin/chromium ] || apt_pkgs+=(chromium)
 command -v useradd >/dev/null 2>&1 || apt_pkgs+=(passwd)
+command -v curl >/dev/null 2>&1 || apt_pkgs+=(curl) # shell sessions of the tests call the model proxy
 # PostgreSQL server binaries for the store/postgres and fleet tests
 # (scripts/pg.sh starts a throwaway server; nothing runs as a service).
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_pkgs+=(postgresql)

@@ -82,6 +82,11 @@ type Session struct {
 	// AgentState is the architecture's opaque resume state (e.g. the agent
 	// CLI's own session id).
 	AgentState json.RawMessage `json:"agentState,omitempty"`
+	// Owner is the id of the user who created the session ("" for sessions
+	// made without users: single-user servers, or before users existed)
+	// and Tenant that user's tenant. They never change.
+	Owner  string `json:"owner,omitempty"`
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // WorkspaceFile is a workspace file saved so a session's workspace can be

@@ -34,6 +34,7 @@ type cli struct {
 	Run     runCmd     `cmd:"" help:"One-shot: create a session, stream the turn to the terminal, exit with its status."`
 	Convert convertCmd `cmd:"" help:"Convert agent output files to agentd events or blocks (JSON lines)."`
 	MockLLM mockLLMCmd `cmd:"" name:"mock-llm" help:"Run a scripted model server (Anthropic, OpenAI and Gemini APIs)."`
+	Token   tokenCmd   `cmd:"" help:"Create, list and revoke API tokens (over REST, or directly in a store)."`
 	Version versionCmd `cmd:"" help:"Print version, commit and supported agent CLI versions."`
 	Help    helpCmd    `cmd:"" help:"Show help for agentd or one of its commands (agentd help run)."`
 	// Started by the server itself (the executor and bwrap sandboxes), not
@@ -76,13 +77,15 @@ type serveCmd struct {
 	ModelProxy         bool          `help:"Keep provider API keys out of sandboxes: agents get a per-session token and the model proxy's address (on whenever a key is set; --no-model-proxy passes the keys in)." default:"true" negatable:"" env:"AGENTD_MODEL_PROXY"`
 	ModelProxyAddr     string        `help:"Loopback address of the model proxy (default: a port kept in the data folder across restarts)." env:"AGENTD_MODEL_PROXY_ADDR"`
 	SessionTokenBudget int64         `help:"Most model tokens (input, output, cache) a session may use, counted by the model proxy; 0 for no limit." default:"0" env:"AGENTD_SESSION_TOKEN_BUDGET"`
+
+	identityFlags `embed:""`
 }
 
 func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
 	if c.AgentNice < 0 || c.AgentNice > local.MaxNice {
 		return fmt.Errorf("--agent-nice %d: want 0 to %d", c.AgentNice, local.MaxNice)
 	}
-	srv, err := agentd.New(ctx, agentd.Config{
+	cfg := agentd.Config{
 		Addr: c.Addr, DataDir: c.DataDir, StoreURL: c.Store, ProfilesDir: c.Profiles,
 		Sandbox: c.Sandbox, RunAsUser: c.RunAsUser, APIKey: c.APIKey, AllowedHosts: c.AllowedHosts, IdleTimeout: c.IdleTimeout,
 		AgentNice:     agentNice(c.AgentNice),
@@ -91,7 +94,11 @@ func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
 		PermissionTimeout: c.PermissionTimeout, MaxBody: c.MaxBody, DisableUI: c.NoUI, Logger: log,
 		DisableModelProxy: !c.ModelProxy, ModelProxyAddr: c.ModelProxyAddr, SessionTokenBudget: c.SessionTokenBudget,
 		DockerImage: c.DockerImage, DockerUser: c.DockerUser, DockerExecutor: c.DockerExecutor, WarmPool: c.WarmPool,
-	})
+	}
+	if err := c.identityFlags.apply(&cfg); err != nil {
+		return err
+	}
+	srv, err := agentd.New(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -482,11 +482,11 @@ func TestAuth(t *testing.T) {
 	if _, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(e.srv.URL, "http")+"/api/ws", nil); err == nil || resp.StatusCode != 401 {
 		t.Fatalf("websocket without key: %v", err)
 	}
-	// The actor of events is the authenticated principal, not a client value.
+	// The actor of events is the authenticated user (the bootstrap key's is "admin"), not a client value.
 	id := e.create()
 	e.do("POST", "/api/sessions/"+id+"/messages", `{"content":"true"}`)
 	for _, ev := range e.waitTurn(id, "q1") {
-		if ev.Type == conversation.TypeBlockUpsert && ev.Context.Actor != nil && *ev.Context.Actor != "api-key" {
+		if ev.Type == conversation.TypeBlockUpsert && ev.Context.Actor != nil && *ev.Context.Actor != "admin" {
 			t.Fatalf("actor %q", *ev.Context.Actor)
 		}
 	}

@@ -12,7 +12,9 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"strconv"
 
+	"github.com/agentd/agentd/internal/auth"
 	"github.com/agentd/agentd/internal/eventlog"
 	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/session"
@@ -54,6 +56,15 @@ const (
 	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
 )
 
+// Error codes of identity (docs/api.md, Auth).
+const (
+	CodeForbidden     = "FORBIDDEN"      // 403: known caller, not allowed
+	CodeRateLimited   = "RATE_LIMITED"   // 429 with Retry-After
+	CodeQuotaExceeded = "QUOTA_EXCEEDED" // 429: sessions per user, running sessions
+	CodeConflict      = "CONFLICT"       // 409: id taken
+	CodeNotSupported  = "NOT_SUPPORTED"  // 501: single-user store, no server key
+)
+
 // Error codes of the files API (docs/api.md).
 const (
 	CodeNotAFile            = "NOT_A_FILE"
@@ -79,6 +90,22 @@ func classify(err error) (int, string) {
 		return http.StatusRequestEntityTooLarge, CodeTooLarge
 	case errors.Is(err, session.ErrNotFound):
 		return http.StatusNotFound, CodeSessionNotFound
+	case errors.Is(err, auth.ErrUnauthenticated):
+		return http.StatusUnauthorized, CodeUnauthorized
+	case errors.Is(err, auth.ErrForbidden):
+		return http.StatusForbidden, CodeForbidden
+	case errors.Is(err, auth.ErrRateLimited):
+		return http.StatusTooManyRequests, CodeRateLimited
+	case errors.Is(err, auth.ErrQuota):
+		return http.StatusTooManyRequests, CodeQuotaExceeded
+	case errors.Is(err, auth.ErrInvalid):
+		return http.StatusBadRequest, CodeBadRequest
+	case errors.Is(err, auth.ErrNotFound):
+		return http.StatusNotFound, CodeNotFound
+	case errors.Is(err, auth.ErrConflict):
+		return http.StatusConflict, CodeConflict
+	case errors.Is(err, auth.ErrUnsupported):
+		return http.StatusNotImplemented, CodeNotSupported
 	case errors.Is(err, session.ErrProfileNotFound):
 		return http.StatusNotFound, CodeProfileNotFound
 	case errors.Is(err, session.ErrUnknownArchitecture):
@@ -127,6 +154,10 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 
 // fail writes err as an API error.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var rl *auth.RateLimitError
+	if errors.As(err, &rl) {
+		w.Header().Set("Retry-After", strconv.Itoa(rl.RetryAfterSeconds()))
+	}
 	status, e := s.describe(err, "method", r.Method, "path", r.URL.Path)
 	writeJSON(w, status, e)
 }

@@ -91,12 +91,13 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 // gets the rest of the write in flight and the error event if it reads
 // within CloseTimeout, else the connection is cut.
 func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, after int64) {
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	stop := context.AfterFunc(s.closeCtx, cancel)
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(s.closeCtx, func() { cancel(nil) })
 	defer stop()
 	s.connWG.Add(1)
 	defer s.connWG.Done()
+	defer s.live.track(r.Context(), func() { cancel(errCredentialGone) })()
 
 	sub, err := s.cfg.Log.Subscribe(ctx, id, after)
 	if err != nil {
@@ -157,6 +158,11 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, aft
 				writeSlowSSE(bw)
 				told = true
 				flush()
+			}
+			if errors.Is(context.Cause(ctx), errCredentialGone) {
+				fmt.Fprintf(bw, "event: error\ndata: {\"code\":%q,\"error\":\"credential no longer valid\"}\n\n", CodeUnauthorized)
+				_ = bw.Flush()
+				_ = rc.Flush()
 			}
 			return
 		}

@@ -12,3 +12,19 @@ func Routes() []RouteInfo {
 	}
 	return out
 }
+
+// RoutePatterns lists "METHOD pattern" of every route.
+func RoutePatterns() []string {
+	s := &Server{}
+	var out []string
+	for _, r := range append(s.table(), s.identityRoutes()...) {
+		out = append(out, r.method+" "+r.pattern)
+	}
+	return out
+}
+
+// HasSessionAccess reports whether the access table names a route.
+func HasSessionAccess(route string) bool {
+	_, ok := sessionRoutes[route]
+	return ok
+}

@@ -49,6 +49,10 @@ func (s *Server) handlePTY(w http.ResponseWriter, r *http.Request) {
 	defer c.CloseNow()
 	ctx, cancel := context.WithCancel(s.closeCtx)
 	defer cancel()
+	defer s.live.track(r.Context(), func() {
+		c.Close(CloseUnauthorized, "credential no longer valid")
+		cancel()
+	})()
 
 	env, err := sess.EnsureEnv(ctx, Principal(r.Context()))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/auth"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/profile"
 	"github.com/agentd/agentd/restapi"
@@ -26,6 +27,9 @@ type route struct {
 	status          int // success status
 	params          []param
 	kind            string // "", "sse", "ws", "raw"
+	// scope is the credential scope the route needs (default: sessions:read
+	// for GET, sessions:write otherwise; scopeNone: none); identity.go.
+	scope auth.Scope
 }
 
 type param struct {
@@ -50,9 +54,9 @@ var (
 func (s *Server) table() []route {
 	return []route{
 		{method: "GET", pattern: "/health", summary: "Liveness; never needs auth", handler: s.handleHealth, resp: restapi.Health{}, status: 200},
-		{method: "GET", pattern: "/metrics", summary: "Prometheus metrics", handler: s.handleMetrics(), auth: true, status: 200, kind: "raw"},
-		{method: "GET", pattern: "/api/openapi.json", summary: "This document", handler: s.handleOpenAPI, auth: true, status: 200, kind: "raw"},
-		{method: "GET", pattern: "/api/auth", summary: "Whether an API key is required", handler: s.handleAuth, resp: restapi.AuthInfo{}, status: 200},
+		{method: "GET", pattern: "/metrics", summary: "Prometheus metrics (an admin credential when auth is on)", handler: s.handleMetrics(), auth: true, scope: auth.ScopeAdmin, status: 200, kind: "raw"},
+		{method: "GET", pattern: "/api/openapi.json", summary: "This document", handler: s.handleOpenAPI, auth: true, scope: scopeNone, status: 200, kind: "raw"},
+		{method: "GET", pattern: "/api/auth", summary: "Whether and how to authenticate (token, OIDC)", handler: s.handleAuth, resp: restapi.AuthInfo{}, status: 200},
 		{method: "GET", pattern: "/api/agent-profiles", summary: "List agent profiles", handler: s.handleProfiles, auth: true, resp: restapi.ProfileList{}, status: 200},
 		{method: "GET", pattern: "/api/agent-profiles/{id}", summary: "One agent profile", handler: s.handleProfile, auth: true, resp: profile.Profile{}, status: 200, params: []param{pProfile}},
 		{method: "GET", pattern: "/api/architectures", summary: "Architectures and whether their agent CLI is available", handler: s.handleArchitectures, auth: true, resp: restapi.ArchitectureList{}, status: 200},
@@ -124,7 +128,17 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	rec, err := s.cfg.Sessions.Create(r.Context(), session.CreateRequest(req), Principal(r.Context()))
+	p := PrincipalOf(r.Context())
+	if err := s.cfg.Auth.CheckCreate(r.Context(), p); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	creq := session.CreateRequest{AgentProfileRef: req.AgentProfileRef, Architecture: req.Architecture,
+		SessionOptions: req.SessionOptions, Name: req.Name}
+	if s.cfg.Auth.MultiUser() {
+		creq.Owner, creq.Tenant = p.UserID, p.Tenant
+	}
+	rec, err := s.cfg.Sessions.Create(r.Context(), creq, p.UserID)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -133,10 +147,17 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+	visible, err := s.visibleFilter(r.Context(), PrincipalOf(r.Context()))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	list := s.cfg.Sessions.List(r.Context())
-	out := restapi.SessionList{Sessions: make([]restapi.SessionSummary, len(list))}
-	for i, sum := range list {
-		out.Sessions[i] = restapi.SessionSummary(sum)
+	out := restapi.SessionList{Sessions: make([]restapi.SessionSummary, 0, len(list))}
+	for _, sum := range list {
+		if visible(sum.Owner, sum.SessionID) {
+			out.Sessions = append(out.Sessions, restapi.SessionSummary(sum))
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -7,7 +7,6 @@ package api
 import (
 	"bufio"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/auth"
 	"github.com/agentd/agentd/internal/eventlog"
 	"github.com/agentd/agentd/internal/session"
 )
@@ -35,8 +35,15 @@ type Config struct {
 	Architectures *agent.Registry
 	// APIKey, when set, is required on every /api/* route but /api/auth
 	// (the WebSocket, the PTY and the OpenAPI document included), on
-	// /metrics and on Socket.IO; /health and the UI need none.
+	// /metrics and on Socket.IO; /health and the UI need none. Ignored
+	// when Auth is set (it holds the key then).
 	APIKey string
+	// Auth authenticates callers and decides what they may do (identity.go);
+	// nil: a single-user Service built from APIKey.
+	Auth *auth.Service
+	// AuthRecheck is how often open connections' credentials are checked
+	// again (default 10s; at once after a revocation on this server).
+	AuthRecheck time.Duration
 	// MaxBody bounds request bodies (default 1 MiB).
 	MaxBody int64
 	// MaxFileBytes bounds what one GET of a workspace file sends: a whole
@@ -102,17 +109,8 @@ type Server struct {
 
 	openapiOnce sync.Once
 	openapiDoc  []byte
-}
 
-// principal is the authenticated caller stored in the request context.
-type principalKey struct{}
-
-// Principal returns the caller's identity: "local" when auth is off.
-func Principal(ctx context.Context) string {
-	if p, ok := ctx.Value(principalKey{}).(string); ok {
-		return p
-	}
-	return "local"
+	live liveConns // connections to close when their credential goes (revoke.go)
 }
 
 // New builds the server.
@@ -142,6 +140,13 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
+	if cfg.Auth == nil {
+		a, err := auth.New(auth.Config{BootstrapKey: cfg.APIKey, Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Auth = a
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), conns: make(map[*wsConn]struct{}),
@@ -151,14 +156,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(s.wsGauge)
 	}
-	s.routes = s.table()
+	s.routes = append(s.table(), s.identityRoutes()...)
 	for _, rt := range s.routes {
 		h := rt.handler
 		if unsafeMethod(rt.method) {
 			h = s.requireJSON(h)
 		}
 		if rt.auth {
-			h = s.requireAuth(h)
+			h = s.requireAuth(s.authorize(rt, h))
 		}
 		if rt.body {
 			h = s.limitBody(h)
@@ -170,6 +175,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.sio = sio
+	s.live.init(s)
 	// Socket.IO checks the key itself (auth.token, query or header).
 	s.mux.HandleFunc("/socket.io/", func(w http.ResponseWriter, r *http.Request) {
 		if checkOrigin(w, r) {
@@ -301,27 +307,6 @@ func (s *Server) Shutdown(ctx context.Context) {
 	}
 }
 
-func (s *Server) requireAuth(next http.HandlerFunc) http.HandlerFunc {
-	if s.cfg.APIKey == "" {
-		return next
-	}
-	want := []byte(s.cfg.APIKey)
-	return func(w http.ResponseWriter, r *http.Request) {
-		got := ""
-		if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
-			got = strings.TrimPrefix(h, "Bearer ")
-		} else if q := r.URL.Query().Get("access_token"); q != "" {
-			got = q
-		}
-		if got == "" || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="agentd"`)
-			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "missing or wrong API key (Authorization: Bearer <key>)")
-			return
-		}
-		next(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, "api-key")))
-	}
-}
-
 func (s *Server) limitBody(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > s.cfg.MaxBody {
@@ -368,10 +353,6 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleMetrics() http.HandlerFunc {
 	h := promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{})
 	return h.ServeHTTP
-}
-
-func (s *Server) handleAuth(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]bool{"required": s.cfg.APIKey != ""})
 }
 
 // shortCtx bounds a handler's work that must not hang forever.

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	sio "github.com/zishang520/socket.io/servers/socket/v3"
 	"github.com/zishang520/socket.io/v3/pkg/types"
 
+	"github.com/agentd/agentd/internal/auth"
 	"github.com/agentd/agentd/internal/eventlog"
 )
 
@@ -36,12 +36,13 @@ func newSocketIO(s *Server) (*socketIO, error) {
 	srv := sio.NewServer(nil, opts)
 	x := &socketIO{s: s, srv: srv}
 	x.handler = srv.ServeHandler(opts)
-	if s.cfg.APIKey != "" {
+	if s.cfg.Auth.Required() {
 		srv.Use(func(c *sio.Socket, next func(*sio.ExtendedError)) {
-			if x.authorized(c.Handshake()) {
+			if _, _, err := x.authenticate(c.Handshake()); err == nil {
 				next(nil)
 				return
 			}
+			s.cfg.Auth.Refused("unauthenticated")
 			next(sio.NewExtendedError("unauthorized", map[string]any{"code": CodeUnauthorized}))
 		})
 	}
@@ -59,8 +60,10 @@ func (x *socketIO) ServeHTTP(w http.ResponseWriter, r *http.Request) { x.handler
 
 func (x *socketIO) close() { x.srv.Close(nil) }
 
-func (x *socketIO) authorized(h *sio.Handshake) bool {
-	want := []byte(x.s.cfg.APIKey)
+// authenticate finds the handshake's credential (auth.token, the
+// access_token query parameter or an Authorization header) and the
+// principal it stands for.
+func (x *socketIO) authenticate(h *sio.Handshake) (auth.Principal, string, error) {
 	var cands []string
 	if h.Auth != nil {
 		if t, ok := h.Auth["token"].(string); ok {
@@ -88,12 +91,20 @@ func (x *socketIO) authorized(h *sio.Handshake) bool {
 			}
 		}
 	}
+	if len(cands) == 0 {
+		cands = []string{""}
+	}
+	var err error
 	for _, c := range cands {
-		if subtle.ConstantTimeCompare([]byte(c), want) == 1 {
-			return true
+		ctx, cancel := context.WithTimeout(x.s.closeCtx, 10*time.Second)
+		var p auth.Principal
+		p, err = x.s.cfg.Auth.Authenticate(ctx, c)
+		cancel()
+		if err == nil {
+			return p, c, nil
 		}
 	}
-	return false
+	return auth.Principal{}, "", err
 }
 
 func asStrings(v any) []string {
@@ -114,14 +125,27 @@ type sioConn struct {
 	cancel context.CancelFunc
 	mu     sync.Mutex
 	joins  map[string]context.CancelFunc
+	who    auth.Principal
 }
 
 func (x *socketIO) serve(c *sio.Socket) {
+	p, cred, err := x.authenticate(c.Handshake())
+	if err != nil {
+		// The credential went between the middleware and now.
+		_ = c.Emit("session:error", map[string]any{"code": CodeUnauthorized})
+		c.Disconnect(true)
+		return
+	}
 	ctx, cancel := context.WithCancel(x.s.closeCtx)
-	conn := &sioConn{x: x, c: c, ctx: ctx, cancel: cancel, joins: make(map[string]context.CancelFunc)}
+	conn := &sioConn{x: x, c: c, ctx: ctx, cancel: cancel, joins: make(map[string]context.CancelFunc), who: p}
+	untrack := x.s.live.track(context.WithValue(ctx, credentialKey{}, cred), func() {
+		_ = c.Emit("session:error", map[string]any{"code": CodeUnauthorized, "error": "credential no longer valid"})
+		c.Disconnect(true)
+		cancel()
+	})
 	c.On("session:join", func(args ...any) { conn.join(args) })
 	c.On("session:leave", func(args ...any) { conn.leave(args) })
-	c.On("disconnect", func(...any) { cancel() })
+	c.On("disconnect", func(...any) { untrack(); cancel() })
 }
 
 // splitAck separates the trailing ack callback from event arguments.
@@ -192,7 +216,7 @@ func (conn *sioConn) join(args []any) {
 		return
 	}
 	s := conn.x.s
-	if _, err := s.cfg.Sessions.Get(id); err != nil {
+	if _, err := s.checkSession(conn.ctx, conn.who, id, auth.LevelRead); err != nil {
 		_, e := s.describe(err, "op", "socket.io join", "session", id)
 		ack(sioAck{Error: &e})
 		return

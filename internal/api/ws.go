@@ -9,6 +9,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/agentd/agentd/internal/auth"
 	"github.com/agentd/agentd/internal/eventlog"
 	"github.com/agentd/agentd/restapi"
 )
@@ -45,6 +46,8 @@ type wsConn struct {
 	slowOnce sync.Once
 	slow     chan struct{} // closed when the client is to be cut off
 	slowWhy  string        // written before slow is closed
+
+	who auth.Principal // the authenticated caller
 }
 
 // wsJoin is one joined stream: a session's events (sub) or the session list.
@@ -88,7 +91,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(context.Background())
 	pumps, stopPumps := context.WithCancel(ctx)
 	conn := &wsConn{s: s, c: c, bc: bw.conn, ctx: ctx, cancel: cancel, pumps: pumps, stopPumps: stopPumps,
-		joins: make(map[string]wsJoin), slow: make(chan struct{})}
+		joins: make(map[string]wsJoin), slow: make(chan struct{}), who: PrincipalOf(r.Context())}
 	bw.conn.guard.notify(func() { conn.cutOffLater("stopped reading", countStuck) })
 	s.mu.Lock()
 	if s.closing {
@@ -101,6 +104,11 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	s.connWG.Add(1)
 	s.mu.Unlock()
 	s.wsGauge.Inc()
+	untrack := s.live.track(r.Context(), func() {
+		c.Close(CloseUnauthorized, "credential no longer valid")
+		cancel()
+	})
+	defer untrack()
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, conn)
@@ -213,7 +221,7 @@ func (w *wsConn) join(f clientFrame) {
 		w.ack(f.ID, nil, nil)
 		return
 	}
-	if _, err := w.s.cfg.Sessions.Get(f.SessionID); err != nil {
+	if _, err := w.s.checkSession(w.ctx, w.who, f.SessionID, auth.LevelRead); err != nil {
 		_, e := w.s.describe(err, "op", "ws join", "session", f.SessionID)
 		w.ack(f.ID, &e, nil)
 		return
@@ -318,13 +326,22 @@ func (w *wsConn) subscriptionEnded(err error) {
 }
 
 func (w *wsConn) pumpSessions(ctx context.Context) {
+	// Only sessions the caller may see; shares are looked up again at most
+	// every few seconds, so a new share shows with the session's next change.
+	vis := newVisibility(w.s, w.who)
 	for _, sum := range w.s.cfg.Sessions.List(ctx) {
+		if !vis.sees(ctx, sum.Owner, sum.SessionID) {
+			continue
+		}
 		if w.send(sessionFrame{Op: "sessions", Session: restapi.SessionSummary(sum)}) != nil {
 			return
 		}
 	}
 	ch := w.s.cfg.Sessions.WatchSessions(ctx)
 	for sum := range ch {
+		if !vis.sees(ctx, sum.Owner, sum.SessionID) {
+			continue
+		}
 		if w.send(sessionFrame{Op: "sessions", Session: restapi.SessionSummary(sum)}) != nil {
 			return
 		}

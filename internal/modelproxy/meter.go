@@ -25,6 +25,9 @@ type reqState struct {
 	start   time.Time
 	in      *countingReader
 	done    sync.Once
+	// owner and tenant are the session's (Config.Owners), key the owner's
+	// own provider key when it has one.
+	owner, tenant, key string
 }
 
 func stateOf(ctx context.Context) *reqState {
@@ -46,6 +49,7 @@ func (st *reqState) finishOut(p *Proxy, status int, outcome store.AuditOutcome, 
 		if usage != nil {
 			p.account(context.Background(), st.session).add(*usage)
 			p.cfg.Metrics.tokens(st.prov, *usage)
+			p.charge(st, model, *usage)
 		}
 		p.cfg.Metrics.request(st.prov, status)
 		p.cfg.Metrics.duration(st.prov, time.Since(st.start))
@@ -63,6 +67,9 @@ func (st *reqState) finishOut(p *Proxy, status int, outcome store.AuditOutcome, 
 		}
 		if p.cfg.Actor != nil {
 			rec.Actor = p.cfg.Actor(st.session)
+		}
+		if rec.Actor == "" {
+			rec.Actor = st.owner
 		}
 		p.cfg.Audit.Record(rec)
 	})

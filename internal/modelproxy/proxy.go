@@ -75,6 +75,13 @@ type Config struct {
 	// Transport reaches the upstreams (default: a clone of
 	// http.DefaultTransport).
 	Transport http.RoundTripper
+	// Owners, when set, gives each request its session owner's own key
+	// (else the tenant's, else the server's) and checks and counts the
+	// owner's and tenant's budgets (owners.go).
+	Owners Owners
+	// OnOwnerBudget is called (and waited for, up to ctx) when a request is
+	// refused by its owner's or tenant's budget, before the refusal is sent.
+	OnOwnerBudget func(ctx context.Context, sessionID string, err error)
 	// Metrics receives the proxy's counters when set.
 	Metrics *Metrics
 	Logger  *slog.Logger
@@ -153,7 +160,7 @@ func New(cfg Config) (*Proxy, error) {
 		if err != nil || target.Host == "" {
 			return nil, fmt.Errorf("model proxy: %s upstream %q: not a URL", prov, up.BaseURL)
 		}
-		if up.Key == "" {
+		if up.Key == "" && cfg.Owners == nil {
 			return nil, fmt.Errorf("model proxy: %s upstream has no key", prov)
 		}
 		p.proxies[prov] = p.reverseProxy(prov, target, up.Key)
@@ -176,7 +183,11 @@ func (p *Proxy) reverseProxy(prov Provider, target *url.URL, key string) *httput
 			out.URL.Path = strings.TrimSuffix(target.Path, "/") + st.rest
 			out.URL.RawPath = ""
 			q := out.URL.Query()
-			setAuth(out.Header, q, prov, key)
+			k := key
+			if st.key != "" {
+				k = st.key // the session owner's own
+			}
+			setAuth(out.Header, q, prov, k)
 			out.URL.RawQuery = q.Encode()
 			out.Host = ""
 			out.Header.Set("Accept-Encoding", "identity")
@@ -252,6 +263,30 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, prov Provider, res
 		status := writeFailure(w, prov, failBudget, msg)
 		st.finish(p, status, store.AuditRefused, msg, nil, "")
 		return
+	}
+	if err := p.ownerKey(r.Context(), st, p.cfg.Upstreams[prov].Key); err != nil {
+		msg := "agentd model proxy: no " + string(prov) + " key for this session's user: store one (PUT /api/keys/user/<you>/" + string(prov) + ")"
+		if !errors.Is(err, errNoKey) {
+			p.log.Error("resolve the session owner's key", "session", sess, "err", err)
+			msg = "agentd model proxy: the session owner's key could not be read"
+		}
+		status := writeFailure(w, prov, failUnauthorized, msg)
+		st.finish(p, status, store.AuditRefused, msg, nil, "")
+		return
+	}
+	if o := p.cfg.Owners; o != nil && st.owner != "" && r.Method != http.MethodGet && r.Method != http.MethodHead {
+		if err := o.CheckBudget(r.Context(), st.owner, st.tenant); err != nil {
+			p.cfg.Metrics.refused(prov, "budget")
+			if f := p.cfg.OnOwnerBudget; f != nil {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
+				f(ctx, sess, err)
+				cancel()
+			}
+			msg := "agentd: " + err.Error()
+			status := writeFailure(w, prov, failBudget, msg)
+			st.finish(p, status, store.AuditRefused, msg, nil, "")
+			return
+		}
 	}
 	if r.Body != nil && r.Body != http.NoBody {
 		st.in = &countingReader{rc: r.Body, size: r.ContentLength}

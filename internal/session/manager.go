@@ -207,6 +207,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, actor string) (
 		SessionOptions:  opts,
 		CreatedAt:       now,
 		LastActivity:    now,
+		Owner:           req.Owner,
+		Tenant:          req.Tenant,
 		Runtime: conversation.Runtime{
 			Status:       conversation.SessionCreated,
 			Architecture: arch.Name(),
@@ -242,6 +244,10 @@ type CreateRequest struct {
 	Architecture    string          `json:"architecture,omitempty"`
 	SessionOptions  json.RawMessage `json:"sessionOptions,omitempty"`
 	Name            string          `json:"name,omitempty"`
+	// Owner and Tenant are the authenticated creator's (never the
+	// client's say).
+	Owner  string `json:"-"`
+	Tenant string `json:"-"`
 }
 
 // Summary is a session as listed.
@@ -255,6 +261,8 @@ type Summary struct {
 	CreatedAt             time.Time                  `json:"createdAt"`
 	LastSeq               int64                      `json:"lastSeq"`
 	Deleted               bool                       `json:"deleted,omitempty"`
+	Owner                 string                     `json:"owner,omitempty"`
+	Tenant                string                     `json:"tenant,omitempty"`
 }
 
 func (m *Manager) summary(ctx context.Context, rec store.Session) Summary {
@@ -262,7 +270,7 @@ func (m *Manager) summary(ctx context.Context, rec store.Session) Summary {
 	return Summary{
 		SessionID: rec.ID, Type: rec.Architecture, AgentProfileReference: rec.AgentProfileRef,
 		Name: rec.Name, Status: rec.Status, LastActivity: rec.LastActivity, CreatedAt: rec.CreatedAt,
-		LastSeq: last,
+		LastSeq: last, Owner: rec.Owner, Tenant: rec.Tenant,
 	}
 }
 
@@ -341,7 +349,7 @@ func (m *Manager) Delete(ctx context.Context, id string, purge bool, actor strin
 		m.cfg.Metrics.StatusChanged(s.record().Status, "")
 	}
 	rec := s.record()
-	m.watchers.notify(Summary{SessionID: id, Type: rec.Architecture, Status: rec.Status, Deleted: true, CreatedAt: rec.CreatedAt})
+	m.watchers.notify(Summary{SessionID: id, Type: rec.Architecture, Status: rec.Status, Deleted: true, CreatedAt: rec.CreatedAt, Owner: rec.Owner, Tenant: rec.Tenant})
 	return nil
 }
 

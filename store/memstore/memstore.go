@@ -28,6 +28,7 @@ type Store struct {
 	leases      map[string]lease
 	now         func() time.Time
 	audit       auditLog // audit.go
+	ident       identity // identity.go
 }
 
 type lease struct {
@@ -130,6 +131,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	delete(s.files, id)
 	delete(s.leases, id)
 	s.deleteAuditLocked(id)
+	s.deleteSharesLocked(id)
 	return nil
 }
 

@@ -12,7 +12,7 @@ import (
 )
 
 const sessionColumns = `id, architecture, agent_profile_ref, name, status, session_options,
-	runtime, created_at, last_activity, turns, sandbox_state, agent_state`
+	runtime, created_at, last_activity, turns, sandbox_state, agent_state, owner, tenant`
 
 // sessionArgs returns s's column values in sessionColumns order.
 func sessionArgs(s store.Session) ([]any, error) {
@@ -33,7 +33,7 @@ func sessionArgs(s store.Session) ([]any, error) {
 	}
 	return []any{
 		s.ID, s.Architecture, s.AgentProfileRef, s.Name, string(s.Status), optBytes(s.SessionOptions),
-		runtime, created, last, s.Turns, optBytes(s.SandboxState), optBytes(s.AgentState),
+		runtime, created, last, s.Turns, optBytes(s.SandboxState), optBytes(s.AgentState), s.Owner, s.Tenant,
 	}, nil
 }
 
@@ -49,7 +49,7 @@ func scanSession(row interface{ Scan(...any) error }) (store.Session, error) {
 		options, sandbox, agent []byte
 	)
 	err := row.Scan(&s.ID, &s.Architecture, &s.AgentProfileRef, &s.Name, &status, &options,
-		&runtime, &created, &last, &s.Turns, &sandbox, &agent)
+		&runtime, &created, &last, &s.Turns, &sandbox, &agent, &s.Owner, &s.Tenant)
 	if err != nil {
 		return store.Session{}, err
 	}
@@ -102,7 +102,7 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session) error {
 	if err != nil {
 		return fmt.Errorf("create session %q: %w", sess.ID, err)
 	}
-	_, err = s.w.ExecContext(ctx, `INSERT INTO sessions (`+sessionColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
+	_, err = s.w.ExecContext(ctx, `INSERT INTO sessions (`+sessionColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
 	if isUniqueViolation(err) {
 		return fmt.Errorf("create session %q: %w", sess.ID, store.ErrExists)
 	}
@@ -114,7 +114,8 @@ func (s *Store) CreateSession(ctx context.Context, sess store.Session) error {
 
 const updateSessionSQL = `UPDATE sessions SET
 	architecture = ?2, agent_profile_ref = ?3, name = ?4, status = ?5, session_options = ?6,
-	runtime = ?7, created_at = ?8, last_activity = ?9, turns = ?10, sandbox_state = ?11, agent_state = ?12
+	runtime = ?7, created_at = ?8, last_activity = ?9, turns = ?10, sandbox_state = ?11, agent_state = ?12,
+	owner = ?13, tenant = ?14
 	WHERE id = ?1`
 
 // UpdateSession replaces an existing record or returns store.ErrNotFound;

@@ -13,6 +13,7 @@ import (
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/profile"
 	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/store/memstore"
 )
 
 // memStore is a small, correct in-memory store.Store that the suite's own
@@ -20,6 +21,10 @@ import (
 // tests can check that the suite notices.
 type memStore struct {
 	bug string
+	// IdentityStore is served by a public memstore that mirrors the
+	// sessions (for shares), with the bugs of identity_test.go.
+	store.IdentityStore
+	ident *memstore.Store
 
 	mu          sync.Mutex
 	sessions    map[string]store.Session
@@ -39,15 +44,18 @@ type lease struct {
 }
 
 func newMemStore(bug string) *memStore {
+	ident := memstore.New()
 	return &memStore{
-		bug:         bug,
-		sessions:    map[string]store.Session{},
-		order:       map[string]int{},
-		events:      map[string]map[int64]conversation.Event{},
-		transcripts: map[string]map[string][]byte{},
-		files:       map[string]map[string]store.WorkspaceFile{},
-		profiles:    map[string]profile.Profile{},
-		leases:      map[string]lease{},
+		bug:           bug,
+		IdentityStore: ident,
+		ident:         ident,
+		sessions:      map[string]store.Session{},
+		order:         map[string]int{},
+		events:        map[string]map[int64]conversation.Event{},
+		transcripts:   map[string]map[string][]byte{},
+		files:         map[string]map[string]store.WorkspaceFile{},
+		profiles:      map[string]profile.Profile{},
+		leases:        map[string]lease{},
 	}
 }
 
@@ -131,10 +139,13 @@ func (m *memStore) CreateSession(ctx context.Context, s store.Session) error {
 	if _, ok := m.sessions[s.ID]; ok {
 		return store.ErrExists
 	}
+	if m.bug == "drops-owner" {
+		s.Owner = ""
+	}
 	m.sessions[s.ID] = cloneSession(s)
 	m.nextOrder++
 	m.order[s.ID] = m.nextOrder
-	return nil
+	return m.ident.CreateSession(context.Background(), s)
 }
 
 func (m *memStore) UpdateSession(ctx context.Context, s store.Session, fences ...store.Fence) error {
@@ -174,6 +185,9 @@ func (m *memStore) DeleteSession(ctx context.Context, id string) error {
 	delete(m.files, id)
 	if m.bug != "delete-keeps-lease" {
 		delete(m.leases, id)
+	}
+	if m.bug != "shares-survive-delete" {
+		return m.ident.DeleteSession(context.Background(), id)
 	}
 	return nil
 }

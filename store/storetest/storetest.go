@@ -50,6 +50,12 @@
 //     whose generation is stale stores nothing and fails with a
 //     *store.FencedError naming every stale session of the call, checked
 //     before seq conflicts.
+//   - Identity (store.IdentityStore, optional): a session's Owner and Tenant
+//     round-trip through Create, Load, List and Update; users are unique by
+//     id and by (Issuer, Subject) when Subject is set; a revoked token keeps
+//     its first revocation time and a use never moves LastUsedAt back;
+//     DeleteSession removes the session's shares; usage is counted per UTC
+//     day and adds up.
 package storetest
 
 import (
@@ -76,6 +82,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	// Optional interfaces (audit.go): skipped for stores without them.
 	t.Run("Audit", h.audit)
 	t.Run("ModelTokens", h.modelTokens)
+	// Users, tokens, shares, provider keys, budgets, usage, the access log
+	// and session owners (identity.go): skipped for stores without
+	// store.IdentityStore.
+	t.Run("Identity", h.identity)
 }
 
 // harness carries the open function to the subtests.

@@ -66,6 +66,13 @@ func TestSuiteCatchesBugs(t *testing.T) {
 		"generation-grows-on-renewal": "Fencing/GenerationGrowsOnlyWhenTheHolderChanges",
 		"takeover-keeps-generation":   "Fencing/GenerationGrowsOnlyWhenTheHolderChanges",
 		"release-forgets-generation":  "Fencing/GenerationGrowsOnlyWhenTheHolderChanges",
+		"drops-owner":                 "Identity/SessionOwnerRoundTrip",
+		"subject-not-unique":          "Identity/Users",
+		"revoke-ignored":              "Identity/Tokens",
+		"shares-survive-delete":       "Identity/Shares",
+		"keys-ignore-scope":           "Identity/ProviderKeys",
+		"usage-not-utc":               "Identity/Usage",
+		"access-ignores-after":        "Identity/AccessLog",
 	}
 	for bug, subtest := range cases {
 		t.Run(bug, func(t *testing.T) {

@@ -5,6 +5,7 @@ import { NewSessionDialog, prefetchArchitectures } from "./NewSessionDialog";
 import { SessionList, useSessions } from "./SessionList";
 import { SessionView } from "./SessionView";
 import { ErrorBoundary } from "./ErrorBoundary";
+import { OidcSignIn, completeOidcSignIn, isOidcCallback } from "./SignIn";
 
 const KEY_STORAGE = "agentd.apiKey";
 
@@ -53,6 +54,13 @@ export function App() {
   }, []);
 
   useEffect(() => {
+    if (isOidcCallback()) {
+      completeOidcSignIn().then(
+        (token) => check(token, true),
+        (e: unknown) => setAuth({ state: "need-key", error: e instanceof Error ? e.message : String(e) }),
+      );
+      return;
+    }
     void check(localStorage.getItem(KEY_STORAGE) ?? undefined, false);
   }, [check]);
 
@@ -82,8 +90,9 @@ function KeyPrompt({ error, onSubmit }: { error?: string | undefined; onSubmit: 
           if (key.trim()) onSubmit(key.trim());
         }}
       >
-        <h2 id="key-title">API key required</h2>
-        <p className="muted small">This agentd server needs its API key. It is kept in this browser's local storage.</p>
+        <h2 id="key-title">Sign in</h2>
+        <OidcSignIn />
+        <p className="muted small">This agentd server needs an API token (or its API key). It is kept in this browser's local storage.</p>
         <label>
           API key
           <input type="password" autoComplete="current-password" data-testid="api-key-input" value={key} onChange={(e) => setKey(e.target.value)} autoFocus />

@@ -644,10 +644,14 @@ function Composer({
     if (!content || sending) return;
     setSending(true);
     setErr(null);
+    // Cleared at once, so what the user types while the request is out is
+    // theirs (clearing after the answer wiped it); a refused message comes
+    // back unless something new was typed meanwhile.
+    setText("");
     try {
       await client.sendMessage(sessionId, content);
-      setText("");
     } catch (e) {
+      setText((cur) => (cur === "" ? content : cur));
       setErr(e instanceof Error ? e.message : String(e));
     } finally {
       setSending(false);

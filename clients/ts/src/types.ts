@@ -464,6 +464,9 @@ export interface SessionSummary {
   lastActivity: string;
   createdAt: string;
   lastSeq: number;
+  /** The user who created the session, and their tenant (servers with users). */
+  owner?: string;
+  tenant?: string;
   /** Set on a live-list frame when the session was deleted. */
   deleted?: boolean;
 }

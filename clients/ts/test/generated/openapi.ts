@@ -2,6 +2,32 @@
 /* eslint-disable */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
+export interface APIToken {
+  createdAt: string;
+  expiresAt?: string;
+  id: string;
+  lastUsedAt?: string;
+  name?: string;
+  revokedAt?: string;
+  scopes: string[];
+  userId: string;
+}
+
+export interface AccessPage {
+  last: number;
+  records: AccessRecord[];
+}
+
+export interface AccessRecord {
+  actor?: string;
+  detail?: string;
+  id: number;
+  kind: string;
+  subject?: string;
+  time: string;
+  tokenId?: string;
+}
+
 export interface AckFrame {
   error?: Error;
   id?: Json;
@@ -73,6 +99,9 @@ export interface AuditRecord {
 }
 
 export interface AuthInfo {
+  methods?: string[];
+  multiUser?: boolean;
+  oidc?: OIDCInfo;
   required: boolean;
 }
 
@@ -112,6 +141,25 @@ export interface BlockUpsert {
   block: Block;
 }
 
+export interface Budget {
+  costPerDayMicros?: number;
+  costPerMonthMicros?: number;
+  owner: string;
+  scope: string;
+  tokensPerDay?: number;
+  tokensPerMonth?: number;
+}
+
+export interface BudgetList {
+  budgets: Budget[];
+}
+
+export interface BudgetReport {
+  budget: Budget;
+  day: Usage;
+  month: Usage;
+}
+
 export interface ChangedFile {
   after?: FileVersion;
   before?: FileVersion;
@@ -124,6 +172,12 @@ export interface ClientFrame {
   id?: Json;
   op: string;
   sessionId: string;
+}
+
+export interface CodeExchange {
+  code: string;
+  codeVerifier: string;
+  redirectUri: string;
 }
 
 export interface Command {
@@ -169,6 +223,11 @@ export interface CreateSessionResponse {
   runtime: Runtime;
   sessionId: string;
   sessionOptions: Json;
+}
+
+export interface CreatedToken {
+  APIToken: APIToken;
+  token: string;
 }
 
 export interface Error {
@@ -227,6 +286,14 @@ export interface Health {
   version?: string;
 }
 
+export interface KeyList {
+  keys: ProviderKey[];
+}
+
+export interface KeyRequest {
+  key: string;
+}
+
 export interface LogEvent {
   data?: Json;
   level: string;
@@ -244,6 +311,17 @@ export interface MCPServer {
   };
   type: string;
   url?: string;
+}
+
+export interface Me {
+  admin: boolean;
+  budget?: BudgetReport;
+  expiresAt?: string;
+  method: string;
+  scopes: string[];
+  tenantBudget?: BudgetReport;
+  tokenId?: string;
+  user: User;
 }
 
 export interface MessageCancelled {
@@ -278,6 +356,27 @@ export interface MetadataUpdate {
   costUSD?: number;
   model?: string;
   usage?: Usage;
+}
+
+export interface NewToken {
+  expiresIn?: number;
+  name?: string;
+  scopes?: string[];
+  userId?: string;
+}
+
+export interface NewUser {
+  id: string;
+  name?: string;
+  role?: string;
+  tenant?: string;
+}
+
+export interface OIDCInfo {
+  authorizationEndpoint?: string;
+  clientId: string;
+  issuer: string;
+  scopes: string[];
 }
 
 export interface PermissionAnswer {
@@ -333,6 +432,14 @@ export interface ProfileSummary {
   name: string;
 }
 
+export interface ProviderKey {
+  createdAt: string;
+  hint?: string;
+  owner: string;
+  provider: string;
+  scope: string;
+}
+
 export interface QueryCompleted {
   durationMs?: number;
   interrupted?: boolean;
@@ -362,6 +469,10 @@ export interface QueuedMessage {
 
 export interface QueuedMessageList {
   messages: QueuedMessage[];
+}
+
+export interface RefreshRequest {
+  refreshToken: string;
 }
 
 export interface RenameSessionRequest {
@@ -465,9 +576,33 @@ export interface SessionSummary {
   lastActivity: string;
   lastSeq: number;
   name: string;
+  owner?: string;
   sessionId: string;
   status: string;
+  tenant?: string;
   type: string;
+}
+
+export interface Share {
+  access: string;
+  createdAt: string;
+  sessionId: string;
+  userId: string;
+}
+
+export interface ShareList {
+  shares: Share[];
+}
+
+export interface ShareRequest {
+  access: string;
+}
+
+export interface SignIn {
+  expiresAt: string;
+  refreshToken?: string;
+  token: string;
+  user: User;
 }
 
 export interface Skill {
@@ -518,6 +653,10 @@ export interface Success {
   success: boolean;
 }
 
+export interface TokenList {
+  tokens: APIToken[];
+}
+
 export interface Turn {
   afterBlock?: number;
   code?: string;
@@ -541,6 +680,28 @@ export interface Usage {
   cacheReadInputTokens?: number;
   inputTokens: number;
   outputTokens: number;
+}
+
+export interface User {
+  createdAt: string;
+  disabled?: boolean;
+  id: string;
+  issuer?: string;
+  name?: string;
+  role: string;
+  subject?: string;
+  tenant: string;
+}
+
+export interface UserList {
+  users: User[];
+}
+
+export interface UserUpdate {
+  disabled?: boolean;
+  name?: string;
+  role?: string;
+  tenant?: string;
 }
 
 export interface WarmPool {
