@@ -26,7 +26,7 @@ const DefaultMaxForwards = 256
 type Forwarder struct {
 	ln     net.Listener
 	dial   func(context.Context) (net.Conn, error)
-	what   string // where connections go, for logs
+	what   string          // where connections go, for logs
 	ctx    context.Context // ends with Close: cuts dials short
 	cancel context.CancelFunc
 	log    *slog.Logger

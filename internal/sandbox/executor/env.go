@@ -45,7 +45,7 @@ type Environment struct {
 	// transport, when set, reaches an executor that is not a process of
 	// this host (ConnectTransport): no socket to dial, no pid to watch.
 	transport Transport
-	token string        // the model proxy's token for this environment
+	token     string // the model proxy's token for this environment
 	// connEnded is closed once watchConn has failed what depended on the
 	// connection.
 	connEnded chan struct{}
