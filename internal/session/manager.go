@@ -319,6 +319,11 @@ func (m *Manager) Delete(ctx context.Context, id string, purge bool, actor strin
 	if err := os.RemoveAll(m.workspace(id)); err != nil {
 		m.log.Warn("remove workspace", "session", id, "err", err)
 	}
+	if wc, ok := m.cfg.Sandbox.(sandbox.WorkspaceCollector); ok {
+		if err := wc.RemoveWorkspace(ctx, id); err != nil {
+			m.log.Warn("remove workspace", "session", id, "sandbox", m.cfg.Sandbox.Name(), "err", err)
+		}
+	}
 	if m.cfg.Metrics != nil {
 		m.cfg.Metrics.StatusChanged(s.record().Status, "")
 	}
