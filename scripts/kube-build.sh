@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the binaries of the single-node Kubernetes cluster the kubernetes
 # sandbox is tested against (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubelet) from the published Go modules pinned in
-# tools/kube/go.mod, into a cache keyed by their versions:
+# kube-scheduler, kubelet, and the pods' pause program) from the published
+# Go modules pinned in tools/kube/go.mod, into a cache keyed by their
+# versions:
 #
 #   ~/.cache/agentd/kube-<kubernetes version>-etcd<etcd version>/bin
 #
@@ -24,7 +25,7 @@ ever=$(version go.etcd.io/etcd/server/v3)
 [[ -n $kver && -n $ever ]] || { echo "kube-build: versions not found in $mod/go.mod" >&2; exit 1; }
 cache=${AGENTD_KUBE_CACHE:-$HOME/.cache/agentd}/kube-$kver-etcd$ever
 bin=$cache/bin
-names=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+names=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet pause)
 
 complete=1
 for n in "${names[@]}"; do [[ -x $bin/$n ]] || complete=0; done
@@ -47,6 +48,7 @@ for n in "${names[@]}"; do
 	[[ -x $bin/$n && $rebuild == 0 ]] && continue
 	pkg=k8s.io/kubernetes/cmd/$n
 	[[ $n == etcd ]] && pkg=go.etcd.io/etcd/server/v3
+	[[ $n == pause ]] && pkg=./pause
 	t=$SECONDS
 	# One after the other: each takes both cores; in parallel they only
 	# compete for memory.

@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,6 +44,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/validation"
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -168,6 +170,7 @@ type Provider struct {
 	log    *slog.Logger
 	cfg    *rest.Config
 	cs     k8s.Interface
+	hc     *http.Client
 	exec   *executor.Provider
 	image  string
 	owner  metav1.OwnerReference // the node's ConfigMap
@@ -260,22 +263,33 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	if cfg.QPS == 0 {
 		cfg.QPS, cfg.Burst = 50, 100
 	}
-	cs, err := k8s.NewForConfig(cfg)
+	// A transport of the provider's own (client-go shares one per TLS
+	// configuration otherwise), whose connections Close closes.
+	if cfg.Proxy == nil {
+		cfg.Proxy = http.ProxyFromEnvironment
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	cs, err := k8s.NewForConfigAndClient(cfg, hc)
 	if err != nil {
 		return fail(err)
 	}
 	p := &Provider{
-		opts: opts, log: opts.Logger.With("sandbox", Name), cfg: cfg, cs: cs, image: opts.Image,
+		opts: opts, log: opts.Logger.With("sandbox", Name), cfg: cfg, cs: cs, hc: hc, image: opts.Image,
 		live: map[string]struct{}{}, profiles: map[shape]map[string]bool{},
 	}
 	vctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	v, err := cs.Discovery().ServerVersion()
 	if err != nil {
+		utilnet.CloseIdleConnectionsFor(hc.Transport)
 		return fail(fmt.Errorf("reach the API server %s: %w", cfg.Host, err))
 	}
 	p.server = v.GitVersion
 	if err := p.ensureOwner(vctx); err != nil {
+		utilnet.CloseIdleConnectionsFor(hc.Transport)
 		return fail(err)
 	}
 	if err := os.MkdirAll(filepath.Dir(opts.RunDir), 0o711); err != nil {
@@ -396,6 +410,7 @@ func (p *Provider) Close(ctx context.Context) error {
 		err = p.pool.Close(ctx)
 	}
 	_ = os.Remove(p.opts.RunDir) // only when no environment is left in it
+	utilnet.CloseIdleConnectionsFor(p.hc.Transport)
 	return err
 }
 

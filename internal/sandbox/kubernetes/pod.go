@@ -315,15 +315,18 @@ func (p *Provider) waitRunning(ctx context.Context, name string) error {
 			}
 			return nil
 		}
-		w, err := pods.Watch(ctx, metav1.ListOptions{
+		wctx, wcancel := context.WithCancel(ctx)
+		w, err := pods.Watch(wctx, metav1.ListOptions{
 			FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: list.ResourceVersion,
 		})
 		if err != nil {
+			wcancel()
 			return p.startFailed(name, pod, fmt.Errorf("watch pod: %w", err))
 		}
+		stop := func() { w.Stop(); wcancel() }
 		for ev := range w.ResultChan() {
 			if ev.Type == watch.Deleted {
-				w.Stop()
+				stop()
 				return fmt.Errorf("pod %s: deleted while starting: %w", name, errNoPod)
 			}
 			pod, ok := ev.Object.(*corev1.Pod)
@@ -332,14 +335,14 @@ func (p *Provider) waitRunning(ctx context.Context, name string) error {
 			}
 			last = pod
 			if done, err := podRunning(pod); done {
-				w.Stop()
+				stop()
 				if err != nil {
 					return p.startFailed(name, pod, err)
 				}
 				return nil
 			}
 		}
-		w.Stop()
+		stop()
 		if ctx.Err() != nil {
 			return p.startFailed(name, last, fmt.Errorf("pod not running within %v", p.opts.StartTimeout))
 		}
