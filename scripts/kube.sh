@@ -255,6 +255,7 @@ EOF
   echo "AGENTD_KUBECONFIG=$dir/admin.kubeconfig"
   echo "AGENTD_KUBE_NETNS=$netns"
   echo "AGENTD_KUBE_CONTAINERD=$dir/containerd/containerd.sock"
+  echo "AGENTD_KUBELET_DIR=$dir/kubelet"
 }
 
 node_ready() {

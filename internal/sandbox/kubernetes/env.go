@@ -84,7 +84,19 @@ func (p *Provider) bind(ctx context.Context, spec sandbox.Spec, b *box) (*Enviro
 	if sock := p.exec.ProxySocket(b.dir); sock != "" {
 		e.tunnels = startTunnels(b.fwd, sock, p.log.With("pod", b.name))
 	}
+	p.mu.Lock()
+	p.envs[e] = struct{}{}
+	p.mu.Unlock()
 	return e, nil
+}
+
+// disconnect closes the connection to the pod (tunnels, executor
+// protocol) and leaves the pod running: the server is shutting down.
+func (e *Environment) disconnect() {
+	if e.tunnels != nil {
+		e.tunnels.stop()
+	}
+	e.box.fwd.Close()
 }
 
 // Terminate shuts the executor down (it kills every process), waits for
@@ -93,6 +105,9 @@ func (p *Provider) bind(ctx context.Context, spec sandbox.Spec, b *box) (*Enviro
 // gone is not an error; later calls return the first one's result.
 func (e *Environment) Terminate(ctx context.Context) error {
 	e.termOnce.Do(func() {
+		e.p.mu.Lock()
+		delete(e.p.envs, e)
+		e.p.mu.Unlock()
 		if e.tunnels != nil {
 			e.tunnels.stop()
 		}

@@ -180,6 +180,7 @@ type Provider struct {
 
 	mu       sync.Mutex
 	live     map[string]struct{}       // pods of this process (environments, warm ones), by name
+	envs     map[*Environment]struct{} // environments handed out and not terminated
 	profiles map[shape]map[string]bool // profiles that claimed each shape
 }
 
@@ -278,7 +279,7 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	}
 	p := &Provider{
 		opts: opts, log: opts.Logger.With("sandbox", Name), cfg: cfg, cs: cs, hc: hc, image: opts.Image,
-		live: map[string]struct{}{}, profiles: map[shape]map[string]bool{},
+		live: map[string]struct{}{}, envs: map[*Environment]struct{}{}, profiles: map[shape]map[string]bool{},
 	}
 	vctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -403,11 +404,22 @@ func (p *Provider) LimitsEnforcement() string {
 func (p *Provider) RemoteWorkspaces() bool { return true }
 
 // Close drains the warm pool (its pods are deleted). Environments handed
-// out stay.
+// out stay, their pods running; the connections to them are closed (the
+// next server re-attaches).
 func (p *Provider) Close(ctx context.Context) error {
 	var err error
 	if p.pool != nil {
 		err = p.pool.Close(ctx)
+	}
+	p.mu.Lock()
+	envs := make([]*Environment, 0, len(p.envs))
+	for e := range p.envs {
+		envs = append(envs, e)
+	}
+	clear(p.envs)
+	p.mu.Unlock()
+	for _, e := range envs {
+		e.disconnect()
 	}
 	_ = os.Remove(p.opts.RunDir) // only when no environment is left in it
 	utilnet.CloseIdleConnectionsFor(p.hc.Transport)
