@@ -453,7 +453,11 @@ func (p *Provider) waitExecutor(ctx context.Context, b *box) error {
 			}
 		}
 		if b.fwd != nil {
-			ping, err := pingExecutor(ctx, b.fwd)
+			// Each try on its own clock: a stream the other end never
+			// answers must not use up the start timeout.
+			tctx, tcancel := context.WithTimeout(ctx, pingTry)
+			ping, err := pingExecutor(tctx, b.fwd)
+			tcancel()
 			if err == nil {
 				b.startedAt = ping.StartedAt
 				return nil
@@ -462,7 +466,8 @@ func (p *Provider) waitExecutor(ctx context.Context, b *box) error {
 				return err
 			}
 			lastErr = err
-			if b.fwd.closed() {
+			if b.fwd.closed() || errors.Is(err, context.DeadlineExceeded) {
+				b.fwd.Close()
 				b.fwd = nil
 			}
 		}
@@ -473,6 +478,9 @@ func (p *Provider) waitExecutor(ctx context.Context, b *box) error {
 		}
 	}
 }
+
+// pingTry bounds one try of waitExecutor.
+const pingTry = 3 * time.Second
 
 // pingExecutor pings the executor once over a new stream.
 func pingExecutor(ctx context.Context, f *forwarder) (rpc.PingResult, error) {

@@ -105,11 +105,17 @@ func (f *forwarder) Dial(ctx context.Context) (io.ReadWriteCloser, error) {
 	return f.stream(ctx, executorPort)
 }
 
+// streamTimeout bounds the creation of a stream: the other end answers
+// at once, or never.
+const streamTimeout = 10 * time.Second
+
 // stream opens a stream pair (data and error) to port.
 func (f *forwarder) stream(ctx context.Context, port int) (*pfStream, error) {
 	if f.closed() {
 		return nil, fmt.Errorf("port-forward %s: connection closed", f.pod)
 	}
+	ctx, cancel := context.WithTimeout(ctx, streamTimeout)
+	defer cancel()
 	id := f.nextID.Add(1)
 	h := http.Header{}
 	h.Set(corev1.StreamType, corev1.StreamTypeError)
