@@ -37,12 +37,13 @@ log() { printf '\033[1m[kube]\033[0m %s\n' "$*" >&2; }
 # hiding the cgroup mounts from the kubelet.
 in_ns() { nsenter --net="/run/netns/$netns" "$@"; }
 
-# daemon NAME CMD…: starts CMD in the namespace, detached, logging to
-# DIR/logs/NAME.log; its pid goes to DIR/pids/NAME.
+# daemon NAME CMD…: starts CMD in the namespace, in the background,
+# logging to DIR/logs/NAME.log; its pid goes to DIR/pids/NAME. The
+# subshell execs nsenter, which execs CMD: $! is CMD's pid.
 daemon() {
   local name=$1
   shift
-  in_ns setsid "$@" >"$dir/logs/$name.log" 2>&1 </dev/null &
+  (exec nsenter --net="/run/netns/$netns" "$@") >"$dir/logs/$name.log" 2>&1 </dev/null &
   echo $! >"$dir/pids/$name"
 }
 
@@ -312,8 +313,14 @@ stop() {
   for name in kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do
     stop_daemon "$name"
   done
+  # What is left of this cluster: the shims this containerd started and any
+  # process still naming DIR (a daemon whose pid file was lost), then what
+  # still runs in the pods' control groups.
   local pid
-  for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $sock" || true); do
+  for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $sock" || true) $(pgrep -f -- "--config $dir/|--data-dir $dir/|--kubeconfig $dir/" || true); do
+    kill -9 "$pid" 2>/dev/null || true
+  done
+  for pid in $(find /sys/fs/cgroup/pids/kubepods /sys/fs/cgroup/kubepods -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u); do
     kill -9 "$pid" 2>/dev/null || true
   done
   # Mounts the kubelet and containerd made under DIR, deepest first.
