@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -74,6 +75,13 @@ func (p *Provider) bind(ctx context.Context, spec sandbox.Spec, b *box) (*Enviro
 			return nil, err
 		}
 		b.fwd = f
+	}
+	if p.opts.ModelProxy != nil {
+		// The model proxy's socket goes there (a server re-attaching on
+		// another host, or after its run folder was cleaned, has none).
+		if err := os.MkdirAll(b.dir+".mp", 0o700); err != nil {
+			return nil, err
+		}
 	}
 	inner, err := p.exec.ConnectTransport(ctx, spec, executor.Handle{Dir: b.dir, StartedAt: b.startedAt}, podTransport{p: p, box: b})
 	if err != nil {

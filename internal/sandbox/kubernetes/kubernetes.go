@@ -563,7 +563,7 @@ func (p *Provider) protections() []sandbox.Protection {
 	}
 	return []sandbox.Protection{
 		pr(sandbox.ThreatOtherWorkspaces, true, "another pod's volume: never mounted"),
-		pr(sandbox.ThreatHostFiles, true, "the pod sees the image and its own volumes; the server's host is not its node's concern"),
+		pr(sandbox.ThreatHostFiles, true, "the pod sees the image and its own volumes, nothing of the server's host"),
 		pr(sandbox.ThreatServerEnvironment, true, "another machine or pod; own pid namespace"),
 		pr(sandbox.ThreatWriteOutside, true, "read-only root file system, private /tmp, unprivileged uid"),
 		port,

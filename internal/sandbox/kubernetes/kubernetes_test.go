@@ -216,8 +216,8 @@ for port in 7070 7071; do bash -c "exec 3<>/dev/tcp/127.0.0.1/$port; echo '{\"js
 }
 
 // A process keeps running while no server is attached; a new provider
-// (a restarted server) re-attaches and reads its output from where the
-// first stopped, every line once.
+// (a restarted server, on another host) re-attaches and reads its output
+// from where the first stopped, every line once.
 func TestRecoverAttach(t *testing.T) {
 	f := newFixture(t)
 	p1 := f.provider(nil)
@@ -240,7 +240,8 @@ func TestRecoverAttach(t *testing.T) {
 			break
 		}
 	}
-	p2 := f.provider(nil)
+	// The restarted server runs elsewhere: a run folder of its own.
+	p2 := f.provider(func(o *kubernetes.Options) { o.RunDir = sandboxtest.ShortTempDir(t, "k9") })
 	env2, err := p2.Recover(ctx, sp, env.(sandbox.Handler).Handle())
 	if err != nil {
 		t.Fatal(err)
