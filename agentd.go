@@ -103,8 +103,12 @@ type Config struct {
 	// the image's own.
 	DockerExecutor string
 	// WarmPool is how many environments of each kind (image and limits)
-	// the docker sandbox keeps started ahead for new sessions (0: none).
+	// the docker and kubernetes sandboxes keep started ahead for new
+	// sessions (0: none).
 	WarmPool int
+	// Kubernetes configures the kubernetes sandbox (the executor in a pod
+	// per session, docs/kubernetes.md).
+	Kubernetes KubernetesConfig
 	// SandboxReadOnly are more host paths the bwrap sandbox shows,
 	// read-only (the system, the agents' PATH and the workspace are
 	// always there).
@@ -370,7 +374,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.events = eventlog.New(s.store, eventlog.Options{Registerer: cfg.Registerer, Logger: log})
 	undo = append(undo, func() { _ = s.events.Close() })
 	s.sessions, err = session.New(session.Config{
-		Store: s.store, Log: s.events, Sandbox: provider, Files: providers["local"],
+		Store: s.store, Log: s.events, Sandbox: provider, Files: s.filesView(provider, providers["local"]),
 		Architectures: archs, Profiles: profiles, DataDir: dataDir,
 		IdleTimeout: cfg.IdleTimeout, PermissionTimeout: cfg.PermissionTimeout,
 		Env: cfg.Env, WatchIgnore: cfg.WatchIgnore, PersistFilesMax: 1 << 20,
@@ -398,6 +402,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if err := s.collectSandbox(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.collectWorkspaces(ctx); err != nil {
 		return nil, err
 	}
 	var ui http.Handler
@@ -456,8 +463,10 @@ func (s *Server) builtinSandbox(name, dataDir string) (sandbox.Provider, error) 
 		return p, nil
 	case "docker":
 		return s.dockerSandbox(dataDir)
+	case "kubernetes":
+		return s.kubernetesSandbox(dataDir)
 	}
-	return nil, fmt.Errorf("unknown sandbox %q (local, executor, bwrap, docker)", name)
+	return nil, fmt.Errorf("unknown sandbox %q (local, executor, bwrap, docker, kubernetes)", name)
 }
 
 // hostSandboxes are the built-in backends whose agents run from this

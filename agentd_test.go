@@ -23,13 +23,23 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(closeKube{m},
 		goleak.IgnoreAnyFunction("github.com/zishang520/socket.io/v3/pkg/queue.(*Queue).run"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 		// modernc's SQLite keeps a package-level finalizer goroutine? no; the
 		// http test client idles its connections.
 	)
+}
+
+// closeKube runs the tests, then closes the connections of the
+// kubernetes tests' admin client (testenv.Kube) before the leak check.
+type closeKube struct{ m *testing.M }
+
+func (c closeKube) Run() int {
+	code := c.m.Run()
+	testenv.CloseKube()
+	return code
 }
 
 // waitTurn follows the session until the query ends and returns its end event.

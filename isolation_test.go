@@ -56,10 +56,11 @@ type isoCase struct {
 	bwrap  bool // network and file system of its own
 	users  bool // a Unix user per session
 	docker bool // a container per session: network and file system of its own
+	kube   bool // a pod per session: network, file system and uid of its own
 }
 
 // own reports whether the sandbox has a network and file system of its own.
-func (tc isoCase) own() bool { return tc.bwrap || tc.docker }
+func (tc isoCase) own() bool { return tc.bwrap || tc.docker || tc.kube }
 
 func TestIsolation(t *testing.T) {
 	isoSetup(t)
@@ -68,6 +69,7 @@ func TestIsolation(t *testing.T) {
 		{name: "bwrap", args: []string{"--sandbox", "bwrap"}, bwrap: true},
 		{name: "bwrap+users", args: []string{"--sandbox", "bwrap", "--run-as-user-pool", isoUsers}, bwrap: true, users: true},
 		{name: "docker", args: []string{"--sandbox", "docker"}, docker: true},
+		{name: "kubernetes", users: true, kube: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -78,6 +80,9 @@ func TestIsolation(t *testing.T) {
 			}
 			if tc.docker {
 				tc.args = append(tc.args, "--docker-image", testenv.DockerImage(t))
+			}
+			if tc.kube {
+				tc.args = kubeArgs(kubeSetup(t))
 			}
 			attack(t, tc)
 		})
@@ -314,7 +319,12 @@ echo END`, victimWS, s.dataDir, s.pid, s.port, s.key[:half], s.key[half:], roots
 	if out, failed := turn(t, ctx, s.c, attacker, `cp /usr/bin/bash ./rootsh && chmod 4755 ./rootsh && echo made`); failed || !strings.Contains(out, "made") {
 		t.Fatalf("set-uid copy: %q", out)
 	}
-	hostUserLockedOut(t, s.dataDir, filepath.Join(s.dataDir, "workspaces", attacker), "rootsh")
+	attackerWS := filepath.Join(s.dataDir, "workspaces", attacker)
+	if tc.kube {
+		// The workspaces are the pods' volumes on the node.
+		attackerWS, victimWS = podWorkspace(t, attacker), podWorkspace(t, victim)
+	}
+	hostUserLockedOut(t, s.dataDir, attackerWS, "rootsh")
 	hostUserLockedOut(t, s.dataDir, victimWS, "secret.txt")
 
 	forkBomb(t, ctx, s, tc, victim, attacker)
@@ -434,7 +444,8 @@ func sandboxDir(t *testing.T) string {
 // working, and deleting the session ends the bomb.
 func forkBomb(t *testing.T, ctx context.Context, s *isoServer, tc isoCase, victim, attacker string) {
 	logs := s.p.Logs()
-	if !strings.Contains(logs, `limits="cgroup`) && !(tc.users && strings.Contains(logs, `limits="rlimit`)) {
+	if !strings.Contains(logs, `limits="cgroup`) && !(tc.users && strings.Contains(logs, `limits="rlimit`)) &&
+		!(tc.kube && strings.Contains(logs, "RLIMIT_NPROC of the pod's own uid")) {
 		t.Logf("no process limit enforced here (%s): fork bomb skipped", limitsLine(logs))
 		return
 	}

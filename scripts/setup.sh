@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what agentd's tests need on a fresh Debian machine: Debian
-# packages (bubblewrap, chromium, postgresql, docker.io, mmdebstrap), the pinned agent CLIs and the UI's npm
+# packages (bubblewrap, chromium, postgresql, docker.io, mmdebstrap, containerd,
+# runc, containernetworking-plugins), the pinned agent CLIs and the UI's npm
 # packages (from their lockfiles), and the Go modules. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,16 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_pkgs+=(postgresql)
 # mmdebstrap for the sandbox image's root file system.
 command -v dockerd >/dev/null 2>&1 || apt_pkgs+=(docker.io)
 command -v mmdebstrap >/dev/null 2>&1 || apt_pkgs+=(mmdebstrap)
+# The kubernetes sandbox's tests: a private containerd with runc and the
+# CNI plugins for the test cluster (scripts/kube.sh), openssl for its
+# certificates, iproute2 and nsenter for its network namespace.
+command -v containerd >/dev/null 2>&1 || apt_pkgs+=(containerd)
+command -v runc >/dev/null 2>&1 || apt_pkgs+=(runc)
+[ -x /usr/lib/cni/bridge ] || apt_pkgs+=(containernetworking-plugins)
+command -v openssl >/dev/null 2>&1 || apt_pkgs+=(openssl)
+command -v curl >/dev/null 2>&1 || apt_pkgs+=(curl)
+command -v ip >/dev/null 2>&1 || apt_pkgs+=(iproute2)
+command -v nsenter >/dev/null 2>&1 || apt_pkgs+=(util-linux)
 if [ ${#apt_pkgs[@]} -gt 0 ]; then
   log "installing Debian packages: ${apt_pkgs[*]}"
   sudo=""

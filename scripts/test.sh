@@ -54,6 +54,27 @@ go test -count=1 -timeout 30m ./...
 step "go test -race (core packages)"
 go test -count=1 -race -timeout 20m ./conversation/... ./internal/eventlog/... ./internal/session/... ./internal/api/... ./store/...
 
+step "Kubernetes (scripts/kube.sh: a single-node cluster in a network namespace; kubernetes sandbox tests)"
+# The cluster's binaries are built from the Go modules once per machine
+# and version (scripts/kube-build.sh, ~/.cache/agentd/kube-*); the cluster
+# and the servers under test run in a network namespace of their own, and
+# the tests import the sandbox image (the base layer cached above) into
+# the cluster's private containerd.
+kube_start=$(date +%s)
+kube_dir=${AGENTD_KUBE_DIR:-/tmp/agentd-test-kube}
+cleanups+=('scripts/kube.sh stop "$kube_dir"')
+kube_env=$(scripts/kube.sh start "$kube_dir")
+scripts/sandbox-image.sh --no-docker --agents claude --agentd bin/agentd
+echo "kubernetes set-up: $(( $(date +%s) - kube_start ))s"
+# Missing cluster or image fail the kubernetes tests instead of skipping them.
+kube_test() {
+  env $kube_env AGENTD_REQUIRE_KUBERNETES=1 AGENTD_REQUIRE_AGENTS=1 \
+    nsenter --net="/run/netns/${AGENTD_KUBE_NETNS:-agentd-kube}" go test -count=1 -timeout 20m "$@"
+}
+kube_test ./internal/sandbox/kubernetes/
+kube_test -run 'TestKubernetes|TestIsolation/kubernetes' .
+echo "kubernetes step: $(( $(date +%s) - kube_start ))s"
+
 step "TypeScript client and UI unit tests"
 # AGENTD_BIN lets the TS client also check its schema against a live server.
 AGENTD_BIN="$PWD/bin/agentd" npm test --prefix web --silent

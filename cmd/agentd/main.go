@@ -54,7 +54,7 @@ type serveCmd struct {
 	DataDir            string        `help:"Data folder: database, workspaces, run files (default $XDG_DATA_HOME/agentd, i.e. ~/.local/share/agentd). One server at a time may use it." env:"AGENTD_DATA_DIR"`
 	Store              string        `help:"Store URL: sqlite://PATH (default sqlite://<data-dir>/agentd.db), or postgres://… for servers sharing one PostgreSQL database." env:"AGENTD_STORE"`
 	Profiles           string        `help:"Folder of agent profiles (YAML or JSON, one a file)." env:"AGENTD_PROFILES" type:"path"`
-	Sandbox            string        `help:"Sandbox backend: local, executor, bwrap, docker." default:"local" env:"AGENTD_SANDBOX"`
+	Sandbox            string        `help:"Sandbox backend: local, executor, bwrap, docker, kubernetes." default:"local" env:"AGENTD_SANDBOX"`
 	RunAsUser          string        `help:"With --sandbox executor or bwrap: run agents as this Unix user, shared by all sessions (needs root)." env:"AGENTD_RUN_AS_USER"`
 	RunAsUserPool      []string      `help:"With --sandbox executor or bwrap: a Unix user per session, from these names, uids and uid ranges (200000-200099); replaces --run-as-user (needs root)." env:"AGENTD_RUN_AS_USER_POOL"`
 	SandboxMemory      int64         `help:"Memory limit of each executor/bwrap/docker environment in bytes (0: none)." default:"4294967296" env:"AGENTD_SANDBOX_MEMORY"`
@@ -66,7 +66,19 @@ type serveCmd struct {
 	DockerImage        string        `help:"With --sandbox docker: the image (built by scripts/sandbox-image.sh; never pulled)." default:"agentd-sandbox:latest" env:"AGENTD_DOCKER_IMAGE"`
 	DockerUser         string        `help:"With --sandbox docker: uid:gid the sandbox's processes run as." default:"10001:10001" env:"AGENTD_DOCKER_USER"`
 	DockerExecutor     string        `help:"With --sandbox docker: mount this agentd binary into every container as its executor instead of the image's." env:"AGENTD_DOCKER_EXECUTOR" type:"path"`
-	WarmPool           int           `help:"With --sandbox docker: environments of each kind (image and limits) kept started ahead for new sessions." default:"0" env:"AGENTD_WARM_POOL"`
+	WarmPool           int           `help:"With --sandbox docker or kubernetes: environments of each kind (image and limits) kept started ahead for new sessions." default:"0" env:"AGENTD_WARM_POOL"`
+	K8sKubeconfig      string        `name:"k8s-kubeconfig" help:"With --sandbox kubernetes: a kubeconfig file (default: the in-cluster configuration, else $KUBECONFIG or ~/.kube/config)." env:"AGENTD_K8S_KUBECONFIG" type:"path"`
+	K8sNamespace       string        `name:"k8s-namespace" help:"With --sandbox kubernetes: the pods' namespace." default:"default" env:"AGENTD_K8S_NAMESPACE"`
+	K8sImage           string        `name:"k8s-image" help:"With --sandbox kubernetes: the pods' image (scripts/sandbox-image.sh --oci, imported into the nodes or pushed)." default:"agentd-sandbox:latest" env:"AGENTD_K8S_IMAGE"`
+	K8sPullPolicy      string        `name:"k8s-pull-policy" help:"With --sandbox kubernetes: the image's pull policy." default:"Never" enum:"Never,IfNotPresent,Always" env:"AGENTD_K8S_PULL_POLICY"`
+	K8sServiceAccount  string        `name:"k8s-service-account" help:"With --sandbox kubernetes: the pods' service account (its token is never mounted)." env:"AGENTD_K8S_SERVICE_ACCOUNT"`
+	K8sNodeSelector    []string      `name:"k8s-node-selector" help:"With --sandbox kubernetes: key=value labels the pods' nodes must have." env:"AGENTD_K8S_NODE_SELECTOR"`
+	K8sToleration      []string      `name:"k8s-toleration" help:"With --sandbox kubernetes: a toleration of the pods, key[=value]:Effect or key:Exists[:Effect]." env:"AGENTD_K8S_TOLERATIONS"`
+	K8sRuntimeClass    string        `name:"k8s-runtime-class" help:"With --sandbox kubernetes: the pods' runtime class (gVisor, Kata…)." env:"AGENTD_K8S_RUNTIME_CLASS"`
+	K8sUIDRange        string        `name:"k8s-uid-range" help:"With --sandbox kubernetes: uids the pods run as, one each (FIRST-LAST, or one uid for all)." default:"1000000000-1999999999" env:"AGENTD_K8S_UID_RANGE"`
+	K8sAllowNetwork    bool          `name:"k8s-allow-network" help:"With --sandbox kubernetes: keep the pods' network (by default an init container takes it down; only loopback is left)." env:"AGENTD_K8S_ALLOW_NETWORK"`
+	K8sWorkspaceSize   string        `name:"k8s-workspace-size" help:"With --sandbox kubernetes: a PersistentVolumeClaim of this size per session as its workspace (default: an emptyDir filled from the store)." env:"AGENTD_K8S_WORKSPACE_SIZE"`
+	K8sStorageClass    string        `name:"k8s-storage-class" help:"With --k8s-workspace-size: the claims' storage class (default: the cluster's)." env:"AGENTD_K8S_STORAGE_CLASS"`
 	AgentNice          int           `help:"Niceness added to agent processes (0-19), so they yield the CPU to the server streaming their output; 0 runs them at the server's priority." default:"10" env:"AGENTD_AGENT_NICE"`
 	APIKey             string        `help:"Require this bearer key on /api/* (but /api/auth), /metrics, the WebSocket and Socket.IO." env:"AGENTD_API_KEY"`
 	AllowedHosts       []string      `help:"More host names clients may reach the server by (any port), e.g. a reverse proxy's; other Host headers get 403 (DNS rebinding). localhost, 127.0.0.1 and ::1 always work; with a non-loopback --addr any IP address does too. *.example.com allows subdomains, * any host." env:"AGENTD_ALLOWED_HOSTS"`
@@ -94,6 +106,12 @@ func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
 		PermissionTimeout: c.PermissionTimeout, MaxBody: c.MaxBody, DisableUI: c.NoUI, Logger: log,
 		DisableModelProxy: !c.ModelProxy, ModelProxyAddr: c.ModelProxyAddr, SessionTokenBudget: c.SessionTokenBudget,
 		DockerImage: c.DockerImage, DockerUser: c.DockerUser, DockerExecutor: c.DockerExecutor, WarmPool: c.WarmPool,
+		Kubernetes: agentd.KubernetesConfig{
+			Kubeconfig: c.K8sKubeconfig, Namespace: c.K8sNamespace, Image: c.K8sImage, PullPolicy: c.K8sPullPolicy,
+			ServiceAccount: c.K8sServiceAccount, NodeSelector: c.K8sNodeSelector, Tolerations: c.K8sToleration,
+			RuntimeClass: c.K8sRuntimeClass, UIDRange: c.K8sUIDRange, AllowNetwork: c.K8sAllowNetwork,
+			WorkspaceSize: c.K8sWorkspaceSize, StorageClass: c.K8sStorageClass,
+		},
 	}
 	if err := c.identityFlags.apply(&cfg); err != nil {
 		return err

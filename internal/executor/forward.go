@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -17,12 +18,17 @@ const DefaultMaxForwards = 256
 // socket: inside a sandbox without network (bubblewrap's own network
 // namespace) it is the only way out, to the model proxy whose socket is
 // mounted in. Agents are pointed at it with ANTHROPIC_BASE_URL and friends;
-// it reads nothing and adds nothing, bytes go through both ways.
+// it reads nothing and adds nothing, bytes go through both ways. With
+// NewForwarderTo, each connection goes to what a function dials instead
+// (a tunnel to the server, in a Kubernetes pod).
 //
 // Safe for concurrent use; Close stops it and waits for every relay.
 type Forwarder struct {
 	ln     net.Listener
-	socket string
+	dial   func(context.Context) (net.Conn, error)
+	what   string          // where connections go, for logs
+	ctx    context.Context // ends with Close: cuts dials short
+	cancel context.CancelFunc
 	log    *slog.Logger
 	slots  chan struct{}
 	wg     sync.WaitGroup
@@ -39,6 +45,17 @@ func NewForwarder(addr, socket string, maxConns int, log *slog.Logger) (*Forward
 	if socket == "" {
 		return nil, errors.New("forwarder: no socket to forward to")
 	}
+	dial := func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}
+	return NewForwarderTo(addr, socket, dial, maxConns, log)
+}
+
+// NewForwarderTo listens on addr (TCP) and will relay each connection to
+// one dial returns, within 10 seconds (else the connection is closed).
+// what names the destination in logs.
+func NewForwarderTo(addr, what string, dial func(context.Context) (net.Conn, error), maxConns int, log *slog.Logger) (*Forwarder, error) {
 	if maxConns <= 0 {
 		maxConns = DefaultMaxForwards
 	}
@@ -49,8 +66,9 @@ func NewForwarder(addr, socket string, maxConns int, log *slog.Logger) (*Forward
 	if err != nil {
 		return nil, fmt.Errorf("forwarder: %w", err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Forwarder{
-		ln: ln, socket: socket, log: log,
+		ln: ln, dial: dial, what: what, log: log, ctx: ctx, cancel: cancel,
 		slots: make(chan struct{}, maxConns),
 		conns: map[net.Conn]struct{}{},
 	}, nil
@@ -121,9 +139,11 @@ func (f *Forwarder) relay(c net.Conn) {
 	defer func() { <-f.slots }()
 	defer c.Close()
 	defer f.untrack(c)
-	up, err := net.DialTimeout("unix", f.socket, 10*time.Second)
+	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
+	up, err := f.dial(ctx)
+	cancel()
 	if err != nil {
-		f.log.Warn("forwarder: model proxy unreachable", "socket", f.socket, "err", err)
+		f.log.Warn("forwarder: model proxy unreachable", "to", f.what, "err", err)
 		return
 	}
 	defer up.Close()
@@ -164,6 +184,7 @@ func (f *Forwarder) Close() error {
 		conns = append(conns, c)
 	}
 	f.mu.Unlock()
+	f.cancel()
 	err := f.ln.Close()
 	for _, c := range conns {
 		c.Close()

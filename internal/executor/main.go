@@ -23,10 +23,14 @@ import (
 // subcommand name). It returns when the executor stops: after a shutdown
 // request, the orphan timeout, SIGTERM/SIGINT or ctx.
 func Main(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "pod-init" {
+		return PodInit(args[1:])
+	}
 	fl := flag.NewFlagSet("executor", flag.ContinueOnError)
 	var (
 		socket     = fl.String("socket", "", "listen on this Unix socket path (mode 0600, 0660 with --group)")
 		listenFD   = fl.Int("listen-fd", -1, "serve an inherited listening Unix socket at this fd instead of --socket")
+		listenTCP  = fl.String("listen-tcp", "", "listen on this loopback TCP address instead of --socket (inside a Kubernetes pod, reached through the API server's port-forward); the peer's uid is read from the socket table")
 		group      = fl.String("group", "", "group (name or gid) owning the socket, which is then mode 0660")
 		workspace  = fl.String("workspace", "", "the session's workspace folder (required)")
 		session    = fl.String("session", "", "session id, for logs")
@@ -49,7 +53,8 @@ func Main(ctx context.Context, args []string) error {
 		nproc      = fl.Int64("nproc", 0, "RLIMIT_NPROC of the executor and its processes (per uid; ignored for root; 0: none)")
 		reserve    = fl.Int("reserve-threads", 0, "create this many OS threads at start and keep them, so a process limit reached by the agents cannot starve the executor")
 		proxySock  = fl.String("model-proxy-socket", "", "relay TCP connections on --model-proxy-listen to this Unix socket (the model proxy)")
-		proxyAddr  = fl.String("model-proxy-listen", "127.0.0.1:0", "with --model-proxy-socket: the TCP address agents connect to")
+		proxyAddr  = fl.String("model-proxy-listen", "127.0.0.1:0", "with --model-proxy-socket or --model-proxy-tunnel: the TCP address agents connect to")
+		tunnelAddr = fl.String("model-proxy-tunnel", "", "relay TCP connections on --model-proxy-listen through tunnels the server opens to this loopback TCP address (where nothing inside can reach the server)")
 	)
 	fl.Var(&ignore, "ignore", "path pattern the watcher does not report (repeatable)")
 	if err := fl.Parse(args); err != nil {
@@ -64,8 +69,11 @@ func Main(ctx context.Context, args []string) error {
 	if *nice < 0 || *nice > local.MaxNice {
 		return fmt.Errorf("executor: --nice %d: want 0 to %d", *nice, local.MaxNice)
 	}
-	if (*socket == "") == (*listenFD < 0) {
-		return errors.New("executor: give exactly one of --socket and --listen-fd")
+	if n := btoi(*socket != "") + btoi(*listenFD >= 0) + btoi(*listenTCP != ""); n != 1 {
+		return errors.New("executor: give exactly one of --socket, --listen-fd and --listen-tcp")
+	}
+	if *proxySock != "" && *tunnelAddr != "" {
+		return errors.New("executor: give at most one of --model-proxy-socket and --model-proxy-tunnel")
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -127,7 +135,45 @@ func Main(ctx context.Context, args []string) error {
 		}
 		cfg.Listener = ln
 	}
+	if *listenTCP != "" {
+		ln, err := listenLoopback(*listenTCP)
+		if err != nil {
+			return fmt.Errorf("executor: --listen-tcp: %w", err)
+		}
+		cfg.Listener = ln
+	}
 
+	if *tunnelAddr != "" {
+		tp, err := NewTunnelPool(*tunnelAddr, *peerUID, log)
+		if err != nil {
+			if cfg.Listener != nil {
+				cfg.Listener.Close()
+			}
+			return fmt.Errorf("executor: --model-proxy-tunnel: %w", err)
+		}
+		f, err := NewForwarderTo(*proxyAddr, "tunnel "+*tunnelAddr, tp.Take, 0, log)
+		if err != nil {
+			tp.Close()
+			if cfg.Listener != nil {
+				cfg.Listener.Close()
+			}
+			return fmt.Errorf("executor: --model-proxy-listen: %w", err)
+		}
+		tunnelsDone := make(chan struct{})
+		go func() {
+			defer close(tunnelsDone)
+			if err := tp.Serve(); err != nil {
+				log.Error("tunnels stopped", "err", err)
+			}
+		}()
+		stop := startForwarder(f, log)
+		defer func() {
+			stop()
+			tp.Close()
+			<-tunnelsDone
+		}()
+		cfg.ModelProxyAddr = f.Addr().String()
+	}
 	if *proxySock != "" {
 		f, err := NewForwarder(*proxyAddr, *proxySock, 0, log)
 		if err != nil {
@@ -176,6 +222,13 @@ func Main(ctx context.Context, args []string) error {
 	err = e.Serve(ctx)
 	log.Info("executor stopped", "err", err)
 	return err
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // stringList is a repeatable string flag.

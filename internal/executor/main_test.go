@@ -12,6 +12,9 @@ func TestMain(m *testing.M) {
 	if s := os.Getenv("EXECUTOR_TEST_DIAL"); s != "" {
 		dialForTest(s)
 	}
+	if os.Getenv("EXECUTOR_TEST_NETOFF") != "" {
+		netOffForTest()
+	}
 	if s := os.Getenv("EXECUTOR_TEST_SWITCH"); s != "" {
 		switchUserForTest(s)
 	}

@@ -19,7 +19,16 @@ var ErrPeerRefused = errors.New("executor: peer uid not allowed")
 // connection to a listening socket, that is the process that last called
 // listen() on it: the executor does so itself (relisten), so a server
 // dialing its socket sees the executor, not whoever created the socket.
+//
+// For a TCP connection over loopback (an executor listening on a port
+// inside a pod, --listen-tcp) there is no SO_PEERCRED: the uid is that of
+// the peer's socket in this network namespace's socket table, and the pid
+// is -1.
 func PeerCred(nc net.Conn) (pid, uid int, err error) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		uid, err := loopbackPeerUID(tc)
+		return -1, uid, err
+	}
 	uc, ok := nc.(*net.UnixConn)
 	if !ok {
 		return -1, -1, fmt.Errorf("peer credentials: %T is not a Unix socket", nc)

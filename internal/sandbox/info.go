@@ -96,3 +96,28 @@ type PoolInfo struct {
 	LastError                string
 	LastStartMS              int64
 }
+
+// FreshWorkspacer is implemented by environments whose workspace is not a
+// folder of this host (a pod's volume): FreshWorkspace reports whether it
+// is new, to be filled with the session's saved files (or the profile's
+// defaults), whatever the host's folder says.
+type FreshWorkspacer interface {
+	FreshWorkspace() bool
+}
+
+// RemoteWorkspacer is implemented by providers whose workspaces are not
+// folders of this host: the files of a session whose environment is down
+// are then served from the store's copies.
+type RemoteWorkspacer interface {
+	RemoteWorkspaces() bool
+}
+
+// WorkspaceCollector is implemented by providers that keep a session's
+// workspace outside this host beyond its environments (a volume claim):
+// RemoveWorkspace deletes a session's when the session is purged, and
+// CollectWorkspaces, at start, those of sessions not in sessions (the
+// ids of every session the store holds).
+type WorkspaceCollector interface {
+	RemoveWorkspace(ctx context.Context, sessionID string) error
+	CollectWorkspaces(ctx context.Context, sessions []string) error
+}

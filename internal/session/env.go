@@ -38,6 +38,10 @@ func (m *Manager) startEnvironment(ctx context.Context, s *Session, rec store.Se
 		m.revokeCredentials(rec.ID)
 		return nil, nil, nil, agent.Fail(agent.CodeSandboxError, "start %s sandbox: %v", m.cfg.Sandbox.Name(), err)
 	}
+	if fw, ok := e.(sandbox.FreshWorkspacer); ok {
+		// The workspace is not the host's folder (a pod's volume).
+		fresh = fw.FreshWorkspace()
+	}
 	if fresh {
 		if err := m.populateFrom(ctx, e, rec); err != nil { // workspace.go: a git clone
 			terminateQuietly(e)

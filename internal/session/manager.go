@@ -345,6 +345,11 @@ func (m *Manager) Delete(ctx context.Context, id string, purge bool, actor strin
 		m.log.Warn("remove workspace", "session", id, "err", err)
 	}
 	m.forgetChanges(id)
+	if wc, ok := m.cfg.Sandbox.(sandbox.WorkspaceCollector); ok {
+		if err := wc.RemoveWorkspace(ctx, id); err != nil {
+			m.log.Warn("remove workspace", "session", id, "sandbox", m.cfg.Sandbox.Name(), "err", err)
+		}
+	}
 	if m.cfg.Metrics != nil {
 		m.cfg.Metrics.StatusChanged(s.record().Status, "")
 	}

@@ -1,12 +1,14 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"maps"
@@ -40,7 +42,10 @@ type Environment struct {
 	cred  *credential
 	ws    string
 	group *cgroup.Group // the environment's control group, if any
-	token string        // the model proxy's token for this environment
+	// transport, when set, reaches an executor that is not a process of
+	// this host (ConnectTransport): no socket to dial, no pid to watch.
+	transport Transport
+	token     string // the model proxy's token for this environment
 	// connEnded is closed once watchConn has failed what depended on the
 	// connection.
 	connEnded chan struct{}
@@ -106,13 +111,19 @@ func (e *Environment) connect(ctx context.Context, verify func(pid, uid int) err
 		sid := e.spec.SessionID
 		opts.OnCall = func(method string, n int, err error, d time.Duration) { f(sid, method, n, err, d) }
 	}
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", e.handle.Socket)
+	var nc io.ReadWriteCloser
+	var err error
+	if e.transport != nil {
+		nc, err = e.transport.Dial(ctx)
+	} else {
+		var d net.Dialer
+		nc, err = d.DialContext(ctx, "unix", e.handle.Socket)
+	}
 	if err != nil {
 		return fmt.Errorf("dial executor: %w", err)
 	}
-	if verify != nil {
-		pid, uid, err := rpc.PeerCred(nc)
+	if uc, ok := nc.(net.Conn); ok && verify != nil {
+		pid, uid, err := rpc.PeerCred(uc)
 		if err == nil {
 			err = verify(pid, uid)
 		}
@@ -366,9 +377,20 @@ func (e *Environment) ReadFile(ctx context.Context, path string) ([]byte, error)
 // local backend does (regular files only, non-blocking, symlinks followed
 // inside the workspace only), instead of moving it through the executor
 // in one message (ReadFile, about 12 MiB at most).
+//
+// An environment reached through a Transport has no workspace on this
+// host: the file is read through the executor (fs.read: regular files
+// only, at most one message, sandbox.ErrTooLarge beyond).
 func (e *Environment) OpenFile(ctx context.Context, path string) (sandbox.FileReader, error) {
 	if err := e.usable(); err != nil {
 		return nil, err
+	}
+	if e.transport != nil {
+		data, err := e.ReadFile(ctx, path)
+		if err != nil {
+			return nil, err
+		}
+		return &readFile{Reader: bytes.NewReader(data), info: sandbox.FileInfo{Path: path, Size: int64(len(data)), Mode: 0o644}}, nil
 	}
 	view, err := e.p.files.Create(ctx, sandbox.Spec{SessionID: e.spec.SessionID, Workspace: e.spec.Workspace})
 	if err != nil {
@@ -435,6 +457,17 @@ func (e *Environment) terminate(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, e.p.opts.StopTimeout)
 	defer cancel()
 	exited := false
+	if e.transport != nil {
+		// Nothing of it runs here: whatever is around it (a pod) is the
+		// caller's to remove.
+		exited = e.transport.WaitGone(wctx)
+		if !exited {
+			e.log.Warn("executor did not end after shutdown", "shutdownErr", shutdownErr)
+		}
+		e.finish()
+		e.log.Info("executor terminated", "ended", exited)
+		return nil
+	}
 	if e.reaped != nil {
 		select {
 		case <-e.reaped:
@@ -475,6 +508,14 @@ func (e *Environment) terminate(ctx context.Context) error {
 			kcancel()
 		}
 	}
+	e.finish()
+	e.log.Info("executor terminated", "killed", !exited)
+	return nil
+}
+
+// finish drops what still waits on the environment and releases what was
+// set up around it, once the executor is gone.
+func (e *Environment) finish() {
 	// Processes failed while the connection was already lost may still
 	// wait for a reader: nobody will read now.
 	e.mu.Lock()
@@ -487,13 +528,13 @@ func (e *Environment) terminate(ctx context.Context) error {
 		p.drop(sandbox.ErrTerminated)
 	}
 	e.release()
-	_ = os.Remove(e.handle.Socket)
+	if e.handle.Socket != "" {
+		_ = os.Remove(e.handle.Socket)
+	}
 	if e.handle.Dir != "" {
 		_ = os.RemoveAll(e.handle.Dir)
 		_ = os.RemoveAll(proxyDir(e.handle.Dir))
 	}
-	e.log.Info("executor terminated", "killed", !exited)
-	return nil
 }
 
 // release undoes what Create set up around the executor, once it is gone:
@@ -675,3 +716,12 @@ func (h *connHandler) HandleOutput(c *rpc.Conn, p rpc.ExecOutputParams) {
 		proc.push(sandbox.Chunk{Stream: p.Stream, Data: p.Data, Offset: p.Offset})
 	}
 }
+
+// readFile is a workspace file read whole (OpenFile through a Transport).
+type readFile struct {
+	*bytes.Reader
+	info sandbox.FileInfo
+}
+
+func (f *readFile) Info() sandbox.FileInfo { return f.info }
+func (f *readFile) Close() error           { return nil }
