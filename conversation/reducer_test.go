@@ -275,6 +275,7 @@ func TestDecodeRoundTripsEveryType(t *testing.T) {
 		conversation.FileChange{Kind: conversation.TypeFileCreated}, conversation.FileChange{Kind: conversation.TypeFileModified}, conversation.FileChange{Kind: conversation.TypeFileDeleted},
 		conversation.SubagentSpawned{}, conversation.SubagentCompleted{}, conversation.ErrorEvent{}, conversation.LogEvent{}, conversation.SessionIdleEvent{},
 		conversation.MessageQueued{}, conversation.MessageDequeued{}, conversation.MessageCancelled{},
+		conversation.OptionsUpdate{},
 	}
 	seen := map[conversation.EventType]bool{}
 	for _, p := range payloads {

@@ -91,9 +91,12 @@ function randomLog(seed: number): AgentEvent[] {
       type = pick(["message:queued", "message:queued", "message:dequeued", "message:cancelled"] as const);
       const id = pick(["m1", "m2", "m3"]);
       payload = type === "message:queued" ? { messageId: id, content: pick(["next", "then this"]) } : type === "message:dequeued" ? { messageId: id, queryId: "q9" } : { messageId: id };
-    } else {
+    } else if (k < 0.985) {
       type = "status";
       payload = { status: pick(["running", "idle"]), runtime: { status: "running", architecture: "shell" } };
+    } else {
+      type = "options:update";
+      payload = pick([{ sessionOptions: { model: pick(["m1", "m2"]) }, changed: ["model"] }, { sessionOptions: { model: "m3", permissionMode: "plan" } }, { sessionOptions: null }]);
     }
     // Mostly increasing seqs, with duplicates, reorderings and unsequenced events.
     const s = r();
@@ -153,6 +156,7 @@ describe.skipIf(!hasGo)("parity with the Go reducer", () => {
     expect(turns.some((t) => typeof t.usage === "object" && typeof t.startedAt === "string" && t.status !== "running")).toBe(true);
     const st = goStates as { queuedMessages: unknown[]; permissionRules: unknown[] }[];
     expect(st.some((g) => g.queuedMessages.length > 1)).toBe(true);
+    expect(goStates.some((g) => (g as { sessionOptions?: unknown }).sessionOptions !== undefined)).toBe(true);
     expect(st.some((g) => g.permissionRules.length > 0)).toBe(true);
   });
 
@@ -176,10 +180,25 @@ describe.skipIf(!hasGo)("parity with the Go reducer", () => {
       ["message:dequeued", { messageId: "m1", queryId: "q4" }],
       ["message:cancelled", { messageId: "m9", reason: "x" }],
       ["permission:resolved", { requestId: "r", behavior: "allow", by: "user", toolName: "Write", scope: "session" }],
+      ["options:update", { sessionOptions: { model: "m" }, changed: ["model"] }],
+      ["block:upsert", b({ id: "toolu_2", type: "tool_use" })],
+      ["block:upsert", b({ id: "toolu_2-result", type: "tool_result", toolUseId: "toolu_2" })],
+      ["block:upsert", b({ id: "sa", type: "subagent" })],
     ].map(([type, payload], i) => ({ seq: i + 1, type, payload, context: { sessionId: "s", conversationId: "main", source: "runner", timestamp: "2026-11-21T23:47:49Z", actor: null } })) as AgentEvent[];
     const out = execFileSync("go", ["run", "./clients/ts/test/goref"], { cwd: repoRoot, input: JSON.stringify([log]) }).toString();
     const goState = normalize((JSON.parse(out) as unknown[])[0]) as { turns: unknown[] };
     expect(goState.turns).toHaveLength(3);
     expect(tsState(log)).toEqual(goState);
+    // Without dropping empty values: the blocks carry the same required
+    // fields, "" and false included, and the event's timestamp.
+    const raw = (JSON.parse(out) as { blocks: AnyBlock[]; subagents: { blocks: AnyBlock[] }[] }[])[0]!;
+    const ts = reduceAll(log);
+    const times = (bs: readonly AnyBlock[]) => bs.map((x) => ({ ...x, ...(x.timestamp ? { timestamp: new Date(x.timestamp).toISOString() } : {}) }));
+    expect(times(ts.blocks)).toEqual(times(raw.blocks));
+    expect(ts.subagents.map((x) => times(x.blocks))).toEqual(raw.subagents.map((x) => times(x.blocks)));
+    const result = ts.blocks.find((x) => x.id === "toolu_2-result")!;
+    expect(result).toMatchObject({ output: "", isError: false, toolUseId: "toolu_2", timestamp: "2026-11-21T23:47:49Z" });
+    expect(ts.blocks.find((x) => x.id === "sa")).toMatchObject({ subagentId: "", input: "", status: "pending" });
+    expect(ts.sessionOptions).toEqual({ model: "m" });
   });
 });

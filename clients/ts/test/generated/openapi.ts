@@ -150,6 +150,7 @@ export interface ConversationState {
   permissionRules: PermissionRule[];
   queuedMessages: QueuedMessage[];
   runtime: Runtime;
+  sessionOptions?: Json;
   status: "" | "created" | "starting" | "ready" | "running" | "idle" | "terminated" | "error";
   subagents: Subagent[];
   turns: Turn[];
@@ -191,7 +192,7 @@ export interface Event {
   context: Context;
   payload: Json;
   seq: number;
-  type: "block:upsert" | "block:delta" | "metadata:update" | "status" | "query:started" | "query:completed" | "query:failed" | "permission:requested" | "permission:resolved" | "file:created" | "file:modified" | "file:deleted" | "subagent:spawned" | "subagent:completed" | "error" | "log" | "session:idle" | "message:queued" | "message:dequeued" | "message:cancelled";
+  type: "block:upsert" | "block:delta" | "metadata:update" | "status" | "query:started" | "query:completed" | "query:failed" | "permission:requested" | "permission:resolved" | "file:created" | "file:modified" | "file:deleted" | "subagent:spawned" | "subagent:completed" | "error" | "log" | "session:idle" | "message:queued" | "message:dequeued" | "message:cancelled" | "options:update";
 }
 
 export interface EventPage {
@@ -278,6 +279,11 @@ export interface MetadataUpdate {
   costUSD?: number;
   model?: string;
   usage?: Usage;
+}
+
+export interface OptionsUpdate {
+  changed?: string[];
+  sessionOptions: Json;
 }
 
 export interface PermissionAnswer {
