@@ -483,6 +483,8 @@ export interface CreateSessionRequest {
 
 export interface CreateSessionResponse {
   sessionId: string;
+  /** The new session's status ("created"). */
+  status: SessionStatus;
   runtime: Runtime;
   createdAt: string;
   sessionOptions: SessionOptions | null;
@@ -503,8 +505,18 @@ export interface SessionSummary {
   deleted?: boolean;
 }
 
+/**
+ * A workspace file of GET /api/sessions/{id}; with ?include=content its text
+ * (bounded), or why it has none.
+ */
+export interface SessionFile extends WorkspaceFile {
+  content?: string;
+  contentOmitted?: "too_large" | "binary" | "total_limit" | "unreadable";
+}
+
 /** GET /api/sessions/{id}. */
 export interface SessionState extends ReducedState {
+  workspaceFiles: readonly SessionFile[];
   sessionId: string;
   type: string;
   agentProfileReference: string;
@@ -563,6 +575,44 @@ export interface FileEntry {
   modTime: string;
   /** Unix permission bits. */
   mode: number;
+}
+
+/** DELETE /api/sessions/{id}. */
+export interface SessionSuccess {
+  success: boolean;
+  sessionId: string;
+}
+
+/** PATCH /api/sessions/{id}/options: the session's options after the change. */
+export interface UpdateOptionsResponse {
+  success: boolean;
+  sessionId: string;
+  sessionOptions: SessionOptions | null;
+}
+
+/** What POST /api/sessions/{id}/sync did with the workspace's copies in the store. */
+export interface SyncFiles {
+  saved: number;
+  deleted: number;
+  unchanged: number;
+  /** Files larger than the server's copy bound (not copied). */
+  skipped: number;
+}
+
+/** POST /api/sessions/{id}/sync. */
+export interface SyncResponse {
+  success: boolean;
+  sessionId: string;
+  files: SyncFiles;
+  /** The agent transcripts the store holds. */
+  transcripts: string[];
+}
+
+/** POST /api/sessions/{id}/environment/terminate. */
+export interface TerminateEnvironmentResponse {
+  success: boolean;
+  sessionId: string;
+  runtime: Runtime;
 }
 
 export interface EventsPage {

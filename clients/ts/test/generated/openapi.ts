@@ -170,6 +170,7 @@ export interface CreateSessionResponse {
   runtime: Runtime;
   sessionId: string;
   sessionOptions: Json;
+  status: string;
 }
 
 export interface Error {
@@ -429,6 +430,14 @@ export interface SessionChanges {
   turns: TurnChanges[];
 }
 
+export interface SessionFile {
+  content?: string;
+  contentOmitted?: string;
+  path: string;
+  sha256?: string;
+  size?: number;
+}
+
 export interface SessionFrame {
   op: string;
   session: SessionSummary;
@@ -461,7 +470,12 @@ export interface SessionState {
   turns: Turn[];
   type: string;
   usage: Usage;
-  workspaceFiles: WorkspaceFile[];
+  workspaceFiles: SessionFile[];
+}
+
+export interface SessionSuccess {
+  sessionId: string;
+  success: boolean;
 }
 
 export interface SessionSummary {
@@ -524,6 +538,26 @@ export interface Success {
   success: boolean;
 }
 
+export interface SyncFiles {
+  deleted: number;
+  saved: number;
+  skipped: number;
+  unchanged: number;
+}
+
+export interface SyncResponse {
+  files: SyncFiles;
+  sessionId: string;
+  success: boolean;
+  transcripts: string[];
+}
+
+export interface TerminateEnvironmentResponse {
+  runtime: Runtime;
+  sessionId: string;
+  success: boolean;
+}
+
 export interface Turn {
   afterBlock?: number;
   code?: string;
@@ -540,6 +574,16 @@ export interface Turn {
 export interface TurnChanges {
   files: ChangedFile[];
   queryId: string;
+}
+
+export interface UpdateOptionsRequest {
+  sessionOptions: Json;
+}
+
+export interface UpdateOptionsResponse {
+  sessionId: string;
+  sessionOptions: Json;
+  success: boolean;
 }
 
 export interface Usage {
