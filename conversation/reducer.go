@@ -135,9 +135,11 @@ func (t *thread) upsert(raw json.RawMessage, ts time.Time) error {
 	if i, ok := t.index[head.ID]; ok {
 		b := t.blocks[i]
 		// Unmarshalling onto the existing block sets exactly the fields present
-		// in raw: the contract's shallow merge. Clone the metadata map first so
-		// earlier State copies never see the change.
+		// in raw: the contract's shallow merge. Clone the metadata map and the
+		// input first (json.Unmarshal reuses a RawMessage's array) so earlier
+		// State copies never see the change.
 		b.Metadata = maps.Clone(b.Metadata)
+		b.Input = bytes.Clone(b.Input)
 		if err := json.Unmarshal(raw, &b); err != nil {
 			return err
 		}

@@ -86,6 +86,21 @@ func TestStateIsASnapshot(t *testing.T) {
 	}
 }
 
+// A later upsert never changes a State taken before it, its input included
+// (json.Unmarshal would reuse the RawMessage's array).
+func TestStateKeepsInputAfterMerge(t *testing.T) {
+	r := conversation.NewReducer()
+	_ = r.Apply(conversation.Upsert(conversation.Block{ID: "t", Type: conversation.BlockToolUse, Input: json.RawMessage(`{"command":"a long command"}`)}))
+	before := r.State()
+	_ = r.Apply(conversation.Upsert(conversation.Block{ID: "t", Type: conversation.BlockToolUse, Input: json.RawMessage(`{"c":1}`)}))
+	if got := string(before.Blocks[0].Input); got != `{"command":"a long command"}` {
+		t.Fatalf("the earlier state's input became %q", got)
+	}
+	if got := string(r.State().Blocks[0].Input); got != `{"c":1}` {
+		t.Fatalf("input %q", got)
+	}
+}
+
 func TestSubagentsPermissionsFilesUsage(t *testing.T) {
 	cost := 0.5
 	evs := []conversation.Event{
