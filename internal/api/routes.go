@@ -50,7 +50,7 @@ var (
 
 func (s *Server) table() []route {
 	return []route{
-		{method: "GET", pattern: "/health", summary: "Liveness; never needs auth", handler: s.handleHealth, resp: restapi.Health{}, status: 200},
+		{method: "GET", pattern: "/health", summary: "Liveness", handler: s.handleHealth, resp: restapi.Health{}, status: 200},
 		{method: "GET", pattern: "/metrics", summary: "Prometheus metrics", handler: s.handleMetrics(), auth: true, status: 200, kind: "raw"},
 		{method: "GET", pattern: "/api/openapi.json", summary: "This document", handler: s.handleOpenAPI, auth: true, status: 200, kind: "raw"},
 		{method: "GET", pattern: "/api/auth", summary: "Whether an API key is required", handler: s.handleAuth, resp: restapi.AuthInfo{}, status: 200},
