@@ -111,6 +111,14 @@ type OptionsChecker interface {
 	CheckOption(key string, value json.RawMessage) (known bool, err error)
 }
 
+// OptionsUpdater is implemented by runners whose running agent can take
+// new options (Host.Options has them) without a restart: UpdateOptions
+// passes on what it can; the rest waits for the agent's next start. It may
+// be called while a turn runs.
+type OptionsUpdater interface {
+	UpdateOptions(ctx context.Context) error
+}
+
 // Syncer is implemented by runners whose agent keeps state of its own in
 // the environment (its transcript): Sync saves it with the session now
 // (Host.SaveTranscript), as the runner does after each turn. It may be

@@ -32,7 +32,9 @@ func optionsOf(raw json.RawMessage, prof profile.Profile) agent.Options {
 // only creation uses, may only be repeated as it is. The options are saved
 // and recorded as an options:update event; the runner reads them when it
 // next starts its agent (a CLI started per turn: at the next turn), the
-// environment at its next start. It returns the options after the change.
+// environment at its next start; a running agent that can take them at
+// once (agent.OptionsUpdater: claude-code) is told. It returns the options
+// after the change.
 func (m *Manager) UpdateOptions(ctx context.Context, id string, patch json.RawMessage, actor string) (json.RawMessage, error) {
 	s, err := m.Get(id)
 	if err != nil {
@@ -51,13 +53,17 @@ func (m *Manager) UpdateOptions(ctx context.Context, id string, patch json.RawMe
 			return nil, err
 		}
 	}
-	return doSync(ctx, s, func(o *owner, done func(json.RawMessage, error)) {
+	type result struct {
+		opts   json.RawMessage
+		runner agent.Runner // the running agent's, when the options changed
+	}
+	res, err := doSync(ctx, s, func(o *owner, done func(result, error)) {
 		s.mu.Lock()
 		cur := map[string]json.RawMessage{}
 		_ = json.Unmarshal(s.rec.SessionOptions, &cur)
 		if w, ok := changes["workspace"]; ok && !sameJSON(w, cur["workspace"]) {
 			s.mu.Unlock()
-			done(nil, fmt.Errorf("%w: sessionOptions.workspace is set when the session is created and cannot change", ErrInvalidRequest))
+			done(result{}, fmt.Errorf("%w: sessionOptions.workspace is set when the session is created and cannot change", ErrInvalidRequest))
 			return
 		}
 		var changed []string
@@ -79,12 +85,12 @@ func (m *Manager) UpdateOptions(ctx context.Context, id string, patch json.RawMe
 		next, err := json.Marshal(cur) // keys sorted
 		if err != nil {
 			s.mu.Unlock()
-			done(nil, fmt.Errorf("%w: sessionOptions: %v", ErrInvalidRequest, err))
+			done(result{}, fmt.Errorf("%w: sessionOptions: %v", ErrInvalidRequest, err))
 			return
 		}
 		if len(changed) == 0 {
 			s.mu.Unlock()
-			done(next, nil) // nothing to save or record: idempotent
+			done(result{opts: next}, nil) // nothing to save or record: idempotent
 			return
 		}
 		before := s.rec.SessionOptions
@@ -95,17 +101,32 @@ func (m *Manager) UpdateOptions(ctx context.Context, id string, patch json.RawMe
 			s.mu.Lock()
 			s.rec.SessionOptions = before
 			s.mu.Unlock()
-			done(nil, fmt.Errorf("update session: %w", err))
+			done(result{}, fmt.Errorf("update session: %w", err))
 			return
 		}
 		ev := withActor(conversation.NewEvent(conversation.OptionsUpdate{SessionOptions: next, Changed: changed}).From(conversation.SourceClient), actor)
 		if _, err := m.cfg.Log.Append(ctx, id, ev); err != nil {
-			done(nil, fmt.Errorf("record options: %w", err))
+			done(result{}, fmt.Errorf("record options: %w", err))
 			return
 		}
 		m.log.Info("session options changed", "session", id, "keys", changed, "actor", actor)
-		done(next, nil)
+		r := result{opts: next}
+		if o.env != nil && !o.starting && !o.envLost {
+			r.runner = o.runner
+		}
+		done(r, nil)
 	})
+	if err != nil {
+		return nil, err
+	}
+	// A running agent that can take them now gets them (outside the owner:
+	// it writes to the agent).
+	if u, ok := res.runner.(agent.OptionsUpdater); ok {
+		if err := u.UpdateOptions(ctx); err != nil {
+			m.log.Warn("pass new options to the running agent; they apply at its next start", "session", id, "err", err)
+		}
+	}
+	return res.opts, nil
 }
 
 // checkOption validates one key of an options change for arch.

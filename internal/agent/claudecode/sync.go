@@ -8,14 +8,62 @@ import (
 	"io/fs"
 	"path"
 
+	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
 var (
 	_ agent.OptionsChecker = (*Architecture)(nil)
+	_ agent.OptionsUpdater = (*runner)(nil)
 	_ agent.Syncer         = (*runner)(nil)
 )
+
+// UpdateOptions implements agent.OptionsUpdater: a running CLI is told a
+// new model and permission mode with the control protocol's set_model and
+// set_permission_mode (it uses them from its next model request on);
+// without a CLI the next one starts with them (argv).
+func (r *runner) UpdateOptions(ctx context.Context) error {
+	r.mu.Lock()
+	p := r.proc
+	r.mu.Unlock()
+	if p == nil || p.detached() {
+		return nil
+	}
+	select {
+	case <-p.exitedCh:
+		return nil
+	default:
+	}
+	opts := r.host.Options()
+	model, mode := opts.Model, permissionMode(opts.Extra)
+	p.mu.Lock()
+	oldModel, oldMode := p.model, p.mode
+	p.model, p.mode = model, mode
+	p.mu.Unlock()
+	orDefault := func(s string) string {
+		if s == "" {
+			return "default"
+		}
+		return s
+	}
+	var errs []error
+	if model != oldModel {
+		if err := p.sendControlWith("set_model", map[string]any{"model": orDefault(model)}); err != nil {
+			errs = append(errs, err)
+		} else {
+			r.emitLog(ctx, conversation.LevelInfo, "the running Claude Code now uses model "+orDefault(model), nil)
+		}
+	}
+	if mode != oldMode {
+		if err := p.sendControlWith("set_permission_mode", map[string]any{"mode": orDefault(mode)}); err != nil {
+			errs = append(errs, err)
+		} else {
+			r.emitLog(ctx, conversation.LevelInfo, "the running Claude Code now uses permission mode "+orDefault(mode), nil)
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // CheckOption implements agent.OptionsChecker: besides model, a session
 // may set permissionMode (the CLI's --permission-mode, at its next start).
