@@ -231,11 +231,14 @@ func AppendRequired(obj []byte, b *Block) []byte {
 	return append(append(obj[:len(obj)-1], extra...), '}')
 }
 
+// upsertJSON is BlockUpsert's JSON: the block as set.
+type upsertJSON struct {
+	Block partialBlock `json:"block"`
+}
+
 // MarshalJSON writes the block as set (see Block).
 func (u BlockUpsert) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Block partialBlock `json:"block"`
-	}{partialBlock(u.Block)})
+	return json.Marshal(upsertJSON{partialBlock(u.Block)})
 }
 
 // Upsert returns a block:upsert event for b.

@@ -103,7 +103,14 @@ type Payload interface {
 // given payload. The caller (or the event log) fills in the session id,
 // timestamp, source and actor it does not set itself.
 func NewEvent(p Payload) Event {
-	raw, err := json.Marshal(p)
+	var v any = p
+	if u, ok := p.(BlockUpsert); ok {
+		// What BlockUpsert.MarshalJSON writes, without the method call and
+		// the check of its output that json.Marshal would add (upserts are
+		// many).
+		v = upsertJSON{partialBlock(u.Block)}
+	}
+	raw, err := json.Marshal(v)
 	if err != nil {
 		// Payload types are plain data; a marshal failure is a programming error.
 		panic(fmt.Sprintf("conversation: marshal %T: %v", p, err))
