@@ -281,7 +281,10 @@ test("the seed's client, unchanged, against agentd", async () => {
       await waitFor(store, (r) => r.name === "session:file:deleted" && r.data.path === "notes.txt", "the deletion");
       await assertSameConversation(rest, store, id);
       await assertSameConversation(rest, store2, id);
-      assert.equal(store.state.sessions.get(id).info.status, (await rest.getSession(id)).status);
+      // The status after the turn reached the seed's session info too.
+      const end = await waitFor(store, turnEnded(again.queryId), "the turn's end");
+      await waitFor(store, (r) => r.name === "session:status" && r.data.seq > end.data.seq && r.data.status === "idle", "the idle status");
+      assert.equal(store.state.sessions.get(id).info.status, "idle");
 
       // Leave; leaving again succeeds too, as the seed's did.
       assert.equal((await sock2.leaveSession(id)).success, true);
@@ -332,13 +335,14 @@ test("join and leave acks carry success for envelope clients too", async () => {
     assert.equal(ack.ok, true);
     assert.equal(ack.success, true);
     assert.equal(typeof ack.lastSeq, "number");
+    // The envelope, from seq 1 (it follows the ack).
+    await waitFor({ received: got }, (e) => e.seq === 1 && e.type === "status", "the first envelope");
     const bad = await socket.emitWithAck("session:join", "nope");
     assert.equal(bad.success, false);
     assert.equal(bad.error.code, "SESSION_NOT_FOUND");
     const left = await socket.emitWithAck("session:leave", sessionId);
     assert.equal(left.success, true);
     assert.equal((await socket.emitWithAck("session:leave", sessionId)).success, false);
-    assert.ok(got.length >= 1 && got[0].type === "status", "the envelope, from seq 1");
   } finally {
     socket.close();
   }
