@@ -197,7 +197,7 @@ type Config struct {
 const DefaultAgentNice = 10
 
 // ProviderEnv are the variables passed from the server's environment to
-// agents (DESIGN.md: provider settings only).
+// agents: provider settings only (README.md).
 var ProviderEnv = []string{
 	"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
 	"GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL",

@@ -240,6 +240,29 @@ func (c *Client) DeleteSession(ctx context.Context, id string, purge bool) error
 	return c.do(ctx, "DELETE", "/api/sessions/"+url.PathEscape(id), q, nil, nil)
 }
 
+// UpdateOptions changes a session's options (opts is a JSON object; a null
+// value removes its key) and returns them after the change. Keys the
+// session's architecture does not read fail with code UNKNOWN_OPTION.
+func (c *Client) UpdateOptions(ctx context.Context, id string, opts json.RawMessage) (json.RawMessage, error) {
+	var out restapi.UpdateOptionsResponse
+	err := c.do(ctx, "PATCH", "/api/sessions/"+url.PathEscape(id)+"/options", nil, restapi.UpdateOptionsRequest{SessionOptions: opts}, &out)
+	return out.SessionOptions, err
+}
+
+// Sync persists the session's workspace and agent transcript to the
+// server's store now.
+func (c *Client) Sync(ctx context.Context, id string) (restapi.SyncResponse, error) {
+	var out restapi.SyncResponse
+	return out, c.do(ctx, "POST", "/api/sessions/"+url.PathEscape(id)+"/sync", nil, nil, &out)
+}
+
+// TerminateEnvironment stops the session's environment and keeps the
+// session; the next message starts a new one.
+func (c *Client) TerminateEnvironment(ctx context.Context, id string) (conversation.Runtime, error) {
+	var out restapi.TerminateEnvironmentResponse
+	return out.Runtime, c.do(ctx, "POST", "/api/sessions/"+url.PathEscape(id)+"/environment/terminate", nil, nil, &out)
+}
+
 // Files lists a session's workspace.
 func (c *Client) Files(ctx context.Context, id string) ([]restapi.FileEntry, error) {
 	var out restapi.FileList

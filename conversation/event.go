@@ -34,6 +34,8 @@ const (
 	TypeMessageQueued    EventType = "message:queued"
 	TypeMessageDequeued  EventType = "message:dequeued"
 	TypeMessageCancelled EventType = "message:cancelled"
+	// The session's options changed (PATCH /api/sessions/{id}/options).
+	TypeOptionsUpdate EventType = "options:update"
 )
 
 // EventTypes lists every event type, in the order the contract names them.
@@ -45,6 +47,7 @@ var EventTypes = []EventType{
 	TypeSubagentSpawned, TypeSubagentCompleted,
 	TypeError, TypeLog, TypeSessionIdle,
 	TypeMessageQueued, TypeMessageDequeued, TypeMessageCancelled,
+	TypeOptionsUpdate,
 }
 
 // Valid reports whether t is one of the known event types.
@@ -100,7 +103,14 @@ type Payload interface {
 // given payload. The caller (or the event log) fills in the session id,
 // timestamp, source and actor it does not set itself.
 func NewEvent(p Payload) Event {
-	raw, err := json.Marshal(p)
+	var v any = p
+	if u, ok := p.(BlockUpsert); ok {
+		// What BlockUpsert.MarshalJSON writes, without the method call and
+		// the check of its output that json.Marshal would add (upserts are
+		// many).
+		v = upsertJSON{partialBlock(u.Block)}
+	}
+	raw, err := json.Marshal(v)
 	if err != nil {
 		// Payload types are plain data; a marshal failure is a programming error.
 		panic(fmt.Sprintf("conversation: marshal %T: %v", p, err))
@@ -170,6 +180,8 @@ func (e Event) Decode() (Payload, error) {
 		p = &MessageDequeued{}
 	case TypeMessageCancelled:
 		p = &MessageCancelled{}
+	case TypeOptionsUpdate:
+		p = &OptionsUpdate{}
 	default:
 		return nil, fmt.Errorf("unknown event type %q", e.Type)
 	}
@@ -385,6 +397,15 @@ type MessageCancelled struct {
 	Reason    string `json:"reason,omitempty"`
 }
 
+// OptionsUpdate records new session options: SessionOptions is the whole
+// set after the change (a JSON object), Changed the keys the change set or
+// removed. The session's agent gets them at its next start, or at once
+// where its CLI reads them per turn.
+type OptionsUpdate struct {
+	SessionOptions json.RawMessage `json:"sessionOptions"`
+	Changed        []string        `json:"changed,omitempty"`
+}
+
 func (BlockUpsert) EventType() EventType         { return TypeBlockUpsert }
 func (BlockDelta) EventType() EventType          { return TypeBlockDelta }
 func (MetadataUpdate) EventType() EventType      { return TypeMetadataUpdate }
@@ -402,3 +423,4 @@ func (SessionIdleEvent) EventType() EventType    { return TypeSessionIdle }
 func (MessageQueued) EventType() EventType       { return TypeMessageQueued }
 func (MessageDequeued) EventType() EventType     { return TypeMessageDequeued }
 func (MessageCancelled) EventType() EventType    { return TypeMessageCancelled }
+func (OptionsUpdate) EventType() EventType       { return TypeOptionsUpdate }

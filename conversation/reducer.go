@@ -1,6 +1,7 @@
 package conversation
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -88,7 +89,10 @@ type State struct {
 	QueuedMessages []QueuedMessage `json:"queuedMessages"`
 	// PermissionRules are the session's "allow for this session" rules.
 	PermissionRules []PermissionRule `json:"permissionRules"`
-	LastSeq         int64            `json:"lastSeq"`
+	// SessionOptions are the options the last options:update set (absent
+	// when none did: the options given at creation are the session's).
+	SessionOptions json.RawMessage `json:"sessionOptions,omitempty"`
+	LastSeq        int64           `json:"lastSeq"`
 }
 
 // QueuedMessage is a message waiting in the session's queue.
@@ -116,7 +120,9 @@ type thread struct {
 	index  map[string]int
 }
 
-func (t *thread) upsert(raw json.RawMessage) error {
+// upsert applies a block:upsert's block; ts is the event's time, the
+// block's timestamp when it has none.
+func (t *thread) upsert(raw json.RawMessage, ts time.Time) error {
 	var head struct {
 		ID string `json:"id"`
 	}
@@ -129,12 +135,15 @@ func (t *thread) upsert(raw json.RawMessage) error {
 	if i, ok := t.index[head.ID]; ok {
 		b := t.blocks[i]
 		// Unmarshalling onto the existing block sets exactly the fields present
-		// in raw: the contract's shallow merge. Clone the metadata map first so
-		// earlier State copies never see the change.
+		// in raw: the contract's shallow merge. Clone the metadata map and the
+		// input first (json.Unmarshal reuses a RawMessage's array) so earlier
+		// State copies never see the change.
 		b.Metadata = maps.Clone(b.Metadata)
+		b.Input = bytes.Clone(b.Input)
 		if err := json.Unmarshal(raw, &b); err != nil {
 			return err
 		}
+		fillRequired(&b, ts)
 		t.blocks[i] = b
 		return nil
 	}
@@ -142,6 +151,7 @@ func (t *thread) upsert(raw json.RawMessage) error {
 	if err := json.Unmarshal(raw, &b); err != nil {
 		return err
 	}
+	fillRequired(&b, ts)
 	if t.index == nil {
 		t.index = make(map[string]int)
 	}
@@ -222,7 +232,7 @@ func (r *Reducer) Apply(e Event) error {
 		if err := json.Unmarshal(e.Payload, &p); err != nil {
 			return fmt.Errorf("seq %d: %s: %w", e.Seq, e.Type, err)
 		}
-		if err := r.thread(conv).upsert(p.Block); err != nil {
+		if err := r.thread(conv).upsert(p.Block, e.Context.Timestamp); err != nil {
 			return fmt.Errorf("seq %d: %s: %w", e.Seq, e.Type, err)
 		}
 		return nil
@@ -300,6 +310,10 @@ func (r *Reducer) Apply(e Event) error {
 		r.unqueue(p.MessageID)
 	case *MessageCancelled:
 		r.unqueue(p.MessageID)
+	case *OptionsUpdate:
+		if t := bytes.TrimSpace(p.SessionOptions); len(t) > 0 && t[0] == '{' {
+			r.st.SessionOptions = p.SessionOptions
+		}
 	case *FileChange:
 		if p.Kind == TypeFileDeleted {
 			delete(r.files, p.Path)
@@ -332,8 +346,15 @@ func (r *Reducer) Apply(e Event) error {
 // b.Input is kept as given, where the event carries it as json.Marshal
 // writes a json.RawMessage: the same when b.Input is valid JSON, compact,
 // with <, >, & and U+2028/U+2029 escaped, as the converters write it.
-// `agentd convert --blocks` reduces a converter's blocks this way.
+// `agentd convert --blocks` reduces a converter's blocks this way (with
+// ApplyBlockAt).
 func (r *Reducer) ApplyBlock(conv string, b Block) error {
+	return r.ApplyBlockAt(conv, b, time.Time{})
+}
+
+// ApplyBlockAt is ApplyBlock for the event Upsert(b).In(conv).At(ts): a
+// block that has no timestamp gets ts (as Apply gives it the event's).
+func (r *Reducer) ApplyBlockAt(conv string, b Block, ts time.Time) error {
 	if err := jsonBlock(&b); err != nil {
 		return fmt.Errorf("seq 0: %s: %w", TypeBlockUpsert, err)
 	}
@@ -342,12 +363,15 @@ func (r *Reducer) ApplyBlock(conv string, b Block) error {
 		return fmt.Errorf("seq 0: %s: block without id", TypeBlockUpsert)
 	}
 	if i, ok := t.index[b.ID]; ok {
-		t.blocks[i] = mergeBlock(t.blocks[i], &b)
+		m := mergeBlock(t.blocks[i], &b)
+		fillRequired(&m, jsonTime(ts))
+		t.blocks[i] = m
 		return nil
 	}
 	if len(b.Metadata) > 0 {
 		b.Metadata = mergeMetadata(nil, b.Metadata)
 	}
+	fillRequired(&b, jsonTime(ts))
 	if t.index == nil {
 		t.index = make(map[string]int)
 	}
@@ -401,6 +425,22 @@ func jsonBlock(b *Block) error {
 		b.Input = nil
 	}
 	return nil
+}
+
+// jsonTime is t after a JSON round trip (zero when JSON cannot carry it).
+func jsonTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	raw, err := t.MarshalJSON()
+	if err != nil {
+		return time.Time{}
+	}
+	var out time.Time
+	if out.UnmarshalJSON(raw) != nil {
+		return time.Time{}
+	}
+	return out
 }
 
 // jsonString is s after a JSON round trip: each byte that is not part of
@@ -547,6 +587,22 @@ func (r *Reducer) State() State {
 		st.PermissionRules = []PermissionRule{}
 	}
 	return st
+}
+
+// Block returns block id of conversation conv (main when empty) as State
+// would list it.
+func (r *Reducer) Block(conv, id string) (Block, bool) {
+	var t *thread
+	if conv == "" || conv == MainConversation {
+		t = &r.main
+	} else if t = r.subs[conv]; t == nil {
+		return Block{}, false
+	}
+	i, ok := t.index[id]
+	if !ok {
+		return Block{}, false
+	}
+	return t.blocks[i], true
 }
 
 // Blocks yields the blocks State would list, without copying them all

@@ -86,6 +86,21 @@ func TestStateIsASnapshot(t *testing.T) {
 	}
 }
 
+// A later upsert never changes a State taken before it, its input included
+// (json.Unmarshal would reuse the RawMessage's array).
+func TestStateKeepsInputAfterMerge(t *testing.T) {
+	r := conversation.NewReducer()
+	_ = r.Apply(conversation.Upsert(conversation.Block{ID: "t", Type: conversation.BlockToolUse, Input: json.RawMessage(`{"command":"a long command"}`)}))
+	before := r.State()
+	_ = r.Apply(conversation.Upsert(conversation.Block{ID: "t", Type: conversation.BlockToolUse, Input: json.RawMessage(`{"c":1}`)}))
+	if got := string(before.Blocks[0].Input); got != `{"command":"a long command"}` {
+		t.Fatalf("the earlier state's input became %q", got)
+	}
+	if got := string(r.State().Blocks[0].Input); got != `{"c":1}` {
+		t.Fatalf("input %q", got)
+	}
+}
+
 func TestSubagentsPermissionsFilesUsage(t *testing.T) {
 	cost := 0.5
 	evs := []conversation.Event{
@@ -275,6 +290,7 @@ func TestDecodeRoundTripsEveryType(t *testing.T) {
 		conversation.FileChange{Kind: conversation.TypeFileCreated}, conversation.FileChange{Kind: conversation.TypeFileModified}, conversation.FileChange{Kind: conversation.TypeFileDeleted},
 		conversation.SubagentSpawned{}, conversation.SubagentCompleted{}, conversation.ErrorEvent{}, conversation.LogEvent{}, conversation.SessionIdleEvent{},
 		conversation.MessageQueued{}, conversation.MessageDequeued{}, conversation.MessageCancelled{},
+		conversation.OptionsUpdate{},
 	}
 	seen := map[conversation.EventType]bool{}
 	for _, p := range payloads {

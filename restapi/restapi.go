@@ -29,10 +29,12 @@ type CreateSessionRequest struct {
 
 // CreateSessionResponse answers POST /api/sessions.
 type CreateSessionResponse struct {
-	SessionID      string               `json:"sessionId"`
-	Runtime        conversation.Runtime `json:"runtime"`
-	CreatedAt      time.Time            `json:"createdAt"`
-	SessionOptions json.RawMessage      `json:"sessionOptions"`
+	SessionID string `json:"sessionId"`
+	// Status is the new session's status (created), as runtime.status.
+	Status         conversation.SessionStatus `json:"status"`
+	Runtime        conversation.Runtime       `json:"runtime"`
+	CreatedAt      time.Time                  `json:"createdAt"`
+	SessionOptions json.RawMessage            `json:"sessionOptions"`
 }
 
 // SessionSummary is a session as listed.
@@ -69,7 +71,7 @@ type SessionState struct {
 	SessionOptions        json.RawMessage                    `json:"sessionOptions"`
 	Blocks                []conversation.Block               `json:"blocks"`
 	Subagents             []conversation.Subagent            `json:"subagents"`
-	WorkspaceFiles        []conversation.WorkspaceFile       `json:"workspaceFiles"`
+	WorkspaceFiles        []SessionFile                      `json:"workspaceFiles"`
 	Runtime               conversation.Runtime               `json:"runtime"`
 	LastSeq               int64                              `json:"lastSeq"`
 	Usage                 conversation.Usage                 `json:"usage"`
@@ -84,9 +86,68 @@ type SessionState struct {
 	PermissionRules []conversation.PermissionRule `json:"permissionRules"`
 }
 
+// SessionFile is a workspace file of GET /api/sessions/{id}: what the log
+// says of it, and with ?include=content its content when it is text within
+// the bounds (ContentOmitted says why not otherwise: "too_large",
+// "binary", "total_limit", "unreadable").
+type SessionFile struct {
+	Path           string  `json:"path"`
+	Size           *int64  `json:"size,omitempty"`
+	SHA256         string  `json:"sha256,omitempty"`
+	Content        *string `json:"content,omitempty"`
+	ContentOmitted string  `json:"contentOmitted,omitempty"`
+}
+
 // Success is the body of calls that only succeed.
 type Success struct {
 	Success bool `json:"success"`
+}
+
+// SessionSuccess answers calls on one session that only succeed (DELETE).
+type SessionSuccess struct {
+	Success   bool   `json:"success"`
+	SessionID string `json:"sessionId"`
+}
+
+// UpdateOptionsRequest is the body of PATCH /api/sessions/{id}/options:
+// the keys to set (a null value removes its key).
+type UpdateOptionsRequest struct {
+	SessionOptions json.RawMessage `json:"sessionOptions"`
+}
+
+// UpdateOptionsResponse answers it with the session's options after the
+// change.
+type UpdateOptionsResponse struct {
+	Success        bool            `json:"success"`
+	SessionID      string          `json:"sessionId"`
+	SessionOptions json.RawMessage `json:"sessionOptions"`
+}
+
+// SyncFiles counts what POST /api/sessions/{id}/sync did with the
+// workspace's copies in the store.
+type SyncFiles struct {
+	Saved     int `json:"saved"`
+	Deleted   int `json:"deleted"`
+	Unchanged int `json:"unchanged"`
+	// Skipped: files larger than the server's copy bound (not copied).
+	Skipped int `json:"skipped"`
+}
+
+// SyncResponse answers POST /api/sessions/{id}/sync.
+type SyncResponse struct {
+	Success   bool      `json:"success"`
+	SessionID string    `json:"sessionId"`
+	Files     SyncFiles `json:"files"`
+	// Transcripts names the agent transcripts the store holds.
+	Transcripts []string `json:"transcripts"`
+}
+
+// TerminateEnvironmentResponse answers POST
+// /api/sessions/{id}/environment/terminate.
+type TerminateEnvironmentResponse struct {
+	Success   bool                 `json:"success"`
+	SessionID string               `json:"sessionId"`
+	Runtime   conversation.Runtime `json:"runtime"`
 }
 
 // MessageRequest is the body of POST /api/sessions/{id}/messages.

@@ -67,7 +67,9 @@ type Host interface {
 	SessionID() string
 	Env() sandbox.Environment
 	Profile() profile.Profile
-	// Options are the session's creation options (model, …).
+	// Options are the session's options (model, …) as they are now: a
+	// client may change them (PATCH …/options) while the runner runs, so
+	// a runner reads them when it starts its agent.
 	Options() Options
 	// Emit appends events to the session's log (durably, with seqs assigned)
 	// and returns when they are stored. Unset context fields are filled in.
@@ -99,6 +101,30 @@ type Host interface {
 type Options struct {
 	Model string          `json:"model,omitempty"`
 	Extra json.RawMessage `json:"-"`
+}
+
+// OptionsChecker is implemented by architectures that read sessionOptions
+// keys besides model: CheckOption says whether key is one of them (known)
+// and, if so, whether value is valid for it. A session's options may be
+// changed only to keys its architecture knows.
+type OptionsChecker interface {
+	CheckOption(key string, value json.RawMessage) (known bool, err error)
+}
+
+// OptionsUpdater is implemented by runners whose running agent can take
+// new options (Host.Options has them) without a restart: UpdateOptions
+// passes on what it can; the rest waits for the agent's next start. It may
+// be called while a turn runs.
+type OptionsUpdater interface {
+	UpdateOptions(ctx context.Context) error
+}
+
+// Syncer is implemented by runners whose agent keeps state of its own in
+// the environment (its transcript): Sync saves it with the session now
+// (Host.SaveTranscript), as the runner does after each turn. It may be
+// called while a turn runs.
+type Syncer interface {
+	Sync(ctx context.Context) error
 }
 
 // PermissionRequest asks to run a tool.

@@ -45,6 +45,9 @@ const (
 	CodeUnknownOp         = "UNKNOWN_OP"
 	CodeMessageNotFound   = "MESSAGE_NOT_FOUND"
 	CodeAgentNotFound     = "AGENT_NOT_FOUND"
+	// CodeUnknownOption: a session option the session's architecture does
+	// not read; 400.
+	CodeUnknownOption = "UNKNOWN_OPTION"
 	// CodeHostNotAllowed: the Host header is not one of the server's
 	// (DNS rebinding); 403.
 	CodeHostNotAllowed = "HOST_NOT_ALLOWED"
@@ -124,6 +127,8 @@ func classify(err error) (int, string) {
 		return http.StatusNotFound, CodePermissionMissing
 	case errors.Is(err, session.ErrPermissionResolved):
 		return http.StatusConflict, CodePermissionDone
+	case errors.Is(err, session.ErrUnknownOption):
+		return http.StatusBadRequest, CodeUnknownOption
 	case errors.Is(err, session.ErrInvalidRequest):
 		return http.StatusBadRequest, CodeBadRequest
 	case errors.Is(err, sandbox.ErrNotRegular):

@@ -28,3 +28,8 @@ func HasSessionAccess(route string) bool {
 	_, ok := sessionRoutes[route]
 	return ok
 }
+
+// APIDoc renders the generated sections of docs/api.md (TestAPIDocIsCurrent
+// keeps the file's copies current), by name: the route table, the bodies
+// of its requests and answers, the event payloads and the block types.
+func APIDoc() map[string]string { return apiDoc() }

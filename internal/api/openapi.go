@@ -81,6 +81,7 @@ func (s *Server) openAPI() map[string]any {
 		conversation.FileChange{}, conversation.SubagentSpawned{}, conversation.SubagentCompleted{},
 		conversation.ErrorEvent{}, conversation.LogEvent{}, conversation.SessionIdleEvent{},
 		conversation.MessageQueued{}, conversation.MessageDequeued{}, conversation.MessageCancelled{},
+		conversation.OptionsUpdate{},
 		ackFrame{}, errorFrame{}, clientFrame{}, sessionFrame{},
 	} {
 		g.ref(reflect.TypeOf(t))

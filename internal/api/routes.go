@@ -49,11 +49,12 @@ var (
 	pMessage = param{name: "messageId", in: "path", desc: "Queued message id", typ: "string", required: true}
 	pSHA     = param{name: "sha256", in: "path", desc: "Content hash (hex)", typ: "string", required: true}
 	pFormat  = param{name: "format", in: "query", desc: "zip (default) or tar.gz", typ: "string"}
+	pInclude = param{name: "include", in: "query", desc: "content: the workspace files' text contents (bounded)", typ: "string"}
 )
 
 func (s *Server) table() []route {
 	return []route{
-		{method: "GET", pattern: "/health", summary: "Liveness; never needs auth", handler: s.handleHealth, resp: restapi.Health{}, status: 200},
+		{method: "GET", pattern: "/health", summary: "Liveness", handler: s.handleHealth, resp: restapi.Health{}, status: 200},
 		{method: "GET", pattern: "/metrics", summary: "Prometheus metrics (an admin credential when auth is on)", handler: s.handleMetrics(), auth: true, scope: auth.ScopeAdmin, status: 200, kind: "raw"},
 		{method: "GET", pattern: "/api/openapi.json", summary: "This document", handler: s.handleOpenAPI, auth: true, scope: scopeNone, status: 200, kind: "raw"},
 		{method: "GET", pattern: "/api/auth", summary: "Whether and how to authenticate (token, OIDC)", handler: s.handleAuth, resp: restapi.AuthInfo{}, status: 200},
@@ -63,9 +64,12 @@ func (s *Server) table() []route {
 		{method: "GET", pattern: "/api/sandboxes", summary: "Sandbox backends: what each isolates, limits, warm pools", handler: s.handleSandboxes, auth: true, resp: restapi.SandboxList{}, status: 200},
 		{method: "POST", pattern: "/api/sessions", summary: "Create a session", handler: s.handleCreate, auth: true, body: true, req: restapi.CreateSessionRequest{}, resp: restapi.CreateSessionResponse{}, status: 201},
 		{method: "GET", pattern: "/api/sessions", summary: "List sessions", handler: s.handleList, auth: true, resp: restapi.SessionList{}, status: 200},
-		{method: "GET", pattern: "/api/sessions/{id}", summary: "A session's full state", handler: s.handleGet, auth: true, resp: restapi.SessionState{}, status: 200, params: []param{pID}},
-		{method: "DELETE", pattern: "/api/sessions/{id}", summary: "Terminate a session's environment (purge=true also deletes it)", handler: s.handleDelete, auth: true, resp: restapi.Success{}, status: 200, params: []param{pID, pPurge}},
+		{method: "GET", pattern: "/api/sessions/{id}", summary: "A session's full state", handler: s.handleGet, auth: true, resp: restapi.SessionState{}, status: 200, params: []param{pID, pInclude}},
+		{method: "DELETE", pattern: "/api/sessions/{id}", summary: "Terminate a session's environment (purge=true also deletes it)", handler: s.handleDelete, auth: true, resp: restapi.SessionSuccess{}, status: 200, params: []param{pID, pPurge}},
 		{method: "PATCH", pattern: "/api/sessions/{id}", summary: "Rename a session", handler: s.handleRename, auth: true, body: true, req: restapi.RenameSessionRequest{}, resp: restapi.SessionSummary{}, status: 200, params: []param{pID}},
+		{method: "PATCH", pattern: "/api/sessions/{id}/options", summary: "Change a session's options (for its agent's next start)", handler: s.handleUpdateOptions, auth: true, body: true, req: restapi.UpdateOptionsRequest{}, resp: restapi.UpdateOptionsResponse{}, status: 200, params: []param{pID}},
+		{method: "POST", pattern: "/api/sessions/{id}/sync", summary: "Persist the session's workspace and agent transcript to the store now", handler: s.handleSync, auth: true, body: true, resp: restapi.SyncResponse{}, status: 200, params: []param{pID}},
+		{method: "POST", pattern: "/api/sessions/{id}/environment/terminate", summary: "Stop the session's environment, keeping the session (the next message starts a new one)", handler: s.handleTerminateEnvironment, auth: true, body: true, resp: restapi.TerminateEnvironmentResponse{}, status: 200, params: []param{pID}},
 		{method: "POST", pattern: "/api/sessions/{id}/messages", summary: "Send a user message: starts a turn, or waits in the session's queue while one runs (queue:false: 409 instead)", handler: s.handleMessage, auth: true, body: true, req: restapi.MessageRequest{}, resp: restapi.MessageResponse{}, status: 202, params: []param{pID}},
 		{method: "GET", pattern: "/api/sessions/{id}/queue", summary: "The messages waiting for their turn", handler: s.handleQueue, auth: true, resp: restapi.QueuedMessageList{}, status: 200, params: []param{pID}},
 		{method: "DELETE", pattern: "/api/sessions/{id}/queue/{messageId}", summary: "Drop a queued message", handler: s.handleCancelQueued, auth: true, resp: restapi.Success{}, status: 200, params: []param{pID, pMessage}},
@@ -81,11 +85,12 @@ func (s *Server) table() []route {
 		{method: "GET", pattern: "/api/sessions/{id}/pty", summary: "WebSocket: a terminal in the session's sandbox", handler: s.handlePTY, auth: true, status: 101, params: []param{pID, {name: "rows", in: "query", typ: "integer", desc: "Terminal rows"}, {name: "cols", in: "query", typ: "integer", desc: "Terminal columns"}}, kind: "ws"},
 		{method: "GET", pattern: "/api/ws", summary: "WebSocket: join sessions and receive their events", handler: s.handleWS, auth: true, status: 101, kind: "ws"},
 
+		{method: "POST", pattern: "/sessions", summary: "Legacy alias of POST /api/sessions", handler: s.handleCreate, auth: true, body: true, legacy: true, req: restapi.CreateSessionRequest{}, resp: restapi.CreateSessionResponse{}, status: 201},
 		{method: "POST", pattern: "/sessions/create", summary: "Legacy alias of POST /api/sessions", handler: s.handleCreate, auth: true, body: true, legacy: true, req: restapi.CreateSessionRequest{}, resp: restapi.CreateSessionResponse{}, status: 201},
 		{method: "GET", pattern: "/sessions", summary: "Legacy alias of GET /api/sessions", handler: s.handleList, auth: true, legacy: true, resp: restapi.SessionList{}, status: 200},
 		{method: "GET", pattern: "/sessions/{id}", summary: "Legacy alias of GET /api/sessions/{id}", handler: s.handleGet, auth: true, legacy: true, resp: restapi.SessionState{}, status: 200, params: []param{pID}},
 		{method: "POST", pattern: "/sessions/{id}/message", summary: "Legacy alias of POST /api/sessions/{id}/messages", handler: s.handleMessage, auth: true, body: true, legacy: true, req: restapi.MessageRequest{}, resp: restapi.MessageResponse{}, status: 202, params: []param{pID}},
-		{method: "DELETE", pattern: "/sessions/{id}", summary: "Legacy alias of DELETE /api/sessions/{id}", handler: s.handleDelete, auth: true, legacy: true, resp: restapi.Success{}, status: 200, params: []param{pID, pPurge}},
+		{method: "DELETE", pattern: "/sessions/{id}", summary: "Legacy alias of DELETE /api/sessions/{id}", handler: s.handleDelete, auth: true, legacy: true, resp: restapi.SessionSuccess{}, status: 200, params: []param{pID, pPurge}},
 	}
 }
 
@@ -143,7 +148,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, restapi.CreateSessionResponse{SessionID: rec.ID, Runtime: rec.Runtime, CreatedAt: rec.CreatedAt, SessionOptions: rec.SessionOptions})
+	writeJSON(w, http.StatusCreated, restapi.CreateSessionResponse{SessionID: rec.ID, Status: rec.Status, Runtime: rec.Runtime, CreatedAt: rec.CreatedAt, SessionOptions: rec.SessionOptions})
 }
 
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
@@ -163,6 +168,11 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
+	content, err := includeContent(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	rec, st, err := s.cfg.Sessions.State(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
@@ -171,7 +181,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, restapi.SessionState{
 		SessionID: rec.ID, Type: rec.Architecture, AgentProfileReference: rec.AgentProfileRef, Name: rec.Name,
 		Status: rec.Status, CreatedAt: rec.CreatedAt, LastActivity: rec.LastActivity, SessionOptions: rec.SessionOptions,
-		Blocks: st.Blocks, Subagents: st.Subagents, WorkspaceFiles: st.WorkspaceFiles,
+		Blocks: st.Blocks, Subagents: st.Subagents, WorkspaceFiles: s.sessionFiles(r.Context(), rec.ID, st.WorkspaceFiles, content),
 		Runtime: rec.Runtime, LastSeq: st.LastSeq, Usage: st.Usage, CostUSD: st.CostUSD, Model: st.Model,
 		PendingPermissions: st.PendingPermissions, ActiveQueryID: st.ActiveQueryID, Turns: st.Turns,
 		QueuedMessages: st.QueuedMessages, PermissionRules: st.PermissionRules,
@@ -192,7 +202,7 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, restapi.Success{Success: true})
+	writeJSON(w, http.StatusOK, restapi.SessionSuccess{Success: true, SessionID: r.PathValue("id")})
 }
 
 func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {

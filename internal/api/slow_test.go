@@ -264,6 +264,11 @@ func TestSocketIOClientThatStopsReading(t *testing.T) {
 				t.Fatalf("session:error %q", msg)
 			}
 			sawError = true
+		case strings.HasPrefix(msg, `42["error",`):
+			// The connection-level error the seed's clients listen to.
+			if !sawError || !strings.Contains(msg, `"code":"SLOW_CONSUMER"`) || !strings.Contains(msg, `"message":`) || !strings.Contains(msg, id) {
+				t.Fatalf("error %q", msg)
+			}
 		case msg == "41", msg == "2": // disconnect, ping
 		default:
 			t.Fatalf("unexpected packet %.80q", msg)

@@ -17,13 +17,17 @@ import (
 
 	"github.com/agentd/agentd/internal/auth"
 	"github.com/agentd/agentd/internal/eventlog"
+	"github.com/agentd/agentd/internal/seedproto"
 )
 
 // socketIO serves Socket.IO v4 at /socket.io/ for existing socket.io-client
 // users: `session:join(sessionId[, after], ack)` and
-// `session:leave(sessionId, ack)`; the server emits `session:event` with
-// the event envelope. Auth (when an API key is set): the handshake's
-// auth.token, the access_token query parameter or an Authorization header.
+// `session:leave(sessionId, ack)`, acknowledged {ok, success, lastSeq?} or
+// {ok:false, success:false, error}; the server emits `session:event` with
+// the event envelope, or, for a client that asked for them at the
+// handshake (events=per-type, socketio_seed.go), the seed's per-type
+// events. Auth (when an API key is set): the handshake's auth.token, the
+// access_token query parameter or an Authorization header.
 type socketIO struct {
 	s       *Server
 	srv     *sio.Server
@@ -36,6 +40,15 @@ func newSocketIO(s *Server) (*socketIO, error) {
 	srv := sio.NewServer(nil, opts)
 	x := &socketIO{s: s, srv: srv}
 	x.handler = srv.ServeHandler(opts)
+	// A handshake asking for events in a form agentd has not is refused
+	// (before auth: it says nothing about the key).
+	srv.Use(func(c *sio.Socket, next func(*sio.ExtendedError)) {
+		if _, err := eventsMode(c.Handshake()); err != nil {
+			next(sio.NewExtendedError(err.Error(), map[string]any{"code": CodeBadRequest}))
+			return
+		}
+		next(nil)
+	})
 	if s.cfg.Auth.Required() {
 		srv.Use(func(c *sio.Socket, next func(*sio.ExtendedError)) {
 			if _, _, err := x.authenticate(c.Handshake()); err == nil {
@@ -119,13 +132,14 @@ func asStrings(v any) []string {
 
 // sioConn is one Socket.IO client; joins is guarded by mu.
 type sioConn struct {
-	x      *socketIO
-	c      *sio.Socket
-	ctx    context.Context
-	cancel context.CancelFunc
-	mu     sync.Mutex
-	joins  map[string]context.CancelFunc
-	who    auth.Principal
+	x       *socketIO
+	c       *sio.Socket
+	perType bool // the seed's per-type events instead of session:event
+	ctx     context.Context
+	cancel  context.CancelFunc
+	mu      sync.Mutex
+	joins   map[string]context.CancelFunc
+	who     auth.Principal
 }
 
 func (x *socketIO) serve(c *sio.Socket) {
@@ -137,7 +151,8 @@ func (x *socketIO) serve(c *sio.Socket) {
 		return
 	}
 	ctx, cancel := context.WithCancel(x.s.closeCtx)
-	conn := &sioConn{x: x, c: c, ctx: ctx, cancel: cancel, joins: make(map[string]context.CancelFunc), who: p}
+	mode, _ := eventsMode(c.Handshake()) // checked by the middleware
+	conn := &sioConn{x: x, c: c, perType: mode == eventsPerType, ctx: ctx, cancel: cancel, joins: make(map[string]context.CancelFunc), who: p}
 	untrack := x.s.live.track(context.WithValue(ctx, credentialKey{}, cred), func() {
 		_ = c.Emit("session:error", map[string]any{"code": CodeUnauthorized, "error": "credential no longer valid"})
 		c.Disconnect(true)
@@ -161,14 +176,58 @@ func splitAck(args []any) ([]any, func(any)) {
 	return args, func(any) {}
 }
 
+// sioAck answers session:join and session:leave: agentd's ok (and
+// lastSeq) beside the seed's success. Error is agentd's {code, error}; a
+// per-type client gets the seed's error string instead (seedAck).
 type sioAck struct {
 	OK      bool      `json:"ok"`
+	Success bool      `json:"success"`
 	Error   *apiError `json:"error,omitempty"`
 	LastSeq *int64    `json:"lastSeq,omitempty"`
 }
 
-// joinArgs accepts (sessionId), (sessionId, after) or ({sessionId, after}).
-func joinArgs(args []any) (string, int64, error) {
+// seedAck is sioAck for a per-type client: error is the message, as the
+// seed's clients read it (new Error(response.error)); code beside it.
+type seedAck struct {
+	OK      bool   `json:"ok"`
+	Success bool   `json:"success"`
+	Error   string `json:"error,omitempty"`
+	Code    string `json:"code,omitempty"`
+	LastSeq *int64 `json:"lastSeq,omitempty"`
+}
+
+// ack answers a join or leave in the client's form.
+func (conn *sioConn) ack(reply func(any), lastSeq *int64, e *apiError) {
+	if conn.perType {
+		a := seedAck{OK: e == nil, Success: e == nil, LastSeq: lastSeq}
+		if e != nil {
+			a.Error, a.Code = e.Error, e.Code
+		}
+		reply(a)
+		return
+	}
+	reply(sioAck{OK: e == nil, Success: e == nil, Error: e, LastSeq: lastSeq})
+}
+
+// joinArgs accepts (sessionId), (sessionId, after) or ({sessionId,
+// after}); hasAfter says whether after was given.
+func joinArgs(args []any) (id string, after int64, hasAfter bool, err error) {
+	id, after, err = joinArgsOf(args)
+	if err != nil {
+		return "", 0, false, err
+	}
+	switch {
+	case len(args) > 1 && args[1] != nil:
+		hasAfter = true
+	case len(args) > 0:
+		if m, ok := args[0].(map[string]any); ok && m["after"] != nil {
+			hasAfter = true
+		}
+	}
+	return id, after, hasAfter, nil
+}
+
+func joinArgsOf(args []any) (string, int64, error) {
 	if len(args) == 0 {
 		return "", 0, errors.New("session:join needs a session id")
 	}
@@ -209,25 +268,39 @@ func joinArgs(args []any) (string, int64, error) {
 }
 
 func (conn *sioConn) join(args []any) {
-	args, ack := splitAck(args)
-	id, after, err := joinArgs(args)
+	args, reply := splitAck(args)
+	id, after, hasAfter, err := joinArgs(args)
 	if err != nil {
-		ack(sioAck{Error: &apiError{Code: CodeBadRequest, Error: err.Error()}})
+		conn.ack(reply, nil, &apiError{Code: CodeBadRequest, Error: err.Error()})
 		return
 	}
 	s := conn.x.s
-	if _, err := s.checkSession(conn.ctx, conn.who, id, auth.LevelRead); err != nil {
+	fail := func(err error) {
 		_, e := s.describe(err, "op", "socket.io join", "session", id)
-		ack(sioAck{Error: &e})
-		return
+		conn.ack(reply, nil, &e)
 	}
-	sub, err := s.cfg.Log.Subscribe(conn.ctx, id, after)
-	if err != nil {
-		_, e := s.describe(err, "op", "socket.io join", "session", id)
-		ack(sioAck{Error: &e})
+	if _, err := s.checkSession(conn.ctx, conn.who, id, auth.LevelRead); err != nil {
+		fail(err)
 		return
 	}
 	last, _ := s.cfg.Log.LastSeq(conn.ctx, id)
+	var m *seedproto.Mapper
+	if conn.perType {
+		// The seed's clients load the session, then join for what comes
+		// next: without after, the events from now on.
+		if !hasAfter {
+			after = last
+		}
+		if m, err = conn.primedMapper(id, after); err != nil {
+			fail(err)
+			return
+		}
+	}
+	sub, err := s.cfg.Log.Subscribe(conn.ctx, id, after)
+	if err != nil {
+		fail(err)
+		return
+	}
 	ctx, cancel := context.WithCancel(conn.ctx)
 	conn.mu.Lock()
 	if old, ok := conn.joins[id]; ok {
@@ -235,23 +308,25 @@ func (conn *sioConn) join(args []any) {
 	}
 	conn.joins[id] = cancel
 	conn.mu.Unlock()
-	ack(sioAck{OK: true, LastSeq: &last})
-	go conn.pump(ctx, sub, id)
+	conn.ack(reply, &last, nil)
+	go conn.pump(ctx, sub, id, m)
 }
 
 func (conn *sioConn) leave(args []any) {
-	args, ack := splitAck(args)
+	args, reply := splitAck(args)
 	id, _ := firstString(args)
 	conn.mu.Lock()
 	cancel, ok := conn.joins[id]
 	delete(conn.joins, id)
 	conn.mu.Unlock()
-	if !ok {
-		ack(sioAck{Error: &apiError{Code: CodeBadRequest, Error: "not joined to " + strconvQuote(id)}})
+	if ok {
+		cancel()
+	} else if !conn.perType {
+		// The seed's leave succeeds whatever was joined; agentd's says.
+		conn.ack(reply, nil, &apiError{Code: CodeBadRequest, Error: "not joined to " + strconvQuote(id)})
 		return
 	}
-	cancel()
-	ack(sioAck{OK: true})
+	conn.ack(reply, nil, nil)
 }
 
 func firstString(args []any) (string, bool) {
@@ -275,58 +350,99 @@ func firstString(args []any) (string, bool) {
 // it falling behind.
 const sioInflight = 1 << 20
 
-// pump forwards the subscription's events as session:event. Each is
+// pump forwards the subscription's events: as session:event, or mapped
+// by m to the seed's per-type events (socketio_seed.go). Each packet is
 // written to the Engine.IO socket with a callback for when the transport
 // has written it; past sioInflight bytes in flight the pump waits, and a
 // client whose transport writes nothing for WriteTimeout is a slow
 // consumer (as is one whose subscription's queue bound cut it off).
-func (conn *sioConn) pump(ctx context.Context, sub *eventlog.Subscription, id string) {
+func (conn *sioConn) pump(ctx context.Context, sub *eventlog.Subscription, id string, m *seedproto.Mapper) {
 	defer sub.Close()
-	s := conn.x.s
-	eng := conn.c.Conn()
-	prefix := conn.packetPrefix() + `"session:event",`
-	var inflight atomic.Int64
-	drained := make(chan struct{}, 1)
-	stall := time.NewTimer(time.Hour)
-	stall.Stop()
-	defer stall.Stop()
+	w := conn.newWriter(ctx, sub, id)
+	defer w.stall.Stop()
 	for {
-		rec, err := sub.Next(ctx)
+		rec, ok, err := sub.TryNext(ctx)
+		if err == nil && !ok {
+			// Caught up: what the per-type client lacks goes now.
+			if m != nil {
+				for _, msg := range m.Flush(false) {
+					if !w.send(msg.Event, conn.seedData(ctx, id, msg, rec.JSON)) {
+						return
+					}
+				}
+			}
+			rec, err = sub.Next(ctx)
+		}
 		if err != nil {
 			if errors.Is(err, eventlog.ErrSlowConsumer) {
 				conn.cutOff(ctx, id)
 			}
 			return
 		}
-		n := int64(len(rec.JSON))
-		inflight.Add(n)
-		// The envelope is JSON already: the Socket.IO packet is built around
-		// it instead of re-encoding it through Emit.
-		eng.Write(types.NewStringBufferString(prefix+string(rec.JSON)+"]"), nil, func(transports.Transport) {
-			inflight.Add(-n)
-			select {
-			case drained <- struct{}{}:
-			default:
+		if m == nil {
+			if !w.send("session:event", rec.JSON) {
+				return
 			}
-		})
-		if inflight.Load() <= sioInflight {
 			continue
 		}
-		stall.Reset(s.cfg.WriteTimeout)
-		for inflight.Load() > sioInflight {
-			select {
-			case <-ctx.Done():
-				return
-			case <-drained:
-				stall.Reset(s.cfg.WriteTimeout) // progress
-			case <-stall.C:
-				sub.FellBehind() // counts it
-				conn.cutOff(ctx, id)
+		for _, msg := range m.Map(rec.Event) {
+			if !w.send(msg.Event, conn.seedData(ctx, id, msg, rec.JSON)) {
 				return
 			}
 		}
-		stall.Stop()
 	}
+}
+
+// sioWriter writes a pump's packets, bounding what is in flight.
+type sioWriter struct {
+	conn     *sioConn
+	ctx      context.Context
+	sub      *eventlog.Subscription
+	id       string
+	prefix   string
+	inflight atomic.Int64
+	drained  chan struct{}
+	stall    *time.Timer
+}
+
+func (conn *sioConn) newWriter(ctx context.Context, sub *eventlog.Subscription, id string) *sioWriter {
+	w := &sioWriter{conn: conn, ctx: ctx, sub: sub, id: id, prefix: conn.packetPrefix(), drained: make(chan struct{}, 1), stall: time.NewTimer(time.Hour)}
+	w.stall.Stop()
+	return w
+}
+
+// send writes event name with data (JSON) as its argument. It returns
+// false when the pump must end: ctx ended, or the client was cut off.
+func (w *sioWriter) send(name string, data []byte) bool {
+	n := int64(len(data))
+	w.inflight.Add(n)
+	// The argument is JSON already: the Socket.IO packet is built around
+	// it instead of re-encoding it through Emit.
+	w.conn.c.Conn().Write(types.NewStringBufferString(w.prefix+strconvQuote(name)+","+string(data)+"]"), nil, func(transports.Transport) {
+		w.inflight.Add(-n)
+		select {
+		case w.drained <- struct{}{}:
+		default:
+		}
+	})
+	if w.inflight.Load() <= sioInflight {
+		return true
+	}
+	w.stall.Reset(w.conn.x.s.cfg.WriteTimeout)
+	defer w.stall.Stop()
+	for w.inflight.Load() > sioInflight {
+		select {
+		case <-w.ctx.Done():
+			return false
+		case <-w.drained:
+			w.stall.Reset(w.conn.x.s.cfg.WriteTimeout) // progress
+		case <-w.stall.C:
+			w.sub.FellBehind() // counts it
+			w.conn.cutOff(w.ctx, w.id)
+			return false
+		}
+	}
+	return true
 }
 
 // packetPrefix starts a Socket.IO EVENT packet of this socket's namespace.
@@ -337,17 +453,20 @@ func (conn *sioConn) packetPrefix() string {
 	return "2["
 }
 
-// cutOff tells a slow consumer why it is cut off (session:error, which
-// gets CloseTimeout to reach its transport: best effort, as the WebSocket's
-// close code 4008) and disconnects it; it reconnects and joins with its
-// last seq.
+// cutOff tells a slow consumer why it is cut off (session:error, and the
+// connection-level error {message, code, sessionId} the seed's clients
+// listen to; they get CloseTimeout to reach its transport: best effort, as
+// the WebSocket's close code 4008) and disconnects it; it reconnects and
+// joins with its last seq.
 func (conn *sioConn) cutOff(ctx context.Context, id string) {
 	s := conn.x.s
-	body, _ := json.Marshal(map[string]string{"code": CodeSlowConsumer, "sessionId": id,
-		"error": "subscriber fell behind; reconnect and join with your last seq"})
+	const msg = "subscriber fell behind; reconnect and join with your last seq"
+	body, _ := json.Marshal(map[string]string{"code": CodeSlowConsumer, "sessionId": id, "error": msg})
+	errBody, _ := json.Marshal(seedproto.Error{Message: msg, Code: CodeSlowConsumer, SessionID: id})
 	written := make(chan struct{})
 	var once sync.Once
-	conn.c.Conn().Write(types.NewStringBufferString(conn.packetPrefix()+`"session:error",`+string(body)+"]"), nil,
+	conn.c.Conn().Write(types.NewStringBufferString(conn.packetPrefix()+`"session:error",`+string(body)+"]"), nil, nil)
+	conn.c.Conn().Write(types.NewStringBufferString(conn.packetPrefix()+`"error",`+string(errBody)+"]"), nil,
 		func(transports.Transport) { once.Do(func() { close(written) }) })
 	t := time.NewTimer(s.cfg.CloseTimeout)
 	defer t.Stop()

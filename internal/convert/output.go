@@ -126,7 +126,7 @@ func (s *blocksSink) EmitBlock(ctx conversation.Context, b *conversation.Block) 
 	s.count++
 	blk := *b
 	blk.Input = bytes.Clone(b.Input) // b's may point into the input
-	_ = s.r.ApplyBlock(ctx.ConversationID, blk)
+	_ = s.r.ApplyBlockAt(ctx.ConversationID, blk, ctx.Timestamp)
 	return nil
 }
 
@@ -143,7 +143,7 @@ func (s *blocksSink) writeBlocks(w *bufio.Writer) error {
 		buf := append(w.AvailableBuffer(), `{"conversationId":`...)
 		buf = claudecode.AppendJSONString(buf, conv)
 		buf = append(buf, `,"block":`...)
-		buf = claudecode.AppendBlockJSON(buf, &b)
+		buf = conversation.AppendRequired(claudecode.AppendBlockJSON(buf, &b), &b)
 		if _, err := w.Write(append(buf, "}\n"...)); err != nil {
 			return err
 		}

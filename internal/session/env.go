@@ -2,7 +2,6 @@ package session
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -100,12 +99,6 @@ func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.E
 	if err != nil {
 		return nil, nil, err
 	}
-	var opts agent.Options
-	_ = json.Unmarshal(rec.SessionOptions, &opts)
-	opts.Extra = rec.SessionOptions
-	if opts.Model == "" {
-		opts.Model = prof.Model
-	}
 	s.mu.Lock()
 	s.rec.Runtime.WorkDir = e.WorkDir() // saved with the next record update (the status that follows)
 	s.mu.Unlock()
@@ -129,7 +122,7 @@ func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.E
 	go m.forwardChanges(ctx, s, e, changes, marks)
 	m.renewLease(ctx, rec.ID)
 
-	h := &host{s: s, env: e, marks: marks, prof: prof, opts: opts, log: m.log.With("session", rec.ID, "architecture", rec.Architecture)}
+	h := &host{s: s, env: e, marks: marks, prof: prof, log: m.log.With("session", rec.ID, "architecture", rec.Architecture)}
 	h.setTurn(actor, rec.Runtime.ActiveQueryID)
 	runner, err := arch.Start(ctx, h)
 	if err != nil {

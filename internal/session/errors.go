@@ -18,4 +18,7 @@ var (
 	// ErrAgentNotFound: the architecture's agent CLI is not installed on
 	// this server (not on PATH).
 	ErrAgentNotFound = errors.New("agent CLI not found")
+	// ErrUnknownOption: a session option the session's architecture does
+	// not read.
+	ErrUnknownOption = errors.New("unknown session option")
 )

@@ -21,7 +21,6 @@ type host struct {
 	env   sandbox.Environment
 	marks *watchMarks // the workspace watcher's markers
 	prof  profile.Profile
-	opts  agent.Options
 	log   *slog.Logger
 
 	turn    atomic.Pointer[turnRef] // the running turn's actor and query
@@ -44,7 +43,7 @@ func (h *host) current() turnRef {
 func (h *host) SessionID() string           { return h.s.id }
 func (h *host) Env() sandbox.Environment    { return h.env }
 func (h *host) Profile() profile.Profile    { return h.prof }
-func (h *host) Options() agent.Options      { return h.opts }
+func (h *host) Options() agent.Options      { return optionsOf(h.s.record().SessionOptions, h.prof) }
 func (h *host) Logger() *slog.Logger        { return h.log }
 func (h *host) AgentState() json.RawMessage { return h.s.record().AgentState }
 

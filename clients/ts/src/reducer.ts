@@ -26,13 +26,20 @@
 //     its id); message:dequeued and message:cancelled remove it.
 //   - permission:resolved with scope "session", behavior allow and a
 //     toolName adds a permission rule for the tool (once).
+//   - after every upsert the block gets what Go's reducer fills in: the
+//     event's timestamp when it has none, and the fields its type requires
+//     (REQUIRED_FIELDS) when absent: "" , false, {} (a tool_use's input),
+//     "" (a subagent's), "pending" (a status, also when "").
+//   - options:update sets sessionOptions (the last one wins).
 //
 // The state is immutable: applyEvent returns a new state sharing everything
 // that did not change, so UI frameworks can compare blocks by identity.
 
 import {
   MAIN_CONVERSATION,
+  REQUIRED_FIELDS,
   type AgentEvent,
+  type BlockType,
   type AnyBlock,
   type Json,
   type PermissionRequestedPayload,
@@ -163,6 +170,7 @@ export function stateFromSnapshot(s: Partial<ReducedState> & { lastSeq?: number 
     turns: s.turns ?? [],
     queuedMessages: s.queuedMessages ?? [],
     permissionRules: s.permissionRules ?? [],
+    ...(s.sessionOptions ? { sessionOptions: s.sessionOptions } : {}),
     lastSeq: s.lastSeq ?? 0,
   };
 }
@@ -276,16 +284,19 @@ class ThreadDraft {
     return b;
   }
 
-  upsert(raw: Record<string, unknown>): string | undefined {
+  upsert(raw: Record<string, unknown>, ts: string | undefined): string | undefined {
     const id = raw.id;
     if (typeof id !== "string" || id === "") return "block without id";
     const i = this.find(id);
     if (i >= 0) {
-      mergeInto(this.own(i), raw);
+      const b = this.own(i);
+      mergeInto(b, raw);
+      fillRequired(b, ts);
       return undefined;
     }
     const b = {} as AnyBlock;
     mergeInto(b, raw);
+    fillRequired(b, ts);
     const list = this.writable();
     this.idx().set(id, list.length);
     list.push(b);
@@ -327,6 +338,20 @@ function mergeInto(b: AnyBlock, raw: Record<string, unknown>): void {
       continue; // null into a Go string/bool/number/time is a no-op
     }
     t[k] = v;
+  }
+}
+
+// fillRequired gives b what Go's reducer fills in after an upsert (see the
+// rules above); Go writes empty strings and false from its zero values.
+function fillRequired(b: AnyBlock, ts: string | undefined): void {
+  if ((b.timestamp === undefined || isZeroTime(b.timestamp)) && ts && !isZeroTime(ts)) b.timestamp = ts;
+  const t = b as unknown as Record<string, unknown>;
+  for (const f of REQUIRED_FIELDS[b.type as BlockType] ?? []) {
+    if (f === "status") {
+      if (!b.status) b.status = "pending";
+    } else if (t[f] === undefined) {
+      t[f] = f === "isError" ? false : f === "input" ? (b.type === "subagent" ? "" : {}) : "";
+    }
   }
 }
 
@@ -406,7 +431,7 @@ class Draft {
     switch (e.type) {
       case "block:upsert": {
         if (!isObject(p.block)) return "block is not an object";
-        return this.thread(conv).upsert(p.block);
+        return this.thread(conv).upsert(p.block, ts);
       }
       case "block:delta": {
         if (typeof p.blockId !== "string" || typeof p.delta !== "string") return "malformed delta";
@@ -569,6 +594,10 @@ class Draft {
         if (typeof p.code === "string") n.code = p.code;
         if (ts) n.timestamp = ts;
         this.addNotice(n);
+        return undefined;
+      }
+      case "options:update": {
+        if (isObject(p.sessionOptions)) this.st.sessionOptions = p.sessionOptions as ConversationState["sessionOptions"];
         return undefined;
       }
       case "log":

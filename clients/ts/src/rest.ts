@@ -12,8 +12,13 @@ import type {
   QueuedMessage,
   SendMessageResponse,
   SessionChanges,
+  SessionOptions,
   SessionState,
+  SessionSuccess,
   SessionSummary,
+  SyncResponse,
+  TerminateEnvironmentResponse,
+  UpdateOptionsResponse,
 } from "./types.js";
 
 /** An error answer of the API: `{"error": "…", "code": "UPPER_SNAKE"}` plus the HTTP status. */
@@ -124,8 +129,25 @@ export class AgentdClient {
   async listSessions(): Promise<SessionSummary[]> {
     return (await this.json<{ sessions: SessionSummary[] }>("GET", "/api/sessions")).sessions;
   }
-  getSession(id: string): Promise<SessionState> {
-    return this.json("GET", `/api/sessions/${encodeURIComponent(id)}`);
+  /** A session's full state; with {content: true} its workspace files' text too (bounded). */
+  getSession(id: string, opts: { content?: boolean } = {}): Promise<SessionState> {
+    return this.json("GET", `/api/sessions/${encodeURIComponent(id)}${opts.content ? "?include=content" : ""}`);
+  }
+  /**
+   * Changes a session's options (a null value removes a key): keys its
+   * architecture reads, else 400 UNKNOWN_OPTION. The agent gets them when
+   * it next starts (a CLI started per turn: at the next turn).
+   */
+  updateOptions(id: string, sessionOptions: SessionOptions): Promise<UpdateOptionsResponse> {
+    return this.json("PATCH", `/api/sessions/${encodeURIComponent(id)}/options`, { sessionOptions });
+  }
+  /** Persists the session's workspace and agent transcript to the server's store now. */
+  syncSession(id: string): Promise<SyncResponse> {
+    return this.json("POST", `/api/sessions/${encodeURIComponent(id)}/sync`);
+  }
+  /** Stops the session's environment and keeps the session: the next message starts a new one. */
+  terminateEnvironment(id: string): Promise<TerminateEnvironmentResponse> {
+    return this.json("POST", `/api/sessions/${encodeURIComponent(id)}/environment/terminate`);
   }
   /**
    * Sends a user message: it starts a turn, or, while one runs, waits in the
@@ -193,7 +215,7 @@ export class AgentdClient {
     if (this.apiKey) q.set("access_token", this.apiKey);
     return this.url(`/api/sessions/${encodeURIComponent(id)}/events?${q.toString()}`);
   }
-  deleteSession(id: string, opts: { purge?: boolean } = {}): Promise<{ success: boolean }> {
+  deleteSession(id: string, opts: { purge?: boolean } = {}): Promise<SessionSuccess> {
     return this.json("DELETE", `/api/sessions/${encodeURIComponent(id)}${opts.purge ? "?purge=true" : ""}`);
   }
   openapi(): Promise<{ [key: string]: Json }> {

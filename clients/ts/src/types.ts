@@ -23,7 +23,12 @@ export type BlockType = (typeof BLOCK_TYPES)[number];
 export const BLOCK_STATUSES = ["pending", "complete", "error"] as const;
 export type BlockStatus = (typeof BLOCK_STATUSES)[number];
 
-/** Fields every block has. Only id and type are always present on the wire. */
+/**
+ * Fields every block has. In a block:upsert only id and type are always
+ * present; a block of a reduced conversation (GET /api/sessions/{id}, the
+ * reducer's state) also has its timestamp (the event's, when the block set
+ * none) and the fields its type requires (REQUIRED_FIELDS), empty or not.
+ */
 export interface BlockBase {
   id: string;
   type: BlockType;
@@ -98,6 +103,24 @@ export type Block =
   | SubagentBlock
   | ErrorBlock
   | SkillLoadBlock;
+
+/**
+ * The fields each block type always has in a reduced conversation, as Go's
+ * conversation.Required lists them. The reducer fills them in after every
+ * upsert: "" for strings, false for isError, {} for a tool_use's input, ""
+ * for a subagent's, "pending" for a status.
+ */
+export const REQUIRED_FIELDS: { readonly [T in BlockType]: readonly (keyof AnyBlock)[] } = {
+  user_message: ["content"],
+  assistant_text: ["content"],
+  thinking: ["content"],
+  tool_use: ["toolName", "toolUseId", "input", "status"],
+  tool_result: ["toolUseId", "output", "isError"],
+  system: ["subtype", "message"],
+  subagent: ["subagentId", "input", "status"],
+  error: ["message"],
+  skill_load: ["skillName", "content"],
+};
 
 /** The flat union of every block field, as Go's Block struct holds it. */
 export interface AnyBlock extends BlockBase {
@@ -182,6 +205,7 @@ export const EVENT_TYPES = [
   "message:queued",
   "message:dequeued",
   "message:cancelled",
+  "options:update",
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 
@@ -298,6 +322,14 @@ export interface MessageCancelledPayload {
   reason?: string;
 }
 
+/** The session's options after a change (PATCH /api/sessions/{id}/options). */
+export interface OptionsUpdatePayload {
+  /** The whole set after the change. */
+  sessionOptions: SessionOptions;
+  /** The keys the change set or removed. */
+  changed?: string[];
+}
+
 /** Maps each event type to its payload type. */
 export interface PayloadMap {
   "block:upsert": BlockUpsertPayload;
@@ -320,6 +352,7 @@ export interface PayloadMap {
   "message:queued": MessageQueuedPayload;
   "message:dequeued": MessageDequeuedPayload;
   "message:cancelled": MessageCancelledPayload;
+  "options:update": OptionsUpdatePayload;
 }
 
 /** The envelope of one event type. */
@@ -411,6 +444,8 @@ export interface ReducedState {
   queuedMessages: readonly QueuedMessage[];
   /** The session's "allow for this session" rules. */
   permissionRules: readonly PermissionRule[];
+  /** The options the last options:update set (absent when none did). */
+  sessionOptions?: SessionOptions | null;
   lastSeq: number;
 }
 
@@ -448,6 +483,8 @@ export interface CreateSessionRequest {
 
 export interface CreateSessionResponse {
   sessionId: string;
+  /** The new session's status ("created"). */
+  status: SessionStatus;
   runtime: Runtime;
   createdAt: string;
   sessionOptions: SessionOptions | null;
@@ -471,8 +508,18 @@ export interface SessionSummary {
   deleted?: boolean;
 }
 
+/**
+ * A workspace file of GET /api/sessions/{id}; with ?include=content its text
+ * (bounded), or why it has none.
+ */
+export interface SessionFile extends WorkspaceFile {
+  content?: string;
+  contentOmitted?: "too_large" | "binary" | "total_limit" | "unreadable";
+}
+
 /** GET /api/sessions/{id}. */
 export interface SessionState extends ReducedState {
+  workspaceFiles: readonly SessionFile[];
   sessionId: string;
   type: string;
   agentProfileReference: string;
@@ -531,6 +578,44 @@ export interface FileEntry {
   modTime: string;
   /** Unix permission bits. */
   mode: number;
+}
+
+/** DELETE /api/sessions/{id}. */
+export interface SessionSuccess {
+  success: boolean;
+  sessionId: string;
+}
+
+/** PATCH /api/sessions/{id}/options: the session's options after the change. */
+export interface UpdateOptionsResponse {
+  success: boolean;
+  sessionId: string;
+  sessionOptions: SessionOptions | null;
+}
+
+/** What POST /api/sessions/{id}/sync did with the workspace's copies in the store. */
+export interface SyncFiles {
+  saved: number;
+  deleted: number;
+  unchanged: number;
+  /** Files larger than the server's copy bound (not copied). */
+  skipped: number;
+}
+
+/** POST /api/sessions/{id}/sync. */
+export interface SyncResponse {
+  success: boolean;
+  sessionId: string;
+  files: SyncFiles;
+  /** The agent transcripts the store holds. */
+  transcripts: string[];
+}
+
+/** POST /api/sessions/{id}/environment/terminate. */
+export interface TerminateEnvironmentResponse {
+  success: boolean;
+  sessionId: string;
+  runtime: Runtime;
 }
 
 export interface EventsPage {

@@ -19,7 +19,9 @@ describe("block:upsert", () => {
       ev(1, "block:upsert", { block: { id: "t1", type: "tool_use", toolName: "Bash", input: { command: "ls" }, status: "pending" } }),
       ev(2, "block:upsert", { block: { id: "t1", type: "tool_use", status: "complete" } }),
     ]);
-    expect(st.blocks).toEqual([{ id: "t1", type: "tool_use", toolName: "Bash", input: { command: "ls" }, status: "complete" }]);
+    // Also what the reducer fills in: the first event's time, the required toolUseId.
+    expect(st.blocks).toEqual([{ id: "t1", type: "tool_use", toolName: "Bash", input: { command: "ls" }, status: "complete", toolUseId: "", timestamp: st.blocks[0]!.timestamp }]);
+    expect(st.blocks[0]!.timestamp).toMatch(/^2026-11-2/);
     expect(st.lastSeq).toBe(2);
   });
 
@@ -36,7 +38,8 @@ describe("block:upsert", () => {
       ev(1, "block:upsert", { block: { id: "b", type: "tool_use", toolName: "Read", input: { p: 1 }, metadata: { k: 1 } } }),
       ev(2, "block:upsert", { block: { id: "b", type: "tool_use", toolName: null, input: null, metadata: null } as never }),
     ]);
-    expect(st.blocks[0]).toEqual({ id: "b", type: "tool_use", toolName: "Read", input: null });
+    expect(st.blocks[0]).toMatchObject({ id: "b", type: "tool_use", toolName: "Read", input: null });
+    expect(st.blocks[0]!.metadata).toBeUndefined();
   });
 
   it("rejects a block without id but still consumes the seq", () => {
@@ -53,6 +56,21 @@ describe("block:upsert", () => {
       ev(3, "block:upsert", { block: { id: "a", type: "user_message", status: "complete" } }),
     ]);
     expect(st.blocks.map((b) => b.id)).toEqual(["a", "b"]);
+  });
+});
+
+describe("required fields", () => {
+  it("fills what Go's reducer fills: the event's time, required fields, a pending status", () => {
+    const evs = [
+      ev(1, "block:upsert", { block: { id: "r", type: "tool_result" } }),
+      ev(2, "block:upsert", { block: { id: "u", type: "tool_use", status: "" as never, timestamp: "2020-01-01T00:00:00Z" } }),
+      ev(3, "block:upsert", { block: { id: "r", type: "tool_result", isError: true } }),
+    ];
+    const st = reduceAll(evs);
+    // The block keeps the time of the event that created it.
+    expect(st.blocks[0]).toEqual({ id: "r", type: "tool_result", toolUseId: "", output: "", isError: true, timestamp: evs[0]!.context.timestamp });
+    expect(evs[0]!.context.timestamp).not.toBe(evs[2]!.context.timestamp);
+    expect(st.blocks[1]).toEqual({ id: "u", type: "tool_use", toolName: "", toolUseId: "", input: {}, status: "pending", timestamp: "2020-01-01T00:00:00Z" });
   });
 });
 
@@ -153,7 +171,7 @@ describe("subagents", () => {
     expect(st.subagents).toHaveLength(1);
     const s = st.subagents[0]!;
     expect(s).toMatchObject({ id: "toolu_1", toolUseId: "toolu_1", prompt: "look around", subagentType: "explorer", status: "complete", output: "found it", durationMs: 12 });
-    expect(s.blocks).toEqual([{ id: "m2-0", type: "assistant_text", content: "sub text" }]);
+    expect(s.blocks).toEqual([{ id: "m2-0", type: "assistant_text", content: "sub text", timestamp: s.blocks[0]!.timestamp }]);
   });
 
   it("creates a pending subagent thread for blocks that arrive before subagent:spawned", () => {

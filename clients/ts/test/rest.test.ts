@@ -107,6 +107,22 @@ describe("AgentdClient", () => {
     expect(c.archiveUrl("s", "tar.gz")).toBe("http://127.0.0.1:1/api/sessions/s/archive?format=tar.gz&access_token=k");
   });
 
+  it("builds the options, sync, environment and content routes", async () => {
+    const { c, calls } = client(() => json({ success: true, sessionId: "s", sessionOptions: { model: "m" }, files: { saved: 1, deleted: 0, unchanged: 0, skipped: 0 }, transcripts: [], runtime: { status: "terminated", architecture: "shell" } }));
+    expect((await c.updateOptions("s", { model: "m", permissionMode: null })).sessionOptions).toEqual({ model: "m" });
+    expect((await c.syncSession("s")).files.saved).toBe(1);
+    expect((await c.terminateEnvironment("s")).runtime.status).toBe("terminated");
+    await c.getSession("s", { content: true });
+    expect(calls.map((x) => `${x.init!.method} ${x.url.replace("http://127.0.0.1:1", "")}`)).toEqual([
+      "PATCH /api/sessions/s/options",
+      "POST /api/sessions/s/sync",
+      "POST /api/sessions/s/environment/terminate",
+      "GET /api/sessions/s?include=content",
+    ]);
+    expect(JSON.parse(calls[0]!.init!.body as string)).toEqual({ sessionOptions: { model: "m", permissionMode: null } });
+    expect(calls[1]!.init!.body).toBeUndefined();
+  });
+
   it("encodes paths segment by segment", () => {
     expect(encodePath("/a//b c/ü?.md")).toBe("a/b%20c/%C3%BC%3F.md");
     expect(encodePath("..")).toBe("..");

@@ -72,6 +72,7 @@ check<Agree<M.SubagentCompletedPayload, S.SubagentCompleted>>();
 check<Agree<M.ErrorPayload, S.ErrorEvent>>();
 check<Agree<M.LogPayload, S.LogEvent>>();
 check<Agree<M.SessionIdlePayload, S.SessionIdleEvent>>();
+check<Agree<M.OptionsUpdatePayload, S.OptionsUpdate>>();
 
 // Reduced state and its parts.
 check<Agree<M.Runtime, S.Runtime>>();
@@ -93,3 +94,8 @@ check<Agree<M.Architecture, S.ArchitectureInfo>>();
 check<Agree<M.AgentProfileSummary, S.ProfileSummary>>();
 check<Agree<M.ApiErrorBody, S.Error>>();
 check<Agree<M.EventsPage, S.EventPage, "events">>();
+check<Agree<M.SessionFile, S.SessionFile, "contentOmitted">>();
+check<Agree<M.SessionSuccess, S.SessionSuccess>>();
+check<Agree<M.UpdateOptionsResponse, S.UpdateOptionsResponse>>();
+check<Agree<M.SyncResponse, S.SyncResponse>>();
+check<Agree<M.TerminateEnvironmentResponse, S.TerminateEnvironmentResponse>>();

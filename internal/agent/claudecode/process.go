@@ -61,6 +61,9 @@ type process struct {
 	turnQuery string    // the turn being run ("" between turns)
 	idle      turnStart // where the next turn's output starts
 	reqPrefix string    // request ids of agentd's control requests
+	// model and mode are the model and permission mode the CLI runs with
+	// (what it started with, or was told since); guarded by mu.
+	model, mode string
 
 	saveCh    chan struct{} // reader → saver: the transcript changed
 	saverDone chan struct{}
@@ -189,11 +192,21 @@ func (p *process) write(line []byte) error {
 
 // sendControl sends a control request of agentd (initialize, interrupt).
 func (p *process) sendControl(subtype string) error {
+	return p.sendControlWith(subtype, nil)
+}
+
+// sendControlWith sends a control request with fields besides its subtype
+// (set_model, set_permission_mode). The answer is only logged when it is
+// an error.
+func (p *process) sendControlWith(subtype string, fields map[string]any) error {
 	p.mu.Lock()
 	p.reqSeq++
 	id := p.reqPrefix + strconv.Itoa(p.reqSeq)
 	p.mu.Unlock()
 	body := map[string]any{"subtype": subtype}
+	for k, v := range fields {
+		body[k] = v
+	}
 	if subtype == "initialize" {
 		body["hooks"] = nil
 	}

@@ -73,6 +73,9 @@ func (r *runner) Resume(ctx context.Context, t agent.Turn, st conversation.State
 	}
 	p := newProcess(r, pr, m.Tag, false, true)
 	p.attached = true
+	// What it was started with is not known here: the session's options
+	// now are the best guess (a later change is compared with them).
+	p.model, p.mode = r.host.Options().Model, permissionMode(r.host.Options().Extra)
 	// Request ids of our control requests must not repeat the earlier
 	// server's.
 	p.reqPrefix = fmt.Sprintf("agentd-%x-", time.Now().UnixNano())

@@ -204,6 +204,7 @@ export interface ConversationState {
   permissionRules: PermissionRule[];
   queuedMessages: QueuedMessage[];
   runtime: Runtime;
+  sessionOptions?: Json;
   status: "" | "created" | "starting" | "ready" | "running" | "idle" | "terminated" | "error";
   subagents: Subagent[];
   turns: Turn[];
@@ -223,6 +224,7 @@ export interface CreateSessionResponse {
   runtime: Runtime;
   sessionId: string;
   sessionOptions: Json;
+  status: string;
 }
 
 export interface CreatedToken {
@@ -250,7 +252,7 @@ export interface Event {
   context: Context;
   payload: Json;
   seq: number;
-  type: "block:upsert" | "block:delta" | "metadata:update" | "status" | "query:started" | "query:completed" | "query:failed" | "permission:requested" | "permission:resolved" | "file:created" | "file:modified" | "file:deleted" | "subagent:spawned" | "subagent:completed" | "error" | "log" | "session:idle" | "message:queued" | "message:dequeued" | "message:cancelled";
+  type: "block:upsert" | "block:delta" | "metadata:update" | "status" | "query:started" | "query:completed" | "query:failed" | "permission:requested" | "permission:resolved" | "file:created" | "file:modified" | "file:deleted" | "subagent:spawned" | "subagent:completed" | "error" | "log" | "session:idle" | "message:queued" | "message:dequeued" | "message:cancelled" | "options:update";
 }
 
 export interface EventPage {
@@ -377,6 +379,11 @@ export interface OIDCInfo {
   clientId: string;
   issuer: string;
   scopes: string[];
+}
+
+export interface OptionsUpdate {
+  changed?: string[];
+  sessionOptions: Json;
 }
 
 export interface PermissionAnswer {
@@ -534,6 +541,14 @@ export interface SessionChanges {
   turns: TurnChanges[];
 }
 
+export interface SessionFile {
+  content?: string;
+  contentOmitted?: string;
+  path: string;
+  sha256?: string;
+  size?: number;
+}
+
 export interface SessionFrame {
   op: string;
   session: SessionSummary;
@@ -566,7 +581,12 @@ export interface SessionState {
   turns: Turn[];
   type: string;
   usage: Usage;
-  workspaceFiles: WorkspaceFile[];
+  workspaceFiles: SessionFile[];
+}
+
+export interface SessionSuccess {
+  sessionId: string;
+  success: boolean;
 }
 
 export interface SessionSummary {
@@ -653,6 +673,26 @@ export interface Success {
   success: boolean;
 }
 
+export interface SyncFiles {
+  deleted: number;
+  saved: number;
+  skipped: number;
+  unchanged: number;
+}
+
+export interface SyncResponse {
+  files: SyncFiles;
+  sessionId: string;
+  success: boolean;
+  transcripts: string[];
+}
+
+export interface TerminateEnvironmentResponse {
+  runtime: Runtime;
+  sessionId: string;
+  success: boolean;
+}
+
 export interface TokenList {
   tokens: APIToken[];
 }
@@ -673,6 +713,16 @@ export interface Turn {
 export interface TurnChanges {
   files: ChangedFile[];
   queryId: string;
+}
+
+export interface UpdateOptionsRequest {
+  sessionOptions: Json;
+}
+
+export interface UpdateOptionsResponse {
+  sessionId: string;
+  sessionOptions: Json;
+  success: boolean;
 }
 
 export interface Usage {
