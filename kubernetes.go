@@ -3,7 +3,6 @@ package agentd
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,17 +55,14 @@ type KubernetesConfig struct {
 // kubernetesSandbox builds the kubernetes backend.
 func (s *Server) kubernetesSandbox(dataDir string) (sandbox.Provider, error) {
 	kc := s.cfg.Kubernetes
-	node, err := nodeID(dataDir)
+	co, err := s.containerOptions(dataDir, kc.Image)
 	if err != nil {
 		return nil, err
 	}
 	opts := kubernetes.Options{
-		Kubeconfig: kc.Kubeconfig, Namespace: kc.Namespace, Image: kc.Image,
+		Options: co, Kubeconfig: kc.Kubeconfig, Namespace: kc.Namespace,
 		PullPolicy: corev1.PullPolicy(kc.PullPolicy), ServiceAccount: kc.ServiceAccount,
 		RuntimeClass: kc.RuntimeClass, AllowNetwork: kc.AllowNetwork, StorageClass: kc.StorageClass,
-		Node: node, Limits: s.cfg.SandboxLimits, Ignore: append(slices.Clone(s.cfg.WatchIgnore), ".agentd"),
-		WarmPool: s.cfg.WarmPool, ModelProxy: s.executorModelProxy(), Nice: s.cfg.AgentNice,
-		OnCall: s.audit.ExecutorCall, Logger: s.log,
 	}
 	switch opts.PullPolicy {
 	case "", corev1.PullNever, corev1.PullIfNotPresent, corev1.PullAlways:
