@@ -206,7 +206,7 @@ func compactJSON(raw []byte) json.RawMessage {
 		return nil
 	}
 	out := buf.Bytes()
-	if bytes.IndexAny(out, "<>&\u2028\u2029") < 0 {
+	if !bytes.ContainsAny(out, "<>&\u2028\u2029") {
 		return out
 	}
 	var esc bytes.Buffer

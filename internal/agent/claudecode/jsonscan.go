@@ -334,21 +334,6 @@ func (s *scanner) number() []byte {
 	return b[start:i]
 }
 
-// float decodes a number; other values give 0. ok is false when the value
-// was not a number.
-func (s *scanner) float() (float64, bool) {
-	n := s.number()
-	if n == nil || s.err != nil {
-		return 0, false
-	}
-	f, err := strconv.ParseFloat(string(n), 64)
-	if err != nil {
-		s.fail("invalid number %q", n)
-		return 0, false
-	}
-	return f, true
-}
-
 // int decodes a number as an int64, truncating fractions (durations are
 // sometimes written as floats).
 func (s *scanner) int() int64 {
