@@ -284,10 +284,23 @@ func (p *Provider) Recover(ctx context.Context, spec sandbox.Spec, handle json.R
 	e := newEnvironment(p, spec, h)
 	cctx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
 	defer cancel()
+	if testHookRecoverConnect != nil {
+		testHookRecoverConnect(h)
+	}
 	if err := e.connect(cctx); err != nil {
 		var pe *rpc.Error
 		if errors.Is(err, ErrIncompatible) || errors.As(err, &pe) || cctx.Err() != nil {
 			return nil, fmt.Errorf("recover executor: %w", err)
+		}
+		// The executor may have died after the check above (it was being
+		// killed as we connected): then what it left is ours to remove,
+		// as for one found dead. A killed process is gone within
+		// milliseconds; one still there after a second is left alone.
+		gctx, gcancel := context.WithTimeout(cctx, time.Second)
+		gone := waitGone(gctx, h.PID)
+		gcancel()
+		if gone {
+			p.cleanupGone(spec, h)
 		}
 		return nil, fmt.Errorf("recover executor: %w: %v", sandbox.ErrGone, err)
 	}
@@ -308,6 +321,10 @@ func (p *Provider) Recover(ctx context.Context, spec sandbox.Spec, handle json.R
 	p.log.Info("executor recovered", "session", spec.SessionID, "pid", h.PID, "socket", h.Socket)
 	return e, nil
 }
+
+// testHookRecoverConnect, when set (tests), runs in Recover after the
+// executor was found alive, before connecting to it.
+var testHookRecoverConnect func(Handle)
 
 // cleanupGone releases what an executor that died while the server was
 // away left behind: whatever still runs in its group (a process that left

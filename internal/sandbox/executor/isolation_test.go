@@ -258,6 +258,39 @@ func TestRecoverGoneCleansUp(t *testing.T) {
 	}
 }
 
+// TestRecoverKilledWhileConnecting: an executor found alive that dies
+// before Recover reaches it (killed just as a restarted server connected:
+// the chaos test left its cgroup behind this way) is reported gone, and
+// what it left is removed as for one found dead.
+func TestRecoverKilledWhileConnecting(t *testing.T) {
+	needRoot(t)
+	p, dir := newTestProvider(t, nil)
+	if p.cg == nil {
+		t.Skip("no cgroups")
+	}
+	spec := sandbox.Spec{SessionID: "dying", Workspace: filepath.Join(dir, "ws")}
+	e := createSpec(t, p, spec)
+	h := e.handle
+	testHookRecoverConnect = func(Handle) {
+		syscall.Kill(-h.PID, syscall.SIGKILL)
+		<-e.reaped
+	}
+	t.Cleanup(func() { testHookRecoverConnect = nil })
+	p2, err := New(p.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p2.Recover(bg, spec, e.Handle()); !errors.Is(err, sandbox.ErrGone) {
+		t.Fatalf("recover: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/pids", sandboxtest.CgroupParent(), h.Cgroup)); err == nil {
+		t.Fatal("cgroup left")
+	}
+	if _, err := os.Stat(h.Dir); err == nil {
+		t.Fatal("run folder left")
+	}
+}
+
 // TestModelProxy: with a model proxy, the real keys passed by the server
 // never reach a process; the relay does, with the session's token; after a
 // restart (Recover) the same holds.
