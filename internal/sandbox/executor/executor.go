@@ -271,8 +271,14 @@ func (p *Provider) Recover(ctx context.Context, spec sandbox.Spec, handle json.R
 	if err := json.Unmarshal(handle, &h); err != nil {
 		return nil, fmt.Errorf("recover executor: bad handle: %w", err)
 	}
-	if h.Socket == "" || h.PID <= 0 {
-		return nil, fmt.Errorf("recover executor: handle without socket or pid: %s", handle)
+	if h.Socket == "" {
+		return nil, fmt.Errorf("recover executor: handle without socket: %s", handle)
+	}
+	if h.PID <= 0 {
+		// Recorded before the executor started (Spec.Record): the server
+		// stopped while creating it, and it never served.
+		p.removeUnstarted(ctx, spec, h)
+		return nil, fmt.Errorf("recover executor: %w: the server stopped while creating it", sandbox.ErrGone)
 	}
 	if h.ProtocolVersion != rpc.ProtocolVersion {
 		return nil, fmt.Errorf("recover executor: %w: handle says %d, we speak %d", ErrIncompatible, h.ProtocolVersion, rpc.ProtocolVersion)
@@ -320,6 +326,30 @@ func (p *Provider) Recover(ctx context.Context, spec sandbox.Spec, handle json.R
 	}
 	p.log.Info("executor recovered", "session", spec.SessionID, "pid", h.PID, "socket", h.Socket)
 	return e, nil
+}
+
+// removeUnstarted stops and removes an environment recorded before its
+// executor started (a handle without pid): the executor, if it got as far
+// as serving its socket, is shut down (it kills its processes and exits);
+// then what is left goes as for an executor found dead.
+func (p *Provider) removeUnstarted(ctx context.Context, spec sandbox.Spec, h Handle) {
+	if filepath.Dir(h.Socket) != p.opts.RunDir {
+		return // not ours: the handle comes from the store
+	}
+	e := newEnvironment(p, spec, h)
+	cctx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
+	defer cancel()
+	if err := e.connect(cctx); err == nil {
+		_ = e.client.Shutdown(cctx)
+		e.closeConn()
+		if p.opts.Wrapper == nil && p.opts.Wrap == nil {
+			waitGone(cctx, e.ping.PID) // its own pid (a wrapper's pid namespace aside)
+		}
+	} else if e.client != nil {
+		e.client.Close()
+		e.client.Wait()
+	}
+	p.cleanupGone(spec, h)
 }
 
 // testHookRecoverConnect, when set (tests), runs in Recover after the
