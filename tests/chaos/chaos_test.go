@@ -84,6 +84,8 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	h.finish()
+	// What the faults did to the store, as the server logged it.
+	h.stats.appendFailures = strings.Count(h.p.Logs(), `msg="event append failed"`)
 	t.Logf("chaos: %s in %v", h.stats.String(), time.Since(begin).Round(time.Second))
 }
 
@@ -315,7 +317,7 @@ type stats struct {
 	serverKills, executorKills              int
 	busy, busyOverTimeout, diskFull, storms int
 	connections, slowCuts, eventsCompared   int
-	probes                                  int
+	probes, appendFailures                  int
 }
 
 func (s *stats) String() string {
@@ -327,8 +329,9 @@ func (s *stats) String() string {
 	}
 	return fmt.Sprintf("%d rounds, %d sessions (%d deleted), %d turns (%d completed, %d failed: %s), "+
 		"%d server kills, %d executor kills, %d SQLite locks (%d beyond busy_timeout), %d disk-full, "+
-		"%d reconnect storms, %d client connections (%d cut off as slow) checking %d events against the store, %d probes",
+		"%d reconnect storms, %d client connections (%d cut off as slow) checking %d events against the store, %d probes, "+
+		"%d failed appends logged by the server",
 		s.rounds, s.sessions, s.deleted, s.turns, s.completed, s.failed, strings.Join(codes, " "),
 		s.serverKills, s.executorKills, s.busy, s.busyOverTimeout, s.diskFull,
-		s.storms, s.connections, s.slowCuts, s.eventsCompared, s.probes)
+		s.storms, s.connections, s.slowCuts, s.eventsCompared, s.probes, s.appendFailures)
 }

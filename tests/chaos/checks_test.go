@@ -81,7 +81,7 @@ func (h *harness) awaitTurns(ctx context.Context, active []*session) bool {
 				ss, err := h.c.Session(ctx, s.id)
 				st = append(st, fmt.Sprintf("%s: %s active %q (%v)", s.id, ss.Status, ss.ActiveQueryID, err))
 			}
-			h.failf("turns still running after 90s: %s\n%s", strings.Join(st, "; "), tail(h.p.Logs(), 6000))
+			h.failf("turns still running after 90s: %s (data folder: %s)\n%s", strings.Join(st, "; "), diskUsage(h.data), tail(h.p.Logs(), 6000))
 			return false
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -279,9 +279,9 @@ func diffEvent(a, b storedEvent) string {
 	return fmt.Sprintf("%s vs %s", ca.Bytes(), cb.Bytes())
 }
 
-// quiet waits until the run is at rest (no session running, every
-// environment terminated by the idle timeout, no process of ours left
-// but the server) and checks that nothing leaked: processes, cgroups,
+// quiet waits until the run is at rest (no session with its environment
+// up: the idle timeout terminated them all; no process of ours left but
+// the server) and checks that nothing leaked: processes, cgroups,
 // mounts, and the server's descriptors and goroutines against its first
 // quiet point.
 func (h *harness) quiet(ctx context.Context) bool {
@@ -295,9 +295,8 @@ func (h *harness) quiet(ctx context.Context) bool {
 			busy = append(busy, "list sessions: "+err.Error())
 		}
 		for _, s := range list {
-			switch s.Status {
-			case conversation.SessionTerminated, conversation.SessionCreated:
-			default:
+			// Terminated, created or error: no environment up.
+			if s.Status.Active() {
 				busy = append(busy, fmt.Sprintf("session %s is %s", s.SessionID, s.Status))
 			}
 		}

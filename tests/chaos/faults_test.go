@@ -62,12 +62,12 @@ func (h *harness) planFaults(d time.Duration) []fault {
 		// Beyond busy_timeout the server's writes fail: only in rounds
 		// without a server kill, since a server starting (migrations)
 		// under such a lock exits, as it should.
-		if kills == 0 && h.rng.IntN(3) == 0 {
+		if kills == 0 && h.rng.IntN(2) == 0 {
 			hold = busyTimeout + time.Duration(500+h.rng.IntN(2500))*time.Millisecond
 		}
 		fs = append(fs, fault{at: at(), kind: sqliteBusy, hold: hold})
 	}
-	if h.tmpfs && h.rng.IntN(4) == 0 {
+	if h.tmpfs && h.rng.IntN(3) == 0 {
 		fs = append(fs, fault{at: at(), kind: diskFull, hold: time.Duration(300+h.rng.IntN(2500)) * time.Millisecond})
 	}
 	if h.rng.IntN(2) == 0 {
@@ -236,6 +236,15 @@ func mountTmpfs(t interface {
 		}
 	})
 	return true
+}
+
+// diskUsage says how full dir's file system is.
+func diskUsage(dir string) string {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("%d of %d KiB free", int64(st.Bavail)*st.Bsize>>10, int64(st.Blocks)*st.Bsize>>10)
 }
 
 func tail(s string, n int) string {
