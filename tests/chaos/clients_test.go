@@ -33,14 +33,6 @@ type conn struct {
 	end     string // why it ended
 }
 
-// last is the seq of the last event received, or after.
-func (c *conn) last() int64 {
-	if len(c.events) == 0 {
-		return c.after
-	}
-	return c.events[len(c.events)-1].Seq
-}
-
 // clients are the round's readers. The followers keep one stream per
 // session open (reconnecting from the last seq they received whenever the
 // server goes away or cuts them off) until stop.
@@ -50,8 +42,10 @@ type clients struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu        sync.Mutex
-	conns     []*conn
+	mu    sync.Mutex // guards conns
+	conns []*conn    // every finished connection, for the checks
+
+	// The test goroutine's only.
 	followers []*follower
 	rng       *rand.Rand // for storms, seeded from the round's generator
 }
@@ -132,9 +126,9 @@ func (cl *clients) follow(id, kind, role string, after int64, pause time.Duratio
 }
 
 // storm opens n short connections to random sessions from random cursors,
-// each read for a random while and dropped.
+// each read for a random while and dropped. It is called by the test
+// goroutine.
 func (cl *clients) storm(n int) {
-	cl.mu.Lock()
 	type plan struct {
 		s     *session
 		kind  string
@@ -153,7 +147,6 @@ func (cl *clients) storm(n int) {
 			delay: time.Duration(cl.rng.IntN(300)) * time.Millisecond,
 		})
 	}
-	cl.mu.Unlock()
 	for _, p := range plans {
 		cl.wg.Add(1)
 		go func() {
