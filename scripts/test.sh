@@ -27,6 +27,21 @@ step() {
   step_start=$(date +%s)
   printf '\n\033[1m== %s\033[0m\n' "$*"
 }
+# The step times, also when a step fails.
+report() {
+  rc=$?
+  end_step
+  step_name=""
+  echo
+  echo "step times:"
+  printf '%s\n' "${times[@]}"
+  if [ "$rc" -eq 0 ]; then
+    echo "all tests passed in $(($(date +%s) - start))s"
+  else
+    echo "FAILED (exit $rc) after $(($(date +%s) - start))s"
+  fi
+}
+trap report EXIT
 
 step "setup"
 scripts/setup.sh
@@ -93,8 +108,3 @@ AGENTD_BIN="$PWD/bin/agentd" npm test --prefix tests/socketio --silent
 step "browser tests (chromium)"
 AGENTD_BIN="$PWD/bin/agentd" npm run e2e --prefix web --silent
 
-end_step
-echo
-echo "step times:"
-printf '%s\n' "${times[@]}"
-echo "all tests passed in $(($(date +%s) - start))s"
