@@ -33,11 +33,12 @@ type config struct {
 	seed     uint64
 	rounds   int           // at most this many rounds
 	duration time.Duration // no round starts after this long
+	claude   bool          // a Claude Code session (against mock-llm) takes part too
 }
 
 func loadConfig(t *testing.T) config {
 	t.Helper()
-	c := config{rounds: 6, duration: 2 * time.Minute, seed: uint64(time.Now().UnixNano())}
+	c := config{rounds: 12, duration: 2 * time.Minute, seed: uint64(time.Now().UnixNano())}
 	if v := os.Getenv("AGENTD_CHAOS_SEED"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
@@ -52,6 +53,7 @@ func loadConfig(t *testing.T) config {
 		}
 		c.rounds = n
 	}
+	c.claude = os.Getenv("AGENTD_CHAOS_CLAUDE") == "1"
 	if v := os.Getenv("AGENTD_CHAOS_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -124,10 +126,11 @@ type harness struct {
 	violations *[]string
 }
 
-// session is one shell session of the run and the turns it was sent.
+// session is one session of the run and the turns it was sent.
 type session struct {
-	id    string
-	turns []*turn
+	id     string
+	claude bool // a Claude Code session, else shell
+	turns  []*turn
 	// mirror is the session's log as read from the store so far.
 	mirror []storedEvent
 }
@@ -158,8 +161,13 @@ func newHarness(t *testing.T, cfg config) *harness {
 	// killed at the end, before the tmpfs is unmounted (cleanups run last
 	// registered first).
 	t.Cleanup(func() { killOurs(t, h.data, h.run) })
-	h.p = testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + h.run},
-		"--data-dir", h.data, "--no-ui", "--sandbox", "executor", "--idle-timeout", "1s")
+	env := []string{"XDG_RUNTIME_DIR=" + h.run}
+	args := []string{"--data-dir", h.data, "--no-ui", "--sandbox", "executor", "--idle-timeout", "1s"}
+	if cfg.claude {
+		e, a := claudeSetup(t)
+		env, args = append(env, e...), append(args, a...)
+	}
+	h.p = testenv.StartProcess(t, env, args...)
 	h.tr = &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: 5 * time.Second}
 	h.hc = &http.Client{Transport: h.tr, Timeout: 30 * time.Second}
 	t.Cleanup(h.tr.CloseIdleConnections)
@@ -193,17 +201,35 @@ func (h *harness) round(n int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	// Two to four sessions take part: the older ones carry their history
-	// (and the restarts it went through) into this round.
-	for len(h.sessions) < 2+h.rng.IntN(3) {
-		if !h.newSession(ctx) {
-			return false
+	// Two to four shell sessions take part: the older ones carry their
+	// history (and the restarts it went through) into this round. With
+	// AGENTD_CHAOS_CLAUDE=1 a Claude Code session too.
+	var shells, claudes []*session
+	for _, s := range h.sessions {
+		if s.claude {
+			claudes = append(claudes, s)
+		} else {
+			shells = append(shells, s)
 		}
 	}
-	active := h.sessions
-	if len(active) > 4 {
-		active = pick(h.rng, active, 4)
+	for len(shells) < 2+h.rng.IntN(3) {
+		s := h.newSession(ctx, "shell")
+		if s == nil {
+			return false
+		}
+		shells = append(shells, s)
 	}
+	if len(shells) > 4 {
+		shells = pick(h.rng, shells, 4)
+	}
+	if h.cfg.claude && len(claudes) == 0 {
+		s := h.newSession(ctx, "claude-code")
+		if s == nil {
+			return false
+		}
+		claudes = append(claudes, s)
+	}
+	active := append(shells, claudes...)
 	for _, s := range h.sessions {
 		if !h.refresh(ctx, s) {
 			return false
@@ -221,6 +247,10 @@ func (h *harness) round(n int) bool {
 		tn := &turn{mark: fmt.Sprintf("r%ds%d", n, len(s.turns)), lines: 30 + h.rng.IntN(50), round: n}
 		pace := []string{"0.02", "0.04", "0.06"}[h.rng.IntN(3)]
 		cmd := fmt.Sprintf("for i in $(seq 1 %d); do echo %s l$i; sleep %s; done", tn.lines, tn.mark, pace)
+		if s.claude {
+			// The scripted model runs a fixed Bash command (claudeScript).
+			tn.lines, pace, cmd = claudeLines, "0.1", claudePrompt
+		}
 		sent, err := h.c.Send(ctx, s.id, cmd)
 		if err != nil {
 			h.failf("send to %s: %v", s.id, err)
@@ -251,16 +281,22 @@ func (h *harness) round(n int) bool {
 	return ok && !h.t.Failed()
 }
 
-// newSession creates a shell session.
-func (h *harness) newSession(ctx context.Context) bool {
-	created, err := h.c.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
-	if err != nil {
-		h.failf("create session: %v", err)
-		return false
+// newSession creates a session of the architecture ("shell" or
+// "claude-code").
+func (h *harness) newSession(ctx context.Context, arch string) *session {
+	req := restapi.CreateSessionRequest{Architecture: arch}
+	if arch == "claude-code" {
+		req.AgentProfileRef = claudeProfile.ID
 	}
-	h.sessions = append(h.sessions, &session{id: created.SessionID})
+	created, err := h.c.CreateSession(ctx, req)
+	if err != nil {
+		h.failf("create %s session: %v", arch, err)
+		return nil
+	}
+	s := &session{id: created.SessionID, claude: arch == "claude-code"}
+	h.sessions = append(h.sessions, s)
 	h.stats.sessions++
-	return true
+	return s
 }
 
 // pick returns n distinct elements of v in random order.
@@ -275,6 +311,9 @@ func pick[T any](rng *rand.Rand, v []T, n int) []T {
 func (h *harness) deleteOne(ctx context.Context) bool {
 	i := h.rng.IntN(len(h.sessions))
 	s := h.sessions[i]
+	if s.claude {
+		return true // kept: its CLI's first start is slow
+	}
 	if err := h.c.DeleteSession(ctx, s.id, true); err != nil {
 		h.failf("delete session %s: %v", s.id, err)
 		return false

@@ -22,7 +22,7 @@ func checkHarness(t *testing.T) (*harness, *[]string) {
 func turnLog(queryID, mark string, lines []int, note string, end conversation.EventType) []storedEvent {
 	result := conversation.ToolResultID(shell.ToolUseID(queryID))
 	evs := []storedEvent{
-		conversation.Upsert(conversation.Block{ID: queryID + "-user", Type: conversation.BlockUserMessage}),
+		conversation.Upsert(conversation.Block{ID: queryID + "-user", Type: conversation.BlockUserMessage, Content: "command"}),
 		conversation.NewEvent(conversation.QueryStarted{QueryID: queryID}),
 	}
 	for _, l := range lines {
@@ -124,4 +124,34 @@ func assertViolation(t *testing.T, got []string, want string) {
 		}
 	}
 	t.Fatalf("violations %q, want one saying %q", got, want)
+}
+
+func TestCheckClaudeTurn(t *testing.T) {
+	var lines strings.Builder
+	for i := 1; i <= claudeLines; i++ {
+		lines.WriteString("line " + strconv.Itoa(i) + "\n")
+	}
+	text := conversation.Upsert(conversation.Block{ID: "t1", Type: conversation.BlockAssistantText})
+	result := func(out string) storedEvent {
+		return conversation.Upsert(conversation.Block{ID: "r1", Type: conversation.BlockToolResult, Output: out})
+	}
+	answer := conversation.Upsert(conversation.Block{ID: "t2", Type: conversation.BlockAssistantText, Content: claudeAnswer})
+	cases := []struct {
+		name string
+		evs  []storedEvent
+		want string
+	}{
+		{"complete", []storedEvent{text, conversation.Delta("t1", "Counting "), conversation.Delta("t1", "now."), result(lines.String()), answer}, ""},
+		{"a delta resent", []storedEvent{text, conversation.Delta("t1", "Counting "), conversation.Delta("t1", "Counting "), conversation.Delta("t1", "now."), result(lines.String()), answer}, "holds \"Counting Counting now.\""},
+		{"an upsert stored twice", []storedEvent{text, result(lines.String()), result(lines.String()), answer}, "stored twice"},
+		{"output repeated", []storedEvent{result("line 1\nline 2\nline 2\n"), answer}, "Bash output after 2 good lines"},
+		{"no answer", []storedEvent{result(lines.String())}, "answered false"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h, got := checkHarness(t)
+			h.checkClaudeTurn("turn", c.evs, true)
+			assertViolation(t, *got, c.want)
+		})
+	}
 }

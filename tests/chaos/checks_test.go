@@ -157,7 +157,7 @@ func (h *harness) check(ctx context.Context, cl *clients) bool {
 func (h *harness) checkLog(s *session) {
 	type q struct {
 		users, started, ends int
-		endSeq               int64
+		startSeq, endSeq     int64
 		output               strings.Builder
 		lateDelta            int64
 	}
@@ -178,13 +178,16 @@ func (h *harness) checkLog(s *session) {
 			BlockID string `json:"blockId"`
 			Delta   string `json:"delta"`
 			Block   struct {
-				ID string `json:"id"`
+				ID      string `json:"id"`
+				Content string `json:"content"`
 			} `json:"block"`
 		}
 		_ = json.Unmarshal(ev.Payload, &p)
 		switch ev.Type {
 		case conversation.TypeQueryStarted:
-			get(p.QueryID).started++
+			x := get(p.QueryID)
+			x.started++
+			x.startSeq = ev.Seq
 		case conversation.TypeQueryCompleted, conversation.TypeQueryFailed:
 			x := get(p.QueryID)
 			x.ends++
@@ -198,7 +201,9 @@ func (h *harness) checkLog(s *session) {
 				}
 			}
 		case conversation.TypeBlockUpsert:
-			if strings.HasSuffix(p.Block.ID, "-user") {
+			// The message itself (Claude Code's runner upserts the block
+			// again with its resume checkpoint, without content).
+			if strings.HasSuffix(p.Block.ID, "-user") && p.Block.Content != "" {
 				get(strings.TrimSuffix(p.Block.ID, "-user")).users++
 			}
 		}
@@ -206,8 +211,15 @@ func (h *harness) checkLog(s *session) {
 	for _, tn := range s.turns {
 		x := get(tn.queryID)
 		where := fmt.Sprintf("session %s turn %s (%s, round %d)", s.id, tn.queryID, tn.mark, tn.round)
-		if x.started != 1 || x.ends != 1 {
-			h.failf("%s: %d query:started and %d terminal events, want 1 each", where, x.started, x.ends)
+		once := x.started == 1 && x.ends == 1 && x.users == 1
+		if !once {
+			h.failf("%s: %d user messages, %d query:started and %d terminal events, want 1 each", where, x.users, x.started, x.ends)
+		}
+		if s.claude {
+			if once && x.startSeq < x.endSeq {
+				h.checkClaudeTurn(where, s.mirror[x.startSeq-1:x.endSeq], tn.end == string(conversation.TypeQueryCompleted))
+			}
+			continue
 		}
 		if x.lateDelta != 0 {
 			h.failf("%s: output at seq %d after the turn ended at seq %d", where, x.lateDelta, x.endSeq)
