@@ -10,12 +10,12 @@ import (
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/testenv"
-	"github.com/agentd/agentd/profile"
 )
 
 // With AGENTD_CHAOS_CLAUDE=1 a Claude Code session (the pinned CLI against
 // mock-llm, in this process on loopback) takes part in every round: the
-// scripted model has the CLI run a paced Bash command, then answers.
+// scripted model (testenv.CountSlowlyScript) has the CLI run a paced Bash
+// command, then answers.
 
 const (
 	claudePrompt = "count slowly"
@@ -24,36 +24,15 @@ const (
 	claudeAnswer = "Counted to thirty."
 )
 
-var claudeScript = `
-rules:
-  - name: count
-    match: {userContains: "count slowly", noToolResult: true}
-    reply:
-      chunkSize: 5
-      content:
-        - text: "` + claudeIntro + `"
-        - type: tool_use
-          name: Bash
-          input: {command: "for i in $(seq 1 30); do echo line $i; sleep 0.1; done", description: "Count slowly"}
-  - name: counted
-    match: {toolResult: {name: Bash, contains: "line 30"}}
-    reply:
-      chunkSize: 5
-      text: "` + claudeAnswer + `"
-default:
-  text: "no rule for {{lastUserText}}"
-`
-
 // claudeProfile lets Bash run without a prompt; the CLI retries model calls
 // while the server (its model proxy) is down.
-var claudeProfile = profile.Profile{ID: "chaos-claude", Name: "Chaos", AllowedTools: []string{"Bash"},
-	EnvironmentVariables: map[string]string{"CLAUDE_CODE_MAX_RETRIES": "6"}}
+var claudeProfile = testenv.CountSlowlyProfile
 
 // claudeSetup starts mock-llm and returns the server's extra environment
 // and flags.
 func claudeSetup(t *testing.T) (env, args []string) {
 	bin := testenv.AgentBin(t, "claude")
-	_, url := testenv.MockLLM(t, claudeScript)
+	_, url := testenv.MockLLM(t, testenv.CountSlowlyScript)
 	dir := t.TempDir()
 	data, _ := json.Marshal(claudeProfile)
 	if err := os.WriteFile(filepath.Join(dir, "chaos.json"), data, 0o644); err != nil {
