@@ -27,6 +27,7 @@ mapfile -t targets < <(
 )
 
 failed=()
+flaked=()
 ran=0
 start=$(date +%s)
 for t in "${targets[@]}"; do
@@ -40,13 +41,22 @@ for t in "${targets[@]}"; do
   # -run '^$': the package's ordinary tests already ran in the go test step.
   if out=$(go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$dir" 2>&1); then
     printf 'ok    %-50s %ss\n' "${dir#./}.$name" "$(( $(date +%s) - t0 ))"
+  elif ! grep -q 'Failing input written to' <<<"$out" &&
+    grep -q '^    context deadline exceeded$' <<<"$out" &&
+    [ "$(grep -c -- '^--- FAIL' <<<"$out")" -eq 1 ]; then
+    # Go 1.26's fuzzing coordinator can report its own -fuzztime deadline
+    # as a failure when a worker is mid-input as time runs out on a busy
+    # machine (golang/go#75804, fixed in Go 1.27): no input failed, none
+    # was written. Not a finding; said so, not failed.
+    printf 'flake %-50s %ss (fuzztime deadline race, golang/go#75804; no failing input)\n' "${dir#./}.$name" "$(( $(date +%s) - t0 ))"
+    flaked+=("${dir#./}.$name")
   else
     printf 'FAIL  %-50s %ss\n%s\n' "${dir#./}.$name" "$(( $(date +%s) - t0 ))" "$out"
     failed+=("${dir#./}.$name")
   fi
 done
 
-echo "fuzzed $ran targets for $fuzztime each in $(( $(date +%s) - start ))s"
+echo "fuzzed $ran targets for $fuzztime each in $(( $(date +%s) - start ))s (${#flaked[@]} stopped by golang/go#75804)"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "failing targets (their inputs are in <package>/testdata/fuzz/<target>/):"
   printf '  %s\n' "${failed[@]}"
