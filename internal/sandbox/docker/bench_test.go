@@ -85,4 +85,3 @@ func BenchmarkOutput(b *testing.B) {
 	env := sandboxtest.Create(b, f.provider(func(o *docker.Options) { o.Limits = sandbox.Limits{} }), f.spec("out"))
 	sandboxtest.BenchOutput(b, env)
 }
-
