@@ -130,8 +130,15 @@ start() {
   done
   [[ -x /usr/lib/cni/bridge ]] || { log "containernetworking-plugins is not installed (scripts/setup.sh)"; exit 1; }
   if ip netns list | grep -qw "$netns"; then
-    log "namespace $netns exists: another cluster runs (scripts/kube.sh stop DIR)"
-    exit 1
+    # A namespace nothing runs in is left over (a machine restored from a
+    # snapshot, a killed run): take it over. One with processes is a live
+    # cluster, which we must not disturb.
+    if [[ -n $(ip netns pids "$netns" 2>/dev/null) ]]; then
+      log "namespace $netns is in use: another cluster runs (scripts/kube.sh stop DIR, or set AGENTD_KUBE_NETNS)"
+      exit 1
+    fi
+    log "namespace $netns is left over and empty: removing it"
+    ip netns del "$netns" 2>/dev/null || rm -f "/run/netns/$netns"
   fi
   local bin
   bin=$("$root/scripts/kube-build.sh" | tail -n 1)
@@ -334,6 +341,11 @@ stop() {
     [[ -d $c ]] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null || true
   done
   ip netns del "$netns" 2>/dev/null || true
+  # The pods' namespaces CNI left behind (named cni-…) once nothing runs in them.
+  local n
+  for n in $(ip netns list 2>/dev/null | awk '$1 ~ /^cni-/ { print $1 }'); do
+    [[ -z $(ip netns pids "$n" 2>/dev/null) ]] && ip netns del "$n" 2>/dev/null || true
+  done
   rm -rf "$dir"
   log "cluster stopped in $((SECONDS - t0))s"
 }

@@ -64,4 +64,8 @@ npm_ci tests/socketio
 
 log "go mod download"
 go mod download
+# The pinned checkers (downloaded and built once; later runs hit the cache).
+. scripts/tools.env
+go run "$STATICCHECK" -version >/dev/null
+go run "$GOVULNCHECK" -version >/dev/null
 log "done"

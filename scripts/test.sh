@@ -1,18 +1,54 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls exactly this):
-# set-up, Go vet and tests (real SQLite and PostgreSQL, real processes, the real agent CLIs
-# against mock-llm), the TypeScript client and UI unit tests, and browser
-# tests in Debian's chromium against a real server.
+# set-up, Go vet, staticcheck, go mod tidy, govulncheck, Go tests with and
+# without the race detector (real SQLite and PostgreSQL, a private dockerd,
+# real processes, the real agent CLIs against mock-llm), a short chaos run, a short fuzzing pass, the
+# TypeScript client and UI unit tests, and browser tests in Debian's
+# chromium against a real server, and the Kubernetes sandbox on a
+# single-node cluster in a network namespace. Each step's time is printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-start=$(date +%s)
+. scripts/tools.env
+# Seconds each fuzz target runs (scripts/fuzz.sh; docs/testing.md says why).
+FUZZTIME=${AGENTD_FUZZTIME:-5s}
 
-# What the steps start is stopped at exit, newest first, whatever failed.
+start=$(date +%s)
+times=()
+step_name=""
+step_start=0
+end_step() {
+  if [ -n "$step_name" ]; then
+    times+=("$(printf '%6ss  %s' $(($(date +%s) - step_start)) "$step_name")")
+  fi
+}
+step() {
+  end_step
+  step_name=$*
+  step_start=$(date +%s)
+  printf '\n\033[1m== %s\033[0m\n' "$*"
+}
+# The step times, also when a step fails.
+report() {
+  local rc=$1
+  end_step
+  step_name=""
+  echo
+  echo "step times:"
+  printf '%s\n' "${times[@]}"
+  if [ "$rc" -eq 0 ]; then
+    echo "all tests passed in $(($(date +%s) - start))s"
+  else
+    echo "FAILED (exit $rc) after $(($(date +%s) - start))s"
+  fi
+}
+# What the steps start is stopped at exit, newest first, whatever failed;
+# then the step times. One EXIT trap: a second would replace the first.
 cleanups=()
 on_exit() {
+  local rc=$?
   for ((i = ${#cleanups[@]} - 1; i >= 0; i--)); do eval "${cleanups[i]}" || true; done
+  report "$rc"
 }
 trap on_exit EXIT
 
@@ -33,6 +69,34 @@ export AGENTD_REQUIRE_POSTGRES=1
 step "go vet"
 go vet ./...
 
+step "go mod tidy -diff"
+go mod tidy -diff
+
+step "staticcheck"
+go run "$STATICCHECK" ./...
+
+step "govulncheck"
+# It needs the vulnerability database at vuln.go.dev (or a copy named by
+# AGENTD_VULNDB, e.g. file:///srv/vulndb); where that cannot be reached
+# the step is skipped, saying so, rather than failed.
+vulndb=()
+[ -n "${AGENTD_VULNDB:-}" ] && vulndb=(-db "$AGENTD_VULNDB")
+if out=$(go run "$GOVULNCHECK" "${vulndb[@]}" ./... 2>&1); then
+  echo "$out"
+else
+  rc=$?
+  if grep -q "fetching vulnerabilities" <<<"$out"; then
+    echo "govulncheck SKIPPED: the vulnerability database cannot be reached from here:"
+    grep "fetching vulnerabilities" <<<"$out"
+  else
+    echo "$out"
+    exit "$rc"
+  fi
+fi
+
+# The chaos test runs once, in its own step, under -race.
+mapfile -t pkgs < <(go list ./... | grep -v '/tests/chaos$')
+
 step "dockerd and the sandbox image (docker sandbox tests)"
 # A private daemon (no systemd here) and the sandbox image with Claude Code
 # only (the e2e tests need no other CLI); both kept under the cache folder,
@@ -49,10 +113,20 @@ echo "docker set-up: $(( $(date +%s) - docker_start ))s"
 step "go test"
 # Missing agent CLIs fail the run instead of skipping tests.
 export AGENTD_REQUIRE_AGENTS=1
-go test -count=1 -timeout 30m ./...
+go test -count=1 -timeout 30m "${pkgs[@]}"
 
-step "go test -race (core packages)"
-go test -count=1 -race -timeout 20m ./conversation/... ./internal/eventlog/... ./internal/session/... ./internal/api/... ./store/...
+step "go test -race"
+# Every package: the agentd processes tests start are built with -race too
+# (internal/testenv), and a race they report fails the test.
+go test -count=1 -race -timeout 40m "${pkgs[@]}"
+
+step "chaos (short run, -race)"
+# Bounded by AGENTD_CHAOS_ROUNDS / AGENTD_CHAOS_DURATION (docs/chaos.md).
+# -v prints the seed, each round's faults and what the run did.
+go test -count=1 -race -timeout 15m -v ./tests/chaos
+
+step "fuzz ($FUZZTIME a target)"
+scripts/fuzz.sh "$FUZZTIME"
 
 step "Kubernetes (scripts/kube.sh: a single-node cluster in a network namespace; kubernetes sandbox tests)"
 # The cluster's binaries are built from the Go modules once per machine
@@ -85,5 +159,3 @@ AGENTD_BIN="$PWD/bin/agentd" npm test --prefix tests/socketio --silent
 step "browser tests (chromium)"
 AGENTD_BIN="$PWD/bin/agentd" npm run e2e --prefix web --silent
 
-echo
-echo "all tests passed in $(( $(date +%s) - start ))s"

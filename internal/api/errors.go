@@ -10,9 +10,9 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
-	"strconv"
 
 	"github.com/agentd/agentd/internal/auth"
 	"github.com/agentd/agentd/internal/eventlog"

@@ -78,6 +78,11 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	// The log publishes a batch just after storing it: a page read in
+	// between holds events beyond the last published seq.
+	if n := len(evs); n > 0 {
+		last = max(last, evs[n-1].Seq)
+	}
 	if evs == nil {
 		evs = []conversation.Event{}
 	}

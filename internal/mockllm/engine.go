@@ -50,16 +50,6 @@ func (p *plan) toolID(i int, ids *idGen, prefix string, n int) string {
 	return ids.id(prefix, n, "tool"+strconv.Itoa(i))
 }
 
-func (p *plan) text() string {
-	var b strings.Builder
-	for _, bl := range p.blocks {
-		if bl.typ == BlockText {
-			b.WriteString(bl.text)
-		}
-	}
-	return b.String()
-}
-
 // apiError is a resolved scripted error.
 type apiError struct {
 	status     int

@@ -79,6 +79,7 @@ func geminiModelAction(path string) (model, action string) {
 func parseGemini(body []byte, hr *http.Request) (*Request, error) {
 	var gr geminiRequest
 	if err := json.Unmarshal(body, &gr); err != nil {
+		//lint:ignore ST1005 the wording of Gemini's own error, which clients may match
 		return nil, fmt.Errorf("Invalid JSON payload received: %v", err)
 	}
 	model, action := geminiModelAction(hr.URL.Path)

@@ -422,13 +422,15 @@ func TestForwardsWithTheRealKey(t *testing.T) {
 			}
 		})
 	}
+	// A request is counted once its answer's body ended, which the client
+	// may see first; its audit record comes after its usage: wait for those.
+	recs := f.audit(len(calls))
 	// Each answer reported 100 in, 20 out.
 	u, _ := f.p.SessionUsage(context.Background(), "s1")
 	n := int64(len(calls))
 	if u != (conversation.Usage{InputTokens: 100 * n, OutputTokens: 20 * n}) {
 		t.Fatalf("counted usage %+v, want %d in / %d out", u, 100*n, 20*n)
 	}
-	recs := f.audit(len(calls))
 	for i, r := range recs {
 		c := calls[i]
 		path, _, _ := strings.Cut(c.path, "?")

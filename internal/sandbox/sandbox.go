@@ -57,6 +57,13 @@ type Spec struct {
 	// Image is the container image of container backends ("": the
 	// backend's default). Other backends ignore it.
 	Image string
+	// Record, when set, is called by a provider whose environments outlive
+	// the server (Recoverer) with a handle of the environment before it
+	// starts anything, so that a server killed while creating it leaves a
+	// record: Recover given that handle stops and removes whatever was
+	// started and reports ErrGone. Create fails if Record does. The
+	// environment's Handle, once it is up, supersedes it.
+	Record func(ctx context.Context, handle json.RawMessage) error `json:"-"`
 }
 
 // Limits bound the resources of an environment's processes. Zero means the

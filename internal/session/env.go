@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -29,6 +30,10 @@ func (m *Manager) startEnvironment(ctx context.Context, s *Session, rec store.Se
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	// A backend whose environments outlive the server records a handle
+	// before starting anything: a server killed while it starts one then
+	// finds and removes it (Recover) instead of leaving it running.
+	spec.Record = func(ctx context.Context, h json.RawMessage) error { return m.recordHandle(ctx, s, h) }
 	_, statErr := os.Stat(spec.Workspace)
 	fresh := errors.Is(statErr, os.ErrNotExist)
 	start := time.Now()
@@ -86,6 +91,15 @@ func (m *Manager) spec(ctx context.Context, rec store.Session, prof profile.Prof
 	return spec, nil
 }
 
+// recordHandle stores an environment's handle in the session's record.
+func (m *Manager) recordHandle(ctx context.Context, s *Session, h json.RawMessage) error {
+	s.mu.Lock()
+	s.rec.SandboxState = h
+	rec := s.rec
+	s.mu.Unlock()
+	return m.cfg.Store.UpdateSession(ctx, rec)
+}
+
 // attachEnvironment makes an environment that is up (new, or recovered
 // after a restart) the session's: it records the sandbox's handle, starts
 // the workspace watcher and the lease renewal (both until ctx ends), and
@@ -103,13 +117,9 @@ func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.E
 	s.rec.Runtime.WorkDir = e.WorkDir() // saved with the next record update (the status that follows)
 	s.mu.Unlock()
 	if hd, ok := e.(sandbox.Handler); ok {
-		s.mu.Lock()
-		s.rec.SandboxState = hd.Handle()
-		rec := s.rec
-		s.mu.Unlock()
 		// Recorded before anything runs: a server killed from here on finds
 		// the environment again.
-		if err := m.cfg.Store.UpdateSession(ctx, rec); err != nil {
+		if err := m.recordHandle(ctx, s, hd.Handle()); err != nil {
 			return nil, nil, fmt.Errorf("record sandbox handle: %w", err)
 		}
 	}

@@ -457,7 +457,7 @@ func (o *owner) finishTurn(res agent.TurnResult, err error) {
 	default:
 		ev = conversation.NewEvent(conversation.QueryFailed{QueryID: t.queryID, Error: err.Error(), Code: agent.CodeOf(err), Interrupted: interrupted, DurationMs: dur})
 	}
-	if _, aerr := s.m.cfg.Log.Append(ctx, s.id, withActor(ev, t.actor)); aerr != nil {
+	if aerr := s.m.appendTurnEnd(ctx, s.id, withActor(ev, t.actor)); aerr != nil {
 		s.m.log.Error("record turn end", "session", s.id, "err", aerr)
 	}
 	s.mu.Lock()

@@ -174,7 +174,10 @@ var (
 	buildErr  error
 )
 
-// Binary builds cmd/agentd once per test binary and returns its path.
+// Binary builds cmd/agentd once per test binary and returns its path. A
+// test binary built with -race gets an agentd built with -race: the
+// servers and executors that tests start as processes are checked for
+// data races too (see StartProcess).
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -190,7 +193,11 @@ func Binary(t testing.TB) string {
 			return
 		}
 		buildPath = filepath.Join(dir, "agentd")
-		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/agentd")
+		args := []string{"build", "-o", buildPath}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, "./cmd/agentd")...)
 		cmd.Dir = RepoRoot(t)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -212,19 +219,29 @@ type Process struct {
 	URL     string
 	Client  *client.Client
 	cmd     *exec.Cmd
+	raceLog string // GORACE log_path prefix, with -race
 	logs    *strings.Builder
 	logMu   sync.Mutex
 	waitErr chan error
+	exited  chan struct{} // closed when the current process has exited
 }
 
 // StartProcess runs `agentd serve --addr 127.0.0.1:0 args…` and waits for
-// it to listen. The test's end kills it.
+// it to listen. The test's end kills it. Under -race, a data race the
+// server reports (into files, as it is killed rather than stopped) fails
+// the test.
 func StartProcess(t testing.TB, env []string, args ...string) *Process {
 	t.Helper()
 	p := &Process{t: t, Args: args, Env: env, logs: &strings.Builder{}}
+	if raceEnabled {
+		p.raceLog = filepath.Join(t.TempDir(), "race")
+	}
 	p.start("127.0.0.1:0")
 	t.Cleanup(func() {
 		p.Kill()
+		if races := p.Races(); races != "" {
+			t.Errorf("testenv: the agentd server reported data races:\n%s", races)
+		}
 		if t.Failed() {
 			t.Logf("agentd log:\n%s", p.Logs())
 		}
@@ -232,11 +249,33 @@ func StartProcess(t testing.TB, env []string, args ...string) *Process {
 	return p
 }
 
+// Races returns the data race reports of the server processes started so
+// far (with -race; "" without).
+func (p *Process) Races() string {
+	if p.raceLog == "" {
+		return ""
+	}
+	files, _ := filepath.Glob(p.raceLog + ".*")
+	var b strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err == nil && len(data) > 0 {
+			fmt.Fprintf(&b, "%s:\n%s\n", filepath.Base(f), data)
+		}
+	}
+	return b.String()
+}
+
 func (p *Process) start(addr string) {
 	p.t.Helper()
 	args := append([]string{"serve", "--addr", addr}, p.Args...)
 	cmd := exec.Command(Binary(p.t), args...)
 	cmd.Env = append(os.Environ(), p.Env...)
+	if p.raceLog != "" {
+		// One file per process (<log_path>.<pid>); the run goes on after a
+		// report, as the test decides at its end.
+		cmd.Env = append(cmd.Env, "GORACE=log_path="+p.raceLog+" halt_on_error=0")
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -248,6 +287,7 @@ func (p *Process) start(addr string) {
 	}
 	p.cmd = cmd
 	p.waitErr = make(chan error, 1)
+	p.exited = make(chan struct{})
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -266,7 +306,12 @@ func (p *Process) start(addr string) {
 			}
 		}
 	}()
-	go func() { p.waitErr <- cmd.Wait() }()
+	exited := p.exited
+	go func() {
+		err := cmd.Wait()
+		close(exited)
+		p.waitErr <- err
+	}()
 	select {
 	case u := <-ready:
 		p.URL = u
@@ -276,6 +321,28 @@ func (p *Process) start(addr string) {
 		p.t.Fatalf("testenv: agentd did not start\n%s", p.Logs())
 	}
 	p.Client, _ = client.New(p.URL)
+}
+
+// PID is the process id of the running server (0 after Kill).
+func (p *Process) PID() int {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// Exited reports whether the server process has exited by itself (crashed,
+// or stopped on an error) since it was started; Kill does not count.
+func (p *Process) Exited() bool {
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
 }
 
 // Logs returns what the process printed so far.

@@ -82,9 +82,9 @@ func SlowAfterAppend(t testing.TB, d time.Duration) {
 
 // WriteAndCancel runs a writer transaction with a cancellable context
 // that inserts a profile row and then cancels the context before write
-// commits. It returns write's error and how many goroutines more than
-// before the transaction were running inside it.
-func WriteAndCancel(t testing.TB, s *Store, id string) (err error, extraGoroutines int) {
+// commits. It returns how many goroutines more than before the
+// transaction were running inside it, and write's error.
+func WriteAndCancel(t testing.TB, s *Store, id string) (extraGoroutines int, err error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -98,5 +98,5 @@ func WriteAndCancel(t testing.TB, s *Store, id string) (err error, extraGoroutin
 		cancel()
 		return nil
 	})
-	return err, extraGoroutines
+	return extraGoroutines, err
 }

@@ -537,7 +537,7 @@ func TestWriteCancelledBeforeCommit(t *testing.T) {
 	extra := 1 << 30
 	for i := range 5 {
 		id := fmt.Sprint("p", i)
-		err, n := sqlite.WriteAndCancel(t, s, id)
+		n, err := sqlite.WriteAndCancel(t, s, id)
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("write = %v, want context.Canceled", err)
 		}

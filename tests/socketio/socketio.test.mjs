@@ -42,12 +42,20 @@ function connect(url, opts = {}) {
   });
 }
 
+// collect gathers the events up to the first one until accepts. Events
+// after it (the session's idle status, arriving in the same packet batch)
+// are not added: the array is the caller's once resolved.
 function collect(socket, until) {
   return new Promise((resolve) => {
     const got = [];
+    let done = false;
     socket.on("session:event", (ev) => {
+      if (done) return;
       got.push(ev);
-      if (until(ev)) resolve(got);
+      if (until(ev)) {
+        done = true;
+        resolve(got);
+      }
     });
   });
 }

@@ -26,33 +26,13 @@ import (
 // resumes the turn, and a client that stayed connected sees every block
 // and line exactly once with contiguous seqs.
 
-// restartScript: a Bash call that prints a numbered line every 100 ms for
-// 3 s, then a text answer once the model has the command's output.
-const restartScript = `
-rules:
-  - name: count
-    match: {userContains: "count slowly", noToolResult: true}
-    reply:
-      chunkSize: 5
-      content:
-        - text: "Counting now."
-        - type: tool_use
-          name: Bash
-          input: {command: "for i in $(seq 1 30); do echo line $i; sleep 0.1; done", description: "Count slowly"}
-  - name: counted
-    match: {toolResult: {name: Bash, contains: "line 30"}}
-    reply:
-      chunkSize: 5
-      text: "Counted to thirty."
-default:
-  text: "no rule for {{lastUserText}}"
-`
-
-// restartProfile lets Bash run without a prompt. The CLI's model calls may
-// go through the server (its model proxy): a few retries ride over the
-// moment the server is down.
-var restartProfile = profile.Profile{ID: "auto", Name: "Auto", AllowedTools: []string{"Bash"},
-	EnvironmentVariables: map[string]string{"CLAUDE_CODE_MAX_RETRIES": "4"}}
+// The turn: a Bash call that prints a numbered line every 100 ms for 3 s,
+// then a text answer once the model has the command's output; Bash runs
+// without a prompt.
+var (
+	restartScript  = testenv.CountSlowlyScript
+	restartProfile = testenv.CountSlowlyProfile
+)
 
 // shortDir is a temporary folder with a short path (socket paths are
 // limited to 107 bytes).

@@ -18,11 +18,10 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // run is one conversion of shared test data.
 type run struct {
-	name      string
-	stream    bool     // stream-json, else transcript
-	files     []string // relative to the testdata root
-	golden    string   // testdata/<golden>.golden.jsonl, if any
-	allowWarn bool     // warnings other than ignored bookkeeping lines
+	name   string
+	stream bool     // stream-json, else transcript
+	files  []string // relative to the testdata root
+	golden string   // testdata/<golden>.golden.jsonl, if any
 }
 
 // allRuns covers every shared Claude Code file, the paired ones together.

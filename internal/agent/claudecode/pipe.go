@@ -12,10 +12,6 @@ import (
 // stdout stream: a resumed turn replays the stream from an offset.
 type cliLine = agentproc.Line
 
-// errOutputGap: the executor's bounded spool dropped output this pipe
-// needed (a re-attach asked for bytes no longer held).
-var errOutputGap = agentproc.ErrOutputGap
-
 // pipe runs over one CLI process of the sandbox, started or re-attached:
 // an exact agentproc.Proc (stdout lines with offsets, a gap stops it) with
 // the error a gap means for a resumed turn. Its methods are safe for

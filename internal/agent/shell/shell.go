@@ -172,6 +172,14 @@ func (r *runner) follow(ctx context.Context, p sandbox.Process, toolID, resultID
 		stop() // the command must outlive this server
 		return agent.TurnResult{}, outErr
 	}
+	if outErr != nil {
+		// The output cannot be recorded (the log failed): stop the command
+		// and drain what it still sends, or Wait, which returns once all
+		// output was delivered, would never return.
+		_ = p.Kill()
+		for range p.Output() {
+		}
+	}
 	status, werr := p.Wait(context.WithoutCancel(ctx))
 	ectx := context.WithoutCancel(ctx)
 	if werr != nil {

@@ -301,8 +301,14 @@ func (p *Provider) Recover(ctx context.Context, spec sandbox.Spec, handle json.R
 	if err := json.Unmarshal(handle, &h); err != nil {
 		return nil, fmt.Errorf("recover executor: bad handle: %w", err)
 	}
-	if h.Socket == "" || h.PID <= 0 {
-		return nil, fmt.Errorf("recover executor: handle without socket or pid: %s", handle)
+	if h.Socket == "" {
+		return nil, fmt.Errorf("recover executor: handle without socket: %s", handle)
+	}
+	if h.PID <= 0 {
+		// Recorded before the executor started (Spec.Record): the server
+		// stopped while creating it, and it never served.
+		p.removeUnstarted(ctx, spec, h)
+		return nil, fmt.Errorf("recover executor: %w: the server stopped while creating it", sandbox.ErrGone)
 	}
 	if h.ProtocolVersion != rpc.ProtocolVersion {
 		return nil, fmt.Errorf("recover executor: %w: handle says %d, we speak %d", ErrIncompatible, h.ProtocolVersion, rpc.ProtocolVersion)
@@ -314,6 +320,9 @@ func (p *Provider) Recover(ctx context.Context, spec sandbox.Spec, handle json.R
 	e := newEnvironment(p, spec, h)
 	cctx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
 	defer cancel()
+	if testHookRecoverConnect != nil {
+		testHookRecoverConnect(h)
+	}
 	if err := e.connect(cctx, func(pid, uid int) error { return p.checkPeer(h, pid, uid) }); err != nil {
 		if errors.Is(err, errImpostor) {
 			p.log.Error("executor socket answered by another process: not re-attaching", "session", spec.SessionID, "socket", h.Socket, "err", err)
@@ -322,6 +331,16 @@ func (p *Provider) Recover(ctx context.Context, spec sandbox.Spec, handle json.R
 		var pe *rpc.Error
 		if errors.Is(err, ErrIncompatible) || errors.As(err, &pe) || cctx.Err() != nil {
 			return nil, fmt.Errorf("recover executor: %w", err)
+		}
+		// The executor may have died after the check above (it was being
+		// killed as we connected): then what it left is ours to remove,
+		// as for one found dead. A killed process is gone within
+		// milliseconds; one still there after a second is left alone.
+		gctx, gcancel := context.WithTimeout(cctx, time.Second)
+		gone := waitGone(gctx, h.PID)
+		gcancel()
+		if gone {
+			p.cleanupGone(spec, h)
 		}
 		return nil, fmt.Errorf("recover executor: %w: %v", sandbox.ErrGone, err)
 	}
@@ -423,6 +442,46 @@ func readStatus(pid int) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// removeUnstarted stops and removes an environment recorded before its
+// executor started (a handle without pid): the executor, if it got as far
+// as serving its socket, is shut down (it kills its processes and exits);
+// then what is left goes as for an executor found dead.
+func (p *Provider) removeUnstarted(ctx context.Context, spec sandbox.Spec, h Handle) {
+	if filepath.Dir(h.Socket) != p.opts.RunDir {
+		return // not ours: the handle comes from the store
+	}
+	e := newEnvironment(p, spec, h)
+	cctx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
+	defer cancel()
+	// No pid to check the peer against yet: its uid must be the
+	// environment's, as for any executor of ours.
+	sameUser := func(_, uid int) error {
+		want := os.Getuid()
+		if h.UID != 0 {
+			want = int(h.UID)
+		}
+		if uid != want {
+			return fmt.Errorf("%w: its uid is %d, not %d", errImpostor, uid, want)
+		}
+		return nil
+	}
+	if err := e.connect(cctx, sameUser); err == nil {
+		_ = e.client.Shutdown(cctx)
+		e.closeConn()
+		if p.opts.Wrapper == nil && p.opts.Wrap == nil {
+			waitGone(cctx, e.ping.PID) // its own pid (a wrapper's pid namespace aside)
+		}
+	} else if e.client != nil {
+		e.client.Close()
+		e.client.Wait()
+	}
+	p.cleanupGone(spec, h)
+}
+
+// testHookRecoverConnect, when set (tests), runs in Recover after the
+// executor was found alive, before connecting to it.
+var testHookRecoverConnect func(Handle)
 
 // cleanupGone releases what an executor that died while the server was
 // away left behind: whatever still runs in its group (a process that left

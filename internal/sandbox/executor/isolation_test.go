@@ -258,6 +258,110 @@ func TestRecoverGoneCleansUp(t *testing.T) {
 	}
 }
 
+// TestRecoverKilledWhileConnecting: an executor found alive that dies
+// before Recover reaches it (killed just as a restarted server connected:
+// the chaos test left its cgroup behind this way) is reported gone, and
+// what it left is removed as for one found dead.
+func TestRecoverKilledWhileConnecting(t *testing.T) {
+	needRoot(t)
+	p, dir := newTestProvider(t, nil)
+	if p.cg == nil {
+		t.Skip("no cgroups")
+	}
+	spec := sandbox.Spec{SessionID: "dying", Workspace: filepath.Join(dir, "ws")}
+	e := createSpec(t, p, spec)
+	h := e.handle
+	testHookRecoverConnect = func(Handle) {
+		syscall.Kill(-h.PID, syscall.SIGKILL)
+		<-e.reaped
+	}
+	t.Cleanup(func() { testHookRecoverConnect = nil })
+	p2, err := New(p.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p2.Recover(bg, spec, e.Handle()); !errors.Is(err, sandbox.ErrGone) {
+		t.Fatalf("recover: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/pids", sandboxtest.CgroupParent(), h.Cgroup)); err == nil {
+		t.Fatal("cgroup left")
+	}
+	if _, err := os.Stat(h.Dir); err == nil {
+		t.Fatal("run folder left")
+	}
+}
+
+// TestRecoverUnstarted: a server killed while it created an environment
+// (after Spec.Record, before the environment's own handle was recorded)
+// leaves a handle without a pid. Recover stops the executor that was
+// started and removes its group, run folder and socket (the chaos test
+// found such executors left running: seed 1795631677736846914). Record
+// runs before anything starts, and Create fails when it does.
+func TestRecoverUnstarted(t *testing.T) {
+	p, dir := newTestProvider(t, nil)
+	var recorded json.RawMessage
+	spec := sandbox.Spec{SessionID: "unstarted", Workspace: filepath.Join(dir, "ws")}
+	spec.Record = func(_ context.Context, raw json.RawMessage) error {
+		var h Handle
+		_ = json.Unmarshal(raw, &h)
+		if _, err := os.Stat(h.Socket); h.PID != 0 || err == nil {
+			t.Errorf("recorded after the executor started: %s (socket: %v)", raw, err)
+		}
+		recorded = append(json.RawMessage(nil), raw...)
+		return nil
+	}
+	env, err := p.Create(bg, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := env.(*Environment)
+	h := e.handle
+	// The server dies here, before recording env.Handle(); a new one
+	// recovers from what was recorded.
+	p2, err := New(p.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p2.Recover(bg, spec, recorded); !errors.Is(err, sandbox.ErrGone) {
+		t.Fatalf("recover: %v", err)
+	}
+	select {
+	case <-e.reaped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the executor still runs")
+	}
+	if p.cg != nil {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/pids", sandboxtest.CgroupParent(), h.Cgroup)); err == nil {
+			t.Error("cgroup left")
+		}
+	}
+	for _, left := range []string{h.Dir, h.Socket} {
+		if _, err := os.Stat(left); err == nil {
+			t.Errorf("%s left", left)
+		}
+	}
+	if err := e.Terminate(bg); err != nil {
+		t.Fatal(err)
+	}
+
+	// Record failing fails Create, and nothing starts.
+	spec.SessionID = "unrecorded"
+	spec.Record = func(_ context.Context, raw json.RawMessage) error {
+		recorded = append(json.RawMessage(nil), raw...)
+		return errors.New("store down")
+	}
+	if _, err := p.Create(bg, spec); err == nil || !strings.Contains(err.Error(), "store down") {
+		t.Fatalf("create with a failing Record: %v", err)
+	}
+	if _, err := p2.Recover(bg, spec, recorded); !errors.Is(err, sandbox.ErrGone) {
+		t.Fatalf("recover: %v", err)
+	}
+	_ = json.Unmarshal(recorded, &h)
+	if _, err := os.Stat(h.Dir); err == nil {
+		t.Error("run folder left")
+	}
+}
+
 // TestModelProxy: with a model proxy, the real keys passed by the server
 // never reach a process; the relay does, with the session's token; after a
 // restart (Recover) the same holds.

@@ -123,6 +123,13 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 		})
 	}
 
+	if spec.Record != nil {
+		// Before the executor exists: a server killed from here on leaves
+		// a handle (without a pid) from which Recover removes it.
+		if err := spec.Record(ctx, e.Handle()); err != nil {
+			return fail(fmt.Errorf("record handle: %w", err))
+		}
+	}
 	lnFile, err := listen(socket)
 	if err != nil {
 		return fail(err)
