@@ -81,3 +81,36 @@ func checkFencesLocked(ctx context.Context, tx *sql.Tx, fences []store.Fence) er
 	}
 	return nil
 }
+
+// OrphanedSessions implements store.OrphanLister: the active sessions
+// without an unexpired lease, by this process's clock.
+func (s *Store) OrphanedSessions(ctx context.Context) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT s.id FROM sessions s LEFT JOIN leases l ON l.session_id = s.id
+		WHERE s.status IN ('starting', 'ready', 'running', 'idle')
+			AND (l.session_id IS NULL OR l.expires_at <= ?)
+		ORDER BY s.id`, time.Now().UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("list orphaned sessions: %w", withCtxErr(ctx, err))
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("list orphaned sessions: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list orphaned sessions: %w", withCtxErr(ctx, err))
+	}
+	return ids, nil
+}
+
+// Ping implements store.Pinger.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.r.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping sqlite store: %w", withCtxErr(ctx, err))
+	}
+	return nil
+}
