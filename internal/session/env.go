@@ -96,6 +96,9 @@ func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.E
 	if opts.Model == "" {
 		opts.Model = prof.Model
 	}
+	// Everything written for this environment carries the lease it runs
+	// under: once another server has the lease, the store refuses it.
+	gen := s.gen()
 	if hd, ok := e.(sandbox.Handler); ok {
 		s.mu.Lock()
 		s.rec.SandboxState = hd.Handle()
@@ -103,7 +106,7 @@ func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.E
 		s.mu.Unlock()
 		// Recorded before anything runs: a server killed from here on finds
 		// the environment again.
-		if err := m.cfg.Store.UpdateSession(ctx, rec); err != nil {
+		if err := s.saveRecord(ctx, gen, rec); err != nil {
 			return nil, nil, fmt.Errorf("record sandbox handle: %w", err)
 		}
 	}
@@ -113,10 +116,12 @@ func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.E
 		return nil, nil, agent.Fail(agent.CodeSandboxError, "watch workspace: %v", err)
 	}
 	marks := newWatchMarks(rec.ID)
-	go m.forwardChanges(ctx, s, e, changes, marks)
-	m.renewLease(ctx, rec.ID)
+	go m.forwardChanges(ctx, s, gen, e, changes, marks)
+	m.renewLease(ctx, rec.ID, gen, func(why string) {
+		_ = s.do(func(o *owner) { o.leaseLost(gen, why) })
+	})
 
-	h := &host{s: s, env: e, marks: marks, prof: prof, opts: opts, log: m.log.With("session", rec.ID, "architecture", rec.Architecture)}
+	h := &host{s: s, gen: gen, env: e, marks: marks, prof: prof, opts: opts, log: m.log.With("session", rec.ID, "architecture", rec.Architecture)}
 	h.setTurn(actor, rec.Runtime.ActiveQueryID)
 	runner, err := arch.Start(ctx, h)
 	if err != nil {
@@ -157,7 +162,7 @@ func (m *Manager) populate(ctx context.Context, e sandbox.Environment, id string
 // forwardChanges turns workspace changes into file events and, within the
 // size bound, copies the files into the store. It reports each Sync marker
 // to marks once everything before it is recorded.
-func (m *Manager) forwardChanges(ctx context.Context, s *Session, e sandbox.Environment, changes <-chan sandbox.FileEvent, marks *watchMarks) {
+func (m *Manager) forwardChanges(ctx context.Context, s *Session, gen int64, e sandbox.Environment, changes <-chan sandbox.FileEvent, marks *watchMarks) {
 	defer marks.end()
 	for ch := range changes {
 		var ev conversation.Event
@@ -177,7 +182,7 @@ func (m *Manager) forwardChanges(ctx context.Context, s *Session, e sandbox.Envi
 		default:
 			continue
 		}
-		if _, err := m.cfg.Log.Append(ctx, s.id, ev); err != nil {
+		if _, err := s.appendEvents(ctx, gen, ev); err != nil {
 			if ctx.Err() == nil {
 				m.log.Warn("record file change", "session", s.id, "path", ch.Path, "err", err)
 			}
@@ -215,11 +220,16 @@ func (m *Manager) persistFile(ctx context.Context, id string, e sandbox.Environm
 	}
 }
 
-// renewLease keeps the session's lease while its environment is up (until
-// ctx ends): it is renewed every third of LeaseTTL, by the process's one
-// lease renewer rather than a goroutine per session.
-func (m *Manager) renewLease(ctx context.Context, id string) {
-	leases.add(&leaseEntry{ctx: ctx, m: m, id: id, due: time.Now().Add(m.cfg.LeaseTTL / 3)})
+// renewLease keeps the session's lease of generation gen while its
+// environment is up (until ctx ends): it is renewed every third of
+// LeaseTTL, by the process's one lease renewer rather than a goroutine per
+// session. lost (when set) is called, once, when the lease is lost: another
+// server holds it, or took it since (the generation changed), or the
+// session is gone, or no renewal succeeded for a whole ttl (the lease has
+// expired, and another server may take it).
+func (m *Manager) renewLease(ctx context.Context, id string, gen int64, lost func(why string)) {
+	now := time.Now()
+	leases.add(&leaseEntry{ctx: ctx, m: m, id: id, gen: gen, lost: lost, okAt: now, due: now.Add(m.cfg.LeaseTTL / 3)})
 }
 
 // leases renews the leases of every session whose environment is up, in
@@ -241,10 +251,15 @@ type leaseRenewer struct {
 }
 
 type leaseEntry struct {
-	ctx context.Context // the environment's; its end stops the renewal
-	m   *Manager
-	id  string
-	due time.Time // next renewal; guarded by leaseRenewer.mu
+	ctx  context.Context // the environment's; its end stops the renewal
+	m    *Manager
+	id   string
+	gen  int64
+	lost func(why string)
+	due  time.Time // next renewal; guarded by leaseRenewer.mu
+	// Renewer goroutine only:
+	okAt     time.Time // start of the last successful renewal
+	reported bool      // lost was called
 }
 
 func (r *leaseRenewer) add(e *leaseEntry) {
@@ -305,9 +320,7 @@ func (r *leaseRenewer) run() {
 		}
 		r.mu.Unlock()
 		for _, e := range due {
-			if _, err := e.m.cfg.Store.AcquireLease(e.ctx, e.id, e.m.cfg.Holder, e.m.cfg.LeaseTTL); err != nil && e.ctx.Err() == nil {
-				e.m.log.Error("renew lease", "session", e.id, "err", err)
-			}
+			e.renew()
 		}
 		clear(due) // no entry kept alive by the scratch slice
 		timer.Reset(time.Until(next))
@@ -315,5 +328,37 @@ func (r *leaseRenewer) run() {
 		case <-timer.C:
 		case <-r.wake:
 		}
+	}
+}
+
+// renew renews the entry's lease once (renewer goroutine) and reports its
+// loss.
+func (e *leaseEntry) renew() {
+	start := time.Now()
+	gen, err := e.m.cfg.Store.AcquireLease(e.ctx, e.id, e.m.cfg.Holder, e.m.cfg.LeaseTTL)
+	if e.ctx.Err() != nil {
+		return
+	}
+	var why string
+	switch {
+	case err == nil && (e.gen == 0 || gen == e.gen):
+		e.okAt = start
+		return
+	case err == nil:
+		why = fmt.Sprintf("the lease's generation went from %d to %d: another server held it meanwhile", e.gen, gen)
+	case errors.Is(err, store.ErrLeaseHeld):
+		why = "another server holds the lease"
+	case errors.Is(err, store.ErrNotFound):
+		why = "the session was deleted"
+	default:
+		e.m.log.Error("renew lease", "session", e.id, "err", err)
+		if time.Since(e.okAt) < e.m.cfg.LeaseTTL {
+			return // retried at the next period
+		}
+		why = fmt.Sprintf("the lease could not be renewed for %s (it has expired; another server may take the session): %v", e.m.cfg.LeaseTTL, err)
+	}
+	if !e.reported && e.lost != nil {
+		e.reported = true
+		e.lost(why)
 	}
 }

@@ -14,4 +14,6 @@ var (
 	ErrLeased              = errors.New("session is running on another server")
 	ErrClosed              = errors.New("server is shutting down")
 	ErrInvalidRequest      = errors.New("invalid request")
+	// ErrUnavailable: the session's server does not answer (in a fleet).
+	ErrUnavailable = errors.New("the server running this session is unavailable")
 )
