@@ -24,6 +24,7 @@ import (
 	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/internal/eventlog"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/restapi"
 )
 
 // Config wires a Server.
@@ -56,6 +57,9 @@ type Config struct {
 	ModelUsage ModelUsage
 	// Sandboxes answers GET /api/sandboxes; nil: an empty list.
 	Sandboxes SandboxLister
+	// Health reports the node, its store and its bus for GET /health;
+	// nil: {"status":"ok"}.
+	Health func(ctx context.Context) restapi.Health
 }
 
 // Server is the HTTP handler. It is safe for concurrent use.
@@ -309,7 +313,16 @@ func (e badRequestError) Is(target error) bool {
 func badRequest(msg string) error { return badRequestError(msg) }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": s.cfg.Version})
+	if s.cfg.Health == nil {
+		writeJSON(w, http.StatusOK, restapi.Health{Status: "ok", Version: s.cfg.Version})
+		return
+	}
+	h := s.cfg.Health(r.Context())
+	status := http.StatusOK
+	if h.Status != "ok" {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, h)
 }
 
 func (s *Server) handleMetrics() http.HandlerFunc {
