@@ -279,6 +279,13 @@ func (b *Bus) Request(ctx context.Context, session string, req []byte) ([]byte, 
 		return nil, err
 	}
 	b.m.requests.Inc()
+	if _, ok := ctx.Deadline(); !ok {
+		// A request the server routed to a subscription being removed
+		// gets no reply: never wait for ever.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultRequestTimeout)
+		defer cancel()
+	}
 	m, err := b.nc.RequestWithContext(ctx, subj, req)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return nil, ErrNoResponder
@@ -315,8 +322,14 @@ func (b *Bus) Serve(session string, handle func(ctx context.Context, req []byte)
 	return func() {
 		cancel()
 		_ = sub.Unsubscribe()
+		// Once the server has the unsubscription, requests get "no
+		// responders" at once instead of going unanswered.
+		_ = b.nc.FlushTimeout(time.Second)
 	}, nil
 }
+
+// DefaultRequestTimeout bounds a Request whose context has no deadline.
+const DefaultRequestTimeout = 30 * time.Second
 
 // ---- notices ----
 

@@ -155,7 +155,9 @@ func (s *Session) route(ctx context.Context, cmd command, localFirst bool) (stri
 			req, _ = json.Marshal(cmd)
 		}
 		s.m.metrics.forwarded.Inc()
-		rep, err := c.Request(ctx, s.id, req)
+		rctx, cancel := context.WithTimeout(ctx, forwardTimeout(cmd.Op))
+		rep, err := c.Request(rctx, s.id, req)
+		cancel()
 		switch {
 		case err == nil:
 			r, err := decodeReply(rep)
@@ -184,6 +186,16 @@ func (s *Session) route(ctx context.Context, cmd command, localFirst bool) (stri
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
 	}
+}
+
+// forwardTimeout bounds the wait for a forwarded command's reply (a
+// reply can be lost: the holder stopped serving the session as the
+// command reached it).
+func forwardTimeout(op string) time.Duration {
+	if op == opTerminate {
+		return 45 * time.Second // stops the environment first
+	}
+	return 10 * time.Second
 }
 
 // here runs cmd on this server.

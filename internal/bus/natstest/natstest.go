@@ -88,8 +88,13 @@ func Start(t testing.TB) string {
 	return s.URL
 }
 
-// StartServer runs nats-server with its files in dir.
-func StartServer(dir string) (*Server, error) {
+// StartServer runs nats-server on a free loopback port, with its files in
+// dir.
+func StartServer(dir string) (*Server, error) { return StartServerOn(dir, "-1") }
+
+// StartServerOn runs nats-server on a given loopback port ("-1": a free
+// one), with its files in dir.
+func StartServerOn(dir, port string) (*Server, error) {
 	bin := Binary()
 	if bin == "" {
 		return nil, fmt.Errorf("natstest: nats-server is not installed (scripts/setup.sh installs Debian's nats-server)")
@@ -103,7 +108,7 @@ func StartServer(dir string) (*Server, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", "-1", "--ports_file_dir", ports)
+	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", port, "--ports_file_dir", ports)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
