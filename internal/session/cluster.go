@@ -83,6 +83,8 @@ var wireErrors = []struct {
 	{"leased", ErrLeased},
 	{"unavailable", ErrUnavailable},
 	{"closed", ErrClosed},
+	{"unavailable", context.DeadlineExceeded},
+	{"unavailable", context.Canceled},
 	{"invalid", ErrInvalidRequest},
 	{"unknown_architecture", ErrUnknownArchitecture},
 	{"profile_not_found", ErrProfileNotFound},
@@ -223,7 +225,9 @@ func (s *Session) handleCommand(ctx context.Context, req []byte) []byte {
 	if err := json.Unmarshal(req, &cmd); err != nil {
 		return encodeReply("", fmt.Errorf("%w: malformed command: %v", ErrInvalidRequest, err))
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// Not ended when this server stops serving the session: a terminate
+	// stops serving while it runs.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 45*time.Second)
 	defer cancel()
 	r, err := s.here(ctx, cmd)
 	return encodeReply(r, err)
