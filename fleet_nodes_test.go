@@ -630,3 +630,72 @@ func TestFleetKillNodeExecutor(t *testing.T) {
 	fs[3].waitFor(t, "the next turn ends", hasTurnEnd(next.QueryID))
 	sameEvents(t, idleAfter(t, fs[3], next.QueryID), fs...)
 }
+
+// TestFleetDrainHandsOver: SIGTERM to the node running a session of the
+// executor sandbox hands the session over instead of failing its turn: the
+// node detaches from the executor, releases the lease and says so, and
+// another node re-attaches at once (long before the lease would have
+// expired); the command's output continues, every line once.
+func TestFleetDrainHandsOver(t *testing.T) {
+	const ttl = time.Minute // a take-over by expiry would be far too late
+	run, err := os.MkdirTemp("", "afd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(run) })
+	ws := filepath.Join(t.TempDir(), "workspaces")
+	f := startFleet(t, 2, ttl, []string{"XDG_RUNTIME_DIR=" + run}, "--sandbox", "executor", "--workspaces", ws)
+	a, b := f.nodes[0], f.nodes[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	created, err := a.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.SessionID
+	t.Cleanup(func() {
+		dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer dcancel()
+		_ = b.Client.DeleteSession(dctx, id, true)
+	})
+	fl := follow(t, "ws", id, b.URL)
+	const lines = 60
+	sent, err := a.Client.Send(ctx, id, fmt.Sprintf(`for i in $(seq 1 %d); do echo line $i; sleep 0.05; done`, lines))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl.waitFor(t, "the turn streams", func(evs []received) bool {
+		for _, e := range evs {
+			if bytes.Contains(e.json, []byte("line 10")) {
+				return true
+			}
+		}
+		return false
+	})
+	stopped := time.Now()
+	a.Terminate()
+	fl.waitFor(t, "the turn ends", hasTurnEnd(sent.QueryID))
+	if d := time.Since(stopped); d > ttl/2 {
+		t.Fatalf("handed over after %v: the lease expired, it was not released", d)
+	}
+	fl.mu.Lock()
+	end, _ := turnEnd(fl.events, sent.QueryID)
+	fl.mu.Unlock()
+	if end.typ != conversation.TypeQueryCompleted {
+		t.Fatalf("the turn ended %s", end.json)
+	}
+	st, err := b.Client.Session(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	for i := 1; i <= lines; i++ {
+		fmt.Fprintf(&want, "line %d\n", i)
+	}
+	if out := st.Blocks[len(st.Blocks)-1].Output; out != want.String() {
+		t.Fatalf("the command's output across the hand-over:\n%s", out)
+	}
+	if !strings.Contains(b.Logs(), "environment re-attached") {
+		t.Fatalf("B did not re-attach:\n%s", b.Logs())
+	}
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls exactly this):
-# set-up, Go vet and tests (real SQLite and PostgreSQL, real processes, the real agent CLIs
+# set-up, Go vet and tests (real SQLite, PostgreSQL and NATS, real processes, the real agent CLIs
 # against mock-llm), the TypeScript client and UI unit tests, and browser
 # tests in Debian's chromium against a real server.
 set -euo pipefail
@@ -29,6 +29,14 @@ eval "$(scripts/pg.sh start)"
 cleanups+=('scripts/pg.sh stop')
 # Without it the PostgreSQL tests fail instead of skipping.
 export AGENTD_REQUIRE_POSTGRES=1
+
+step "NATS (scripts/nats.sh: a throwaway nats-server for the fleet tests)"
+export NATSSTATE
+NATSSTATE=$(mktemp -u /tmp/agentd-test-nats-state.XXXXXX)
+eval "$(scripts/nats.sh start)"
+cleanups+=('scripts/nats.sh stop')
+# Without it the fleet tests fail instead of skipping.
+export AGENTD_REQUIRE_NATS=1
 
 step "go vet"
 go vet ./...
