@@ -96,7 +96,9 @@ func (f *follower) stop() {
 	<-f.done
 }
 
-func (f *follower) String() string { return fmt.Sprintf("%s client on %s", f.kind, strings.Join(f.urls, " → ")) }
+func (f *follower) String() string {
+	return fmt.Sprintf("%s client on %s", f.kind, strings.Join(f.urls, " → "))
+}
 
 func (f *follower) run(ctx context.Context) {
 	defer close(f.done)
@@ -468,7 +470,10 @@ func TestFleetThreeNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range f.nodes {
-		waitFor(t, func() bool { _, err := n.Client.Session(ctx, id); return err != nil && strings.Contains(err.Error(), "SESSION_NOT_FOUND") })
+		waitFor(t, func() bool {
+			_, err := n.Client.Session(ctx, id)
+			return err != nil && strings.Contains(err.Error(), "SESSION_NOT_FOUND")
+		})
 	}
 }
 
