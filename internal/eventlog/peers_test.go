@@ -409,7 +409,8 @@ func (s *concStore) AppendConcurrency() int { return 4 }
 
 // With several commits in flight each session's seqs stay gap-free and
 // its subscribers get them in order, while commits of different sessions
-// overlap (the store asked for four in flight).
+// overlap (the store asked for four in flight; more than a batch is
+// waiting, so more than one goes).
 func TestPipelinedCommits(t *testing.T) {
 	cs := &concStore{EventStore: memstore.New(), delay: 2 * time.Millisecond}
 	l := New(cs, Options{MaxBatch: 64})
@@ -418,7 +419,7 @@ func TestPipelinedCommits(t *testing.T) {
 		t.Fatalf("depth %d, want the store's 4", l.depth)
 	}
 	ctx := context.Background()
-	const sessions, writers, each = 8, 32, 40
+	const sessions, writers, each = 64, 128, 10
 	subs := make([]*Subscription, sessions)
 	for i := range subs {
 		subs[i], _ = l.Subscribe(ctx, fmt.Sprint("s", i), 0)

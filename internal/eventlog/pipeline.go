@@ -1,5 +1,7 @@
 package eventlog
 
+import "runtime"
+
 // The pipelined writer keeps several group commits in flight (depth > 1),
 // for stores whose commit waits on something other than this process: a
 // PostgreSQL commit waits about a millisecond for its WAL flush, and with
@@ -42,6 +44,11 @@ func (l *Log) pipelined() {
 		select {
 		case r := <-l.reqs:
 			p.add(r)
+			if p.inflight == 0 {
+				// As the one-commit writer does: let appenders about to
+				// queue go first, so the batch carries their events too.
+				runtime.Gosched()
+			}
 			p.gather()
 		case f := <-p.landed:
 			p.land(f)
@@ -74,10 +81,17 @@ func (p *pipeline) add(r *appendReq) {
 	p.ready = append(p.ready, r)
 }
 
+// flightMin is how many events must be ready to start a batch while
+// another is in flight. Fewer wait for it, as with one commit in flight:
+// splitting what is ready into small concurrent commits costs CPU per
+// commit (on a machine where the store shares the cores, it slowed appends
+// down; docs/benchmarks.md), while a batch of this size pays for its own.
+const flightMin = 64
+
 // launch starts batches while there is room in flight and work ready.
 func (p *pipeline) launch() {
 	l := p.l
-	for p.inflight < l.depth && len(p.ready) > 0 {
+	for p.inflight < l.depth && len(p.ready) > 0 && (p.inflight == 0 || p.readyEvents() >= flightMin) {
 		var batch, rest []*appendReq
 		var deferred map[*sessionLog]bool // sessions with an append left for later: keep their order
 		n := 0
@@ -114,6 +128,14 @@ func (p *pipeline) launch() {
 		p.inflight++
 		go func() { p.landed <- flight{marks: marks, out: l.storeBatch(live, all)} }()
 	}
+}
+
+func (p *pipeline) readyEvents() int {
+	n := 0
+	for _, r := range p.ready {
+		n += len(r.events)
+	}
+	return n
 }
 
 // land takes a batch's outcome: seqs given back if it was not stored, its
