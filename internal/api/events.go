@@ -113,11 +113,16 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, aft
 	if bw.Flush() != nil || rc.Flush() != nil {
 		return
 	}
+	var pacer pacer
+	defer pacer.stop()
 	for {
 		// Wait for the next event at most ssePing, then send a keep-alive.
 		nctx, ncancel := context.WithTimeout(ctx, ssePing)
 		rec, err := sub.Next(nctx)
 		ncancel()
+		if err == nil && !pacer.wait(ctx, s.flushInterval) {
+			return
+		}
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 				_, _ = bw.WriteString(": ping\n\n")
@@ -145,6 +150,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, aft
 		if bw.Flush() != nil || rc.Flush() != nil {
 			return
 		}
+		pacer.flushed()
 	}
 }
 

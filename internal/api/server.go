@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -60,7 +61,14 @@ type Config struct {
 	// Health reports the node, its store and its bus for GET /health;
 	// nil: {"status":"ok"}.
 	Health func(ctx context.Context) restapi.Health
+	// StreamFlushInterval spaces the writes of each WebSocket and SSE
+	// event stream at least this far apart: events closer together share a
+	// write (default DefaultStreamFlushInterval; negative: none).
+	StreamFlushInterval time.Duration
 }
+
+// DefaultStreamFlushInterval is Config.StreamFlushInterval's default.
+const DefaultStreamFlushInterval = time.Millisecond
 
 // Server is the HTTP handler. It is safe for concurrent use.
 type Server struct {
@@ -80,6 +88,8 @@ type Server struct {
 
 	openapiOnce sync.Once
 	openapiDoc  []byte
+
+	flushInterval time.Duration // Config.StreamFlushInterval, resolved
 }
 
 // principal is the authenticated caller stored in the request context.
@@ -110,8 +120,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.StreamFlushInterval == 0 {
+		cfg.StreamFlushInterval = DefaultStreamFlushInterval
+		if v, err := time.ParseDuration(os.Getenv("AGENTD_STREAM_FLUSH_INTERVAL")); err == nil {
+			cfg.StreamFlushInterval = v // measurement knob (docs/benchmarks.md)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{
+	s := &Server{flushInterval: cfg.StreamFlushInterval,
 		cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), conns: make(map[*wsConn]struct{}),
 		closeCtx: ctx, cancel: cancel,
 		wsGauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentd_websocket_connections", Help: "Open WebSocket connections (/api/ws)."}),
