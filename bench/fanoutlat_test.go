@@ -4,10 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,10 +22,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-
 	"github.com/agentd/agentd"
 	"github.com/agentd/agentd/client"
+	"github.com/agentd/agentd/restapi"
 )
 
 // The fan-out latency benchmark's subscribers run in a process of their
@@ -42,9 +45,11 @@ type fanoutResult struct {
 	Err     string        `json:"err,omitempty"`
 }
 
-// fanSub is one subscriber: a WebSocket joined to the session.
+// fanSub is one subscriber: a WebSocket joined to the session, read by
+// rawWS (the load generator costs as little as it can: its CPU is taken
+// from the two cores the server has).
 type fanSub struct {
-	c    *websocket.Conn
+	c    *rawWS
 	last int64
 }
 
@@ -62,7 +67,6 @@ func runFanoutProc(in io.Reader, out io.Writer) int {
 		fmt.Fprintln(os.Stderr, "fanout:", err)
 		return 2
 	}
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}
 	subs := make([]*fanSub, n)
 	for i := range subs {
 		st, err := c.Session(ctx, id)
@@ -70,7 +74,10 @@ func runFanoutProc(in io.Reader, out io.Writer) int {
 			fmt.Fprintln(os.Stderr, "fanout:", err)
 			return 1
 		}
-		ws, err := wsJoin(ctx, hc, url, id, st.LastSeq)
+		ws, err := dialRawWS(url)
+		if err == nil {
+			err = ws.join(id, st.LastSeq)
+		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fanout:", err)
 			return 1
@@ -132,13 +139,12 @@ var (
 // untilEnd reads frames until query's end, returning the latency of every
 // timestamped line.
 func (s *fanSub) untilEnd(ctx context.Context, query string) ([]time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
+	_ = s.c.conn.SetReadDeadline(time.Now().Add(5 * time.Minute))
 	var p StampLines
 	var lat []time.Duration
 	wantQuery := []byte(`"queryId":"` + query + `"`)
 	for {
-		_, data, err := s.c.Read(ctx)
+		data, err := s.c.next()
 		if err != nil {
 			return lat, err
 		}
@@ -303,5 +309,110 @@ func TestFanoutLatencySmoke(t *testing.T) {
 	}
 	if r.Lines != 500 {
 		t.Fatalf("%d lines received", r.Lines)
+	}
+}
+
+// rawWS is a minimal WebSocket client (RFC 6455) for the load generator:
+// it sends masked text frames and reads the server's unmasked frames into
+// one reused buffer, with no allocation per frame. Only what agentd's
+// /api/ws sends is handled: text frames, unfragmented, and close.
+type rawWS struct {
+	conn net.Conn
+	r    *bufio.Reader
+	buf  []byte
+}
+
+func dialRawWS(base string) (*rawWS, error) {
+	host := strings.TrimPrefix(base, "http://")
+	conn, err := net.Dial("tcp", host)
+	if err != nil {
+		return nil, err
+	}
+	var key [16]byte
+	_, _ = rand.Read(key[:])
+	fmt.Fprintf(conn, "GET /api/ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n",
+		host, base64.StdEncoding.EncodeToString(key[:]))
+	r := bufio.NewReaderSize(conn, 64<<10)
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		conn.Close()
+		return nil, fmt.Errorf("websocket upgrade: %s", resp.Status)
+	}
+	return &rawWS{conn: conn, r: r}, nil
+}
+
+// join sends a join frame and waits for its ack.
+func (w *rawWS) join(session string, after int64) error {
+	f, _ := json.Marshal(restapi.ClientFrame{Op: "join", SessionID: session, After: &after})
+	var mask [4]byte
+	_, _ = rand.Read(mask[:])
+	hdr := []byte{0x81}
+	switch n := len(f); {
+	case n < 126:
+		hdr = append(hdr, 0x80|byte(n))
+	default:
+		hdr = append(hdr, 0x80|126, byte(n>>8), byte(n))
+	}
+	hdr = append(hdr, mask[:]...)
+	for i := range f {
+		f[i] ^= mask[i%4]
+	}
+	if _, err := w.conn.Write(append(hdr, f...)); err != nil {
+		return err
+	}
+	data, err := w.next()
+	if err != nil {
+		return err
+	}
+	if !bytes.Contains(data, []byte(`"ok":true`)) {
+		return fmt.Errorf("join refused: %s", data)
+	}
+	return nil
+}
+
+// next returns the next text frame's payload (valid until the next call).
+func (w *rawWS) next() ([]byte, error) {
+	for {
+		var h [2]byte
+		if _, err := io.ReadFull(w.r, h[:]); err != nil {
+			return nil, err
+		}
+		op := h[0] & 0x0f
+		n := int64(h[1] & 0x7f)
+		switch n {
+		case 126:
+			var e [2]byte
+			if _, err := io.ReadFull(w.r, e[:]); err != nil {
+				return nil, err
+			}
+			n = int64(binary.BigEndian.Uint16(e[:]))
+		case 127:
+			var e [8]byte
+			if _, err := io.ReadFull(w.r, e[:]); err != nil {
+				return nil, err
+			}
+			n = int64(binary.BigEndian.Uint64(e[:]))
+		}
+		if h[1]&0x80 != 0 || h[0]&0x80 == 0 || n > 64<<20 {
+			return nil, errors.New("unexpected frame (masked, fragmented or huge)")
+		}
+		if int64(cap(w.buf)) < n {
+			w.buf = make([]byte, n)
+		}
+		w.buf = w.buf[:n]
+		if _, err := io.ReadFull(w.r, w.buf); err != nil {
+			return nil, err
+		}
+		switch op {
+		case 1:
+			return w.buf, nil
+		case 8:
+			return nil, fmt.Errorf("closed by the server: %q", w.buf)
+		}
+		// ping, pong: not sent by agentd to a reading client; skipped.
 	}
 }

@@ -16,11 +16,32 @@ import (
 // never held back longer than a burst.
 //
 // It is safe for concurrent use; mu guards buf, depth and the deadline.
+//
+// The write deadline is kept between a timeout and a second less ahead,
+// refreshed when it gets older than that: setting it is not free (a
+// runtime timer), and a stream writing a thousand times a second set it
+// twice per write.
 type batchConn struct {
 	net.Conn
-	mu    sync.Mutex
-	buf   *bufio.Writer
-	depth int
+	mu       sync.Mutex
+	buf      *bufio.Writer
+	depth    int
+	deadline time.Time // when the write deadline was last set
+}
+
+// deadlineSlack is how much of its timeout a write deadline may have
+// used before it is set again.
+const deadlineSlack = time.Second
+
+// refreshDeadlineLocked sets the write deadline to timeout from now unless
+// it was set less than deadlineSlack ago.
+func (b *batchConn) refreshDeadlineLocked(timeout time.Duration) {
+	now := time.Now()
+	if now.Sub(b.deadline) < deadlineSlack {
+		return
+	}
+	_ = b.Conn.SetWriteDeadline(now.Add(timeout))
+	b.deadline = now
 }
 
 func newBatchConn(c net.Conn) *batchConn {
@@ -32,6 +53,11 @@ func newBatchConn(c net.Conn) *batchConn {
 func (b *batchConn) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.depth == 0 {
+		// The library's own frames (pong, close): its context bounds
+		// them too, this only keeps an old deadline from failing them.
+		b.refreshDeadlineLocked(wsWriteTimeout)
+	}
 	n, err := b.buf.Write(p)
 	if err == nil && b.depth == 0 {
 		err = b.buf.Flush()
@@ -45,7 +71,7 @@ func (b *batchConn) begin(timeout time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.depth == 0 {
-		_ = b.Conn.SetWriteDeadline(time.Now().Add(timeout))
+		b.refreshDeadlineLocked(timeout)
 	}
 	b.depth++
 }
@@ -58,9 +84,7 @@ func (b *batchConn) end() error {
 	if b.depth > 0 {
 		return nil
 	}
-	err := b.buf.Flush()
-	_ = b.Conn.SetWriteDeadline(time.Time{})
-	return err
+	return b.buf.Flush()
 }
 
 // batchingWriter makes Hijack hand the websocket library a batchConn.

@@ -120,9 +120,6 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, aft
 		nctx, ncancel := context.WithTimeout(ctx, ssePing)
 		rec, err := sub.Next(nctx)
 		ncancel()
-		if err == nil && !pacer.wait(ctx, s.flushInterval) {
-			return
-		}
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 				_, _ = bw.WriteString(": ping\n\n")
@@ -150,7 +147,9 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, aft
 		if bw.Flush() != nil || rc.Flush() != nil {
 			return
 		}
-		pacer.flushed()
+		if !pacer.pause(ctx, s.flushInterval) {
+			return
+		}
 	}
 }
 

@@ -6,42 +6,29 @@ import (
 	"time"
 )
 
-// A stream's first write goes at once, as does one after a pause; a write
-// that follows another closer than the interval waits for the rest of it.
+// A pause lasts its interval (none without one) and ends with its
+// context.
 func TestPacer(t *testing.T) {
 	var p pacer
 	defer p.stop()
 	ctx := context.Background()
 	const iv = 50 * time.Millisecond
+	for range 2 { // the timer is reused
+		start := time.Now()
+		if !p.pause(ctx, iv) {
+			t.Fatal("pause failed")
+		}
+		if d := time.Since(start); d < iv*9/10 {
+			t.Fatalf("paused only %v", d)
+		}
+	}
 	start := time.Now()
-	if !p.wait(ctx, iv) || time.Since(start) > iv/2 {
-		t.Fatal("the first write waited")
+	if !p.pause(ctx, 0) || time.Since(start) > iv/2 {
+		t.Fatal("paused without an interval")
 	}
-	p.flushed()
-	start = time.Now()
-	if !p.wait(ctx, iv) {
-		t.Fatal("wait failed")
-	}
-	if d := time.Since(start); d < iv*8/10 {
-		t.Fatalf("a write right after another waited only %v", d)
-	}
-	p.flushed()
-	time.Sleep(iv)
-	start = time.Now()
-	p.wait(ctx, iv)
-	if d := time.Since(start); d > iv/2 {
-		t.Fatalf("a write after a pause waited %v", d)
-	}
-	p.flushed()
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if p.wait(cctx, time.Hour) {
-		t.Fatal("wait outlived its context")
-	}
-	// Without an interval nothing waits.
-	p.flushed()
-	start = time.Now()
-	if !p.wait(ctx, 0) || time.Since(start) > iv/2 {
-		t.Fatal("waited without an interval")
+	if p.pause(cctx, time.Hour) || p.pause(cctx, 0) {
+		t.Fatal("a pause outlived its context")
 	}
 }

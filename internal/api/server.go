@@ -68,7 +68,7 @@ type Config struct {
 }
 
 // DefaultStreamFlushInterval is Config.StreamFlushInterval's default.
-const DefaultStreamFlushInterval = time.Millisecond
+const DefaultStreamFlushInterval = 2 * time.Millisecond
 
 // Server is the HTTP handler. It is safe for concurrent use.
 type Server struct {
