@@ -58,16 +58,18 @@ func (s *Store) ReleaseLease(ctx context.Context, sessionID, holder string) erro
 }
 
 // checkFencesLocked fails with a *store.FencedError naming every session
-// of fences whose lease generation is not the fence's; tx is the writer's.
-func checkFencesLocked(ctx context.Context, tx *sql.Tx, fences []store.Fence) error {
+// of fences whose lease generation is not the fence's; tx is the writer's,
+// leaseGen the statement reading a generation, prepared on it.
+func checkFencesLocked(ctx context.Context, tx *sql.Tx, leaseGen *sql.Stmt, fences []store.Fence) error {
 	if len(fences) == 0 {
 		return nil
 	}
 	var stale []string
 	seen := make(map[string]bool, len(fences))
+	stmt := tx.StmtContext(ctx, leaseGen)
 	for _, f := range fences {
 		var gen int64
-		err := tx.QueryRowContext(ctx, `SELECT generation FROM leases WHERE session_id = ?`, f.SessionID).Scan(&gen)
+		err := stmt.QueryRowContext(ctx, f.SessionID).Scan(&gen)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("read lease generation of %q: %w", f.SessionID, err)
 		}
