@@ -31,6 +31,7 @@ import (
 	"github.com/agentd/agentd/internal/api"
 	"github.com/agentd/agentd/internal/audit"
 	"github.com/agentd/agentd/internal/auth"
+	"github.com/agentd/agentd/internal/bus"
 	"github.com/agentd/agentd/internal/datadir"
 	"github.com/agentd/agentd/internal/eventlog"
 	"github.com/agentd/agentd/internal/modelproxy"
@@ -190,7 +191,36 @@ type Config struct {
 	// /metrics).
 	Registerer *prometheus.Registry
 	Logger     *slog.Logger
+
+	// NATSURL, when set, makes this server one of a fleet: servers that
+	// share one store (a PostgreSQL StoreURL) and this NATS server, any of
+	// which serves any session (docs/fleet.md).
+	NATSURL string
+	// NATSPrefix starts the fleet's NATS subjects (default "agentd"); each
+	// fleet sharing a NATS server needs its own.
+	NATSPrefix string
+	// NATSEventNotices announces each commit on NATS as its seq range
+	// only, which other servers then read from the store, instead of the
+	// events themselves (slower; kept for comparison, docs/benchmarks.md).
+	NATSEventNotices bool
+	// NodeID names this server in session leases (default: an id kept in
+	// DataDir/node-id). Every server of a fleet needs its own.
+	NodeID string
+	// LeaseTTL is how long a session's lease lasts unless renewed (every
+	// third of it): the longest a session whose server died waits for
+	// another to take it over (default 15s).
+	LeaseTTL time.Duration
+	// WorkspacesDir holds the sessions' workspaces (default
+	// DataDir/workspaces). Servers of a fleet on one machine (or sharing a
+	// network file system) may share one, so that a server taking a
+	// session over finds its workspace, and an executor it re-attaches to
+	// works in the same folder; otherwise the workspace is restored from
+	// the store's copies.
+	WorkspacesDir string
 }
+
+// DefaultLeaseTTL is Config.LeaseTTL's default.
+const DefaultLeaseTTL = 15 * time.Second
 
 // DefaultAgentNice is Config.AgentNice's default: the niceness nice(1)
 // gives by default, a background job's.
@@ -212,6 +242,8 @@ type Server struct {
 	dataLock *os.File // agentd.lock in the data folder, held while serving
 	events   *eventlog.Log
 	sessions *session.Manager
+	bus      *bus.Bus // nil: not in a fleet
+	node     string
 	audit    *audit.Recorder
 	auth     *auth.Service
 	proxy    *modelproxy.Proxy // nil when off
@@ -243,6 +275,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.Sandbox == "" {
 		cfg.Sandbox = "local"
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.LeaseTTL < 300*time.Millisecond {
+		return nil, fmt.Errorf("lease ttl %v: want at least 300ms", cfg.LeaseTTL)
 	}
 	switch {
 	case cfg.AgentNice == 0:
@@ -358,6 +396,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := datadir.Secure(dataDir, shared); err != nil {
 		return nil, fmt.Errorf("%s sandbox: %w", cfg.Sandbox, err)
 	}
+	if cfg.WorkspacesDir != "" {
+		if cfg.WorkspacesDir, err = filepath.Abs(cfg.WorkspacesDir); err != nil {
+			return nil, fmt.Errorf("workspaces dir: %w", err)
+		}
+		if err := datadir.SecureWorkspaces(cfg.WorkspacesDir, shared); err != nil {
+			return nil, err
+		}
+	}
 	s.sandbox, s.sandboxes = provider, providers
 	undo = append(undo, func() { _ = s.closeSandbox(context.Background()) })
 
@@ -367,11 +413,26 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	archs := agent.NewRegistry()
 	RegisterArchitectures(archs)
 
-	holder, err := nodeID(dataDir)
-	if err != nil {
-		return nil, err
+	holder := cfg.NodeID
+	if holder == "" {
+		if holder, err = nodeID(dataDir); err != nil {
+			return nil, err
+		}
 	}
-	s.events = eventlog.New(s.store, eventlog.Options{Registerer: cfg.Registerer, Logger: log})
+	s.node = holder
+	logOpts := eventlog.Options{Registerer: cfg.Registerer, Logger: log}
+	var cluster session.Cluster
+	if cfg.NATSURL != "" {
+		b, err := bus.Open(ctx, bus.Options{URL: cfg.NATSURL, Prefix: cfg.NATSPrefix, Name: holder, Registerer: cfg.Registerer, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		s.bus = b
+		undo = append(undo, b.Close)
+		logOpts.Peers, logOpts.PeerNotices = b, cfg.NATSEventNotices
+		cluster = busCluster{b}
+	}
+	s.events = eventlog.New(s.store, logOpts)
 	undo = append(undo, func() { _ = s.events.Close() })
 	s.sessions, err = session.New(session.Config{
 		Store: s.store, Log: s.events, Sandbox: provider, Files: s.filesView(provider, providers["local"]),
@@ -384,6 +445,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		// sandboxes find them; a container's image, or a sandbox of the
 		// embedding program, may hold others.
 		RefuseMissingAgents: cfg.Sandboxes[cfg.Sandbox] == nil && hostSandboxes[cfg.Sandbox],
+		LeaseTTL:            cfg.LeaseTTL, WorkspacesDir: cfg.WorkspacesDir,
+		Cluster: cluster, Registerer: cfg.Registerer,
 	})
 	if err != nil {
 		return nil, err
@@ -417,6 +480,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		AllowedHosts: cfg.AllowedHosts, AllowIPHosts: !loopbackAddr(cfg.Addr),
 		UI: ui, Logger: log, Version: Version, DataDir: dataDir,
 		Audit: auditReader(s.store), ModelUsage: s.modelUsage(), Sandboxes: sandboxLister{s},
+		Health: s.health,
 	})
 	if err != nil {
 		return nil, err
@@ -584,7 +648,8 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
-	s.log.Info("agentd listening", "addr", ln.Addr().String(), "sandbox", s.cfg.Sandbox, "data", s.cfg.DataDir, "version", Version)
+	s.log.Info("agentd listening", "addr", ln.Addr().String(), "sandbox", s.cfg.Sandbox, "data", s.cfg.DataDir, "version", Version,
+		"node", s.node, "fleet", s.bus != nil)
 	select {
 	case err := <-errc:
 		_ = s.Close(context.Background())
@@ -629,6 +694,9 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	if err := s.closeIdentity(ctx); err != nil {
 		errs = append(errs, err)
+	}
+	if s.bus != nil {
+		s.bus.Close()
 	}
 	if s.ownStore {
 		if err := s.store.Close(); err != nil {

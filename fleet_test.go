@@ -170,3 +170,64 @@ func TestSecondServerOnSameDataDirRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A session the second server left alone at its start (its lease was
+// the first's) is taken over by the second once the first dies: its lease
+// expires, the second's sweep settles the turn (SERVER_LOST), and the
+// next message runs there. On SQLite without a bus as on PostgreSQL.
+func TestLeftAloneSessionTakenOverWhenItsServerDies(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		leftAloneTakenOver(t, "sqlite://"+filepath.Join(t.TempDir(), "shared.db"))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		leftAloneTakenOver(t, postgresStore(t))
+	})
+}
+
+func leftAloneTakenOver(t *testing.T, storeURL string) {
+	ctx := context.Background()
+	args := []string{"--store", storeURL, "--no-ui", "--lease-ttl", "1s"}
+	a := testenv.StartProcess(t, nil, append([]string{"--data-dir", t.TempDir()}, args...)...)
+	created, err := a.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.SessionID
+	started := filepath.Join(t.TempDir(), "started")
+	sent, err := a.Client.Send(ctx, id, fmt.Sprintf("echo before; touch %s; sleep 600", started))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, err := os.Stat(started); return err == nil })
+	b := testenv.StartProcess(t, nil, append([]string{"--data-dir", t.TempDir()}, args...)...)
+	if !strings.Contains(b.Logs(), "session runs on another server") {
+		t.Fatalf("the second server's start-up did not leave the session alone; its log:\n%s", b.Logs())
+	}
+	a.Kill()
+	end := waitTurn(t, b.Client, id, sent.QueryID)
+	var p conversation.QueryFailed
+	_ = json.Unmarshal(end.Payload, &p)
+	if end.Type != conversation.TypeQueryFailed || p.Code != "SERVER_LOST" {
+		t.Fatalf("the turn ended %s %s", end.Type, end.Payload)
+	}
+	next, err := b.Client.Send(ctx, id, "echo after")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end := waitTurn(t, b.Client, id, next.QueryID); end.Type != conversation.TypeQueryCompleted {
+		t.Fatalf("the next turn ended %s %s", end.Type, end.Payload)
+	}
+	page, err := b.Client.Events(ctx, id, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range page.Events {
+		if e.Seq != int64(i+1) {
+			t.Fatalf("event %d has seq %d: the log has a gap or a repeat", i, e.Seq)
+		}
+	}
+	st, err := b.Client.Session(ctx, id)
+	if err != nil || st.Blocks[len(st.Blocks)-1].Output != "after\n" {
+		t.Fatalf("state %+v, %v", st, err)
+	}
+}

@@ -28,6 +28,11 @@ type appendRun struct {
 	// store/postgres/pgtest, a schema of its own; synchronous_commit on, as
 	// PostgreSQL ships) or "postgres-async" (synchronous_commit=off).
 	store string
+	// depth is the event log's group commits in flight (0: the store's
+	// choice, as a server makes it).
+	depth int
+	// conns sizes PostgreSQL's connection pool (0: the store's default).
+	conns int32
 }
 
 type appendResult struct {
@@ -63,7 +68,7 @@ func setupAppend(tb testing.TB, cfg appendRun) (start func() appendResult) {
 	st := openAppendStore(tb, cfg)
 	reg := prometheus.NewRegistry()
 	ts := &timedStore{EventStore: st}
-	lg := eventlog.New(ts, eventlog.Options{Registerer: reg, Logger: quietLogger()})
+	lg := eventlog.New(ts, eventlog.Options{Registerer: reg, Logger: quietLogger(), CommitDepth: cfg.depth})
 	tb.Cleanup(func() {
 		lg.Close()
 		st.Close()
@@ -141,7 +146,11 @@ func openAppendStore(tb testing.TB, cfg appendRun) store.Store {
 				tb.Fatal(err)
 			}
 		}
-		st, err = postgres.Open(ctx, dsn, postgres.WithLogger(quietLogger()))
+		opts := []postgres.Option{postgres.WithLogger(quietLogger())}
+		if cfg.conns > 0 {
+			opts = append(opts, postgres.WithMaxConns(cfg.conns))
+		}
+		st, err = postgres.Open(ctx, dsn, opts...)
 	default:
 		tb.Fatalf("unknown store %q", cfg.store)
 	}
@@ -192,6 +201,14 @@ type timedStore struct {
 
 func (s *timedStore) AppendEvents(ctx context.Context, events []conversation.Event, fence ...store.Fence) error {
 	return s.time(events, func(evs []conversation.Event) error { return s.EventStore.AppendEvents(ctx, evs, fence...) })
+}
+
+// AppendConcurrency passes the store's choice of commits in flight on.
+func (s *timedStore) AppendConcurrency() int {
+	if c, ok := s.EventStore.(interface{ AppendConcurrency() int }); ok {
+		return c.AppendConcurrency()
+	}
+	return 1
 }
 
 // timedServerStore is a whole store whose event appends are timed, given
@@ -276,30 +293,63 @@ func BenchmarkEventAppend(b *testing.B) {
 // PostgreSQL (the pgtest server: $AGENTD_TEST_POSTGRES, or a private one
 // started from the installed binaries; synchronous_commit on, and off for
 // reference), 8 and 64 appenders of 1 and 16 events per Append. Metrics as
-// BenchmarkEventAppend's.
+// BenchmarkEventAppend's. depth is the group commits in flight: 0 is what
+// a server uses (the store's AppendConcurrency: 1 for SQLite), 1 the
+// single commit in flight of before.
 //
 // Target (issue 12): PostgreSQL >= 50,000 events/s on the 2-core machine.
 func BenchmarkEventAppendStores(b *testing.B) {
 	for _, st := range []string{"sqlite", "postgres", "postgres-async"} {
-		for _, appenders := range []int{8, 64} {
-			for _, per := range []int{1, 16} {
-				name := fmt.Sprintf("store=%s/appenders=%d/events=%d", st, appenders, per)
-				b.Run(name, func(b *testing.B) {
-					start := setupAppend(b, appendRun{appenders: appenders, perAppend: per, appends: b.N, store: st})
-					b.ResetTimer()
-					r := start()
-					b.StopTimer()
-					b.ReportMetric(r.eventsPerSec(), "events/s")
-					b.ReportMetric(r.batchMean(), "events/commit")
-					b.ReportMetric(float64(r.cpu.Microseconds())/float64(r.events), "cpu-µs/event")
-					b.ReportMetric(float64(r.commit.P50.Microseconds()), "commit-p50-µs")
-					b.ReportMetric(float64(r.commit.P99.Microseconds()), "commit-p99-µs")
-					b.ReportMetric(100*r.storeBusy.Seconds()/r.elapsed.Seconds(), "store-busy-%")
-					b.ReportMetric(load1(), "load1")
-				})
+		depths := []int{0}
+		if st != "sqlite" {
+			depths = []int{1, 0}
+		}
+		for _, depth := range depths {
+			for _, appenders := range []int{8, 64} {
+				for _, per := range []int{1, 16} {
+					name := fmt.Sprintf("store=%s/depth=%d/appenders=%d/events=%d", st, depth, appenders, per)
+					b.Run(name, func(b *testing.B) {
+						benchAppend(b, appendRun{appenders: appenders, perAppend: per, appends: b.N, store: st, depth: depth})
+					})
+				}
 			}
 		}
 	}
+}
+
+// BenchmarkEventAppendDepth measures PostgreSQL's group commits in flight
+// against the connection pool's size (what chose the store's defaults).
+func BenchmarkEventAppendDepth(b *testing.B) {
+	for _, conns := range []int32{4, 8, 16} {
+		for _, depth := range []int{1, 2, 4, 8} {
+			if int32(depth) > conns {
+				continue
+			}
+			for _, appenders := range []int{8, 64} {
+				for _, per := range []int{1, 16} {
+					name := fmt.Sprintf("conns=%d/depth=%d/appenders=%d/events=%d", conns, depth, appenders, per)
+					b.Run(name, func(b *testing.B) {
+						benchAppend(b, appendRun{appenders: appenders, perAppend: per, appends: b.N, store: "postgres", depth: depth, conns: conns})
+					})
+				}
+			}
+		}
+	}
+}
+
+func benchAppend(b *testing.B, cfg appendRun) {
+	b.Helper()
+	start := setupAppend(b, cfg)
+	b.ResetTimer()
+	r := start()
+	b.StopTimer()
+	b.ReportMetric(r.eventsPerSec(), "events/s")
+	b.ReportMetric(r.batchMean(), "events/commit")
+	b.ReportMetric(float64(r.cpu.Microseconds())/float64(r.events), "cpu-µs/event")
+	b.ReportMetric(float64(r.commit.P50.Microseconds()), "commit-p50-µs")
+	b.ReportMetric(float64(r.commit.P99.Microseconds()), "commit-p99-µs")
+	b.ReportMetric(100*r.storeBusy.Seconds()/r.elapsed.Seconds(), "store-busy-%")
+	b.ReportMetric(load1(), "load1")
 }
 
 func TestAppendSmoke(t *testing.T) {

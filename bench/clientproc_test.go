@@ -25,6 +25,10 @@ import (
 const (
 	clientURLEnv      = "AGENTD_BENCH_CLIENT_URL"
 	clientSessionsEnv = "AGENTD_BENCH_CLIENT_SESSIONS"
+	// clientSendURLEnv, when set, is the server the commands are sent to
+	// (the fleet benchmark: they run on one node, the clients follow
+	// another).
+	clientSendURLEnv = "AGENTD_BENCH_CLIENT_SEND_URL"
 )
 
 // clientRound is one round asked of the client process.
@@ -60,6 +64,13 @@ func runClientProc(in io.Reader, out io.Writer) int {
 		fmt.Fprintln(os.Stderr, "client:", err)
 		return 2
 	}
+	send := c
+	if u := os.Getenv(clientSendURLEnv); u != "" {
+		if send, err = client.New(u); err != nil {
+			fmt.Fprintln(os.Stderr, "client:", err)
+			return 2
+		}
+	}
 	ctx := context.Background()
 	var fs []*follower
 	for _, id := range strings.Split(os.Getenv(clientSessionsEnv), ",") {
@@ -85,7 +96,7 @@ func runClientProc(in io.Reader, out io.Writer) int {
 			return 2
 		}
 		cpu0 := processCPU()
-		lat, err := latencyRound(c, fs, r.Command, r.Want)
+		lat, err := latencyRound(send, fs, r.Command, r.Want)
 		res := clientResult{All: lat.all, Steady: lat.steady, CPU: processCPU() - cpu0}
 		if err != nil {
 			res.Err = err.Error()
@@ -108,6 +119,13 @@ type clientProc struct {
 // stopped when tb ends.
 func startClientProc(tb testing.TB, url string, fs []*follower) *clientProc {
 	tb.Helper()
+	return startClientProcSend(tb, url, "", fs)
+}
+
+// startClientProcSend is startClientProc following the sessions on url
+// and sending their commands to sendURL ("": url).
+func startClientProcSend(tb testing.TB, url, sendURL string, fs []*follower) *clientProc {
+	tb.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		tb.Fatal(err)
@@ -118,6 +136,9 @@ func startClientProc(tb testing.TB, url string, fs []*follower) *clientProc {
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), clientURLEnv+"="+url, clientSessionsEnv+"="+strings.Join(ids, ","))
+	if sendURL != "" {
+		cmd.Env = append(cmd.Env, clientSendURLEnv+"="+sendURL)
+	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	in, err := cmd.StdinPipe()

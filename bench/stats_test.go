@@ -23,6 +23,10 @@ func TestMain(m *testing.M) {
 		// Run as the latency benchmark's client process.
 		os.Exit(runClientProc(os.Stdin, os.Stdout))
 	}
+	if os.Getenv(fanoutURLEnv) != "" {
+		// Run as the fan-out latency benchmark's subscriber process.
+		os.Exit(runFanoutProc(os.Stdin, os.Stdout))
+	}
 	// The local sandbox that agentd.New builds logs through the default
 	// logger, not Config.Logger.
 	slog.SetDefault(quietLogger())

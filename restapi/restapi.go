@@ -338,8 +338,25 @@ type OIDCInfo struct {
 
 // Health answers GET /health.
 type Health struct {
+	// Status is "ok", or "degraded" (HTTP 503) when the store does not
+	// answer or the bus is disconnected.
 	Status  string `json:"status"`
 	Version string `json:"version,omitempty"`
+	// Node is the server's name in session leases (a fleet's nodes each
+	// have their own).
+	Node  string           `json:"node,omitempty"`
+	Store *ComponentHealth `json:"store,omitempty"`
+	Bus   *ComponentHealth `json:"bus,omitempty"`
+}
+
+// ComponentHealth is the state of a server's store or bus.
+type ComponentHealth struct {
+	// Kind: "sqlite", "postgres", "custom" (a store); "nats" or "none" (the bus).
+	Kind string `json:"kind"`
+	// Status: "ok", "error", "disconnected", "off".
+	Status string `json:"status"`
+	URL    string `json:"url,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 // WebSocket frames of /api/ws.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what agentd's tests need on a fresh Debian machine: Debian
-# packages (bubblewrap, chromium, postgresql, docker.io, mmdebstrap, containerd,
-# runc, containernetworking-plugins), the pinned agent CLIs and the UI's npm
+# packages (bubblewrap, chromium, postgresql, nats-server, docker.io, mmdebstrap,
+# containerd, runc, containernetworking-plugins), the pinned agent CLIs and the UI's npm
 # packages (from their lockfiles), and the Go modules. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +16,9 @@ command -v curl >/dev/null 2>&1 || apt_pkgs+=(curl) # shell sessions of the test
 # PostgreSQL server binaries for the store/postgres and fleet tests
 # (scripts/pg.sh starts a throwaway server; nothing runs as a service).
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_pkgs+=(postgresql)
+# A NATS server for the fleet tests (scripts/nats.sh starts a throwaway
+# one; the package's service is not used).
+command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || apt_pkgs+=(nats-server)
 # The docker sandbox's tests: a daemon (started by scripts/dockerd.sh) and
 # mmdebstrap for the sandbox image's root file system.
 command -v dockerd >/dev/null 2>&1 || apt_pkgs+=(docker.io)

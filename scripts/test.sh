@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls exactly this):
 # set-up, Go vet, staticcheck, go mod tidy, govulncheck, Go tests with and
-# without the race detector (real SQLite and PostgreSQL, a private dockerd,
-# real processes, the real agent CLIs against mock-llm), a short chaos run, a short fuzzing pass, the
-# TypeScript client and UI unit tests, and browser tests in Debian's
-# chromium against a real server, and the Kubernetes sandbox on a
-# single-node cluster in a network namespace. Each step's time is printed at the end.
+# without the race detector (real SQLite, PostgreSQL and NATS, a private
+# dockerd, real processes, the real agent CLIs against mock-llm), a short
+# chaos run, a short fuzzing pass, the TypeScript client and UI unit tests,
+# browser tests in Debian's chromium against a real server, and the
+# Kubernetes sandbox on a single-node cluster in a network namespace. Each
+# step's time is printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -65,6 +66,14 @@ eval "$(scripts/pg.sh start)"
 cleanups+=('scripts/pg.sh stop')
 # Without it the PostgreSQL tests fail instead of skipping.
 export AGENTD_REQUIRE_POSTGRES=1
+
+step "NATS (scripts/nats.sh: a throwaway nats-server for the fleet tests)"
+export NATSSTATE
+NATSSTATE=$(mktemp -u /tmp/agentd-test-nats-state.XXXXXX)
+eval "$(scripts/nats.sh start)"
+cleanups+=('scripts/nats.sh stop')
+# Without it the fleet tests fail instead of skipping.
+export AGENTD_REQUIRE_NATS=1
 
 step "go vet"
 go vet ./...

@@ -189,6 +189,22 @@ type LeaseStore interface {
 	ReleaseLease(ctx context.Context, sessionID, holder string) error
 }
 
+// OrphanLister is implemented by stores that can list in one query the
+// sessions a fleet must take over: those whose status is active
+// (starting, ready, running or idle) while no holder has an unexpired
+// lease on them (the server running them died, or handed them over when
+// it stopped). Servers use it to find such sessions; with a store without
+// it they list every session and try the active ones' leases.
+type OrphanLister interface {
+	OrphanedSessions(ctx context.Context) ([]string, error)
+}
+
+// Pinger is implemented by stores that can check their connection (for a
+// server's health report).
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
 // Store is everything a server needs from persistence.
 type Store interface {
 	SessionStore

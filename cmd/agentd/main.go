@@ -91,6 +91,12 @@ type serveCmd struct {
 	SessionTokenBudget int64         `help:"Most model tokens (input, output, cache) a session may use, counted by the model proxy; 0 for no limit." default:"0" env:"AGENTD_SESSION_TOKEN_BUDGET"`
 
 	identityFlags `embed:""`
+	NATS          string        `name:"nats" help:"NATS server URL (nats://host:4222): join a fleet of servers sharing one PostgreSQL --store, any of which serves any session (docs/fleet.md)." env:"AGENTD_NATS"`
+	NATSPrefix    string        `name:"nats-prefix" help:"With --nats: the prefix of the fleet's NATS subjects; fleets sharing a NATS server need one each." default:"agentd" env:"AGENTD_NATS_PREFIX"`
+	NATSPayload   string        `name:"nats-payload" help:"With --nats: what a commit publishes to the other servers: events, or notice (its seq range; they read the store)." default:"events" enum:"events,notice" env:"AGENTD_NATS_PAYLOAD"`
+	NodeID        string        `name:"node-id" help:"This server's name in session leases (default: an id kept in <data-dir>/node-id); each server of a fleet needs its own." env:"AGENTD_NODE_ID"`
+	LeaseTTL      time.Duration `name:"lease-ttl" help:"How long a session's lease lasts unless renewed (every third of it): the longest a session whose server died waits for another server to take it over." default:"15s" env:"AGENTD_LEASE_TTL"`
+	WorkspacesDir string        `name:"workspaces" help:"Folder of the sessions' workspaces (default <data-dir>/workspaces); servers of a fleet on one machine may share one." env:"AGENTD_WORKSPACES" type:"path"`
 }
 
 func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
@@ -112,6 +118,8 @@ func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
 			RuntimeClass: c.K8sRuntimeClass, UIDRange: c.K8sUIDRange, AllowNetwork: c.K8sAllowNetwork,
 			WorkspaceSize: c.K8sWorkspaceSize, StorageClass: c.K8sStorageClass,
 		},
+		NATSURL: c.NATS, NATSPrefix: c.NATSPrefix, NATSEventNotices: c.NATSPayload == "notice",
+		NodeID: c.NodeID, LeaseTTL: c.LeaseTTL, WorkspacesDir: c.WorkspacesDir,
 	}
 	if err := c.identityFlags.apply(&cfg); err != nil {
 		return err

@@ -16,6 +16,7 @@ const (
 	CodeEnvironmentGone = "ENVIRONMENT_GONE" // the environment died (its executor was killed); the next message starts a new one
 	CodeServerRestarted = "SERVER_RESTARTED" // the server stopped while the turn ran
 	CodeShutdown        = "SERVER_SHUTDOWN"  // the server is shutting down
+	CodeServerLost      = "SERVER_LOST"      // the server running the turn stopped (a fleet); another took the session over and the turn could not be resumed
 	CodeBudgetExceeded  = "BUDGET_EXCEEDED"  // the session's model budget is used up
 	CodeCommandFailed   = "COMMAND_FAILED"   // shell: the command exited non-zero
 	CodeInternal        = "INTERNAL"

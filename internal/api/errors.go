@@ -139,6 +139,8 @@ func classify(err error) (int, string) {
 		return http.StatusBadRequest, CodeInvalidPath
 	case errors.Is(err, sandbox.ErrNotFound):
 		return http.StatusNotFound, CodeFileNotFound
+	case errors.Is(err, session.ErrUnavailable):
+		return http.StatusServiceUnavailable, CodeUnavailable
 	case errors.Is(err, session.ErrClosed), errors.Is(err, eventlog.ErrClosed):
 		return http.StatusServiceUnavailable, CodeUnavailable
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

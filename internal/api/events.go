@@ -146,6 +146,16 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, aft
 	if !flush() {
 		return
 	}
+	// goodbye tells a client whose credential went why its stream ends.
+	goodbye := func() {
+		if errors.Is(context.Cause(ctx), errCredentialGone) {
+			fmt.Fprintf(bw, "event: error\ndata: {\"code\":%q,\"error\":\"credential no longer valid\"}\n\n", CodeUnauthorized)
+			_ = bw.Flush()
+			_ = rc.Flush()
+		}
+	}
+	var pacer pacer
+	defer pacer.stop()
 	for {
 		// Wait for the next event at most ssePing, then send a keep-alive.
 		nctx, ncancel := context.WithTimeout(ctx, ssePing)
@@ -164,11 +174,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, aft
 				told = true
 				flush()
 			}
-			if errors.Is(context.Cause(ctx), errCredentialGone) {
-				fmt.Fprintf(bw, "event: error\ndata: {\"code\":%q,\"error\":\"credential no longer valid\"}\n\n", CodeUnauthorized)
-				_ = bw.Flush()
-				_ = rc.Flush()
-			}
+			goodbye()
 			return
 		}
 		writeSSE(bw, rec)
@@ -182,6 +188,10 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, id string, aft
 			writeSSE(bw, rec)
 		}
 		if !flush() {
+			return
+		}
+		if !pacer.pause(ctx, s.flushInterval) {
+			goodbye()
 			return
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/agentd/agentd/internal/auth"
 	"github.com/agentd/agentd/internal/eventlog"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/restapi"
 )
 
 // Config wires a Server.
@@ -86,7 +88,17 @@ type Config struct {
 	ModelUsage ModelUsage
 	// Sandboxes answers GET /api/sandboxes; nil: an empty list.
 	Sandboxes SandboxLister
+	// Health reports the node, its store and its bus for GET /health;
+	// nil: {"status":"ok"}.
+	Health func(ctx context.Context) restapi.Health
+	// StreamFlushInterval spaces the writes of each WebSocket and SSE
+	// event stream at least this far apart: events closer together share a
+	// write (default DefaultStreamFlushInterval; negative: none).
+	StreamFlushInterval time.Duration
 }
+
+// DefaultStreamFlushInterval is Config.StreamFlushInterval's default.
+const DefaultStreamFlushInterval = 2 * time.Millisecond
 
 // Server is the HTTP handler. It is safe for concurrent use.
 type Server struct {
@@ -109,6 +121,8 @@ type Server struct {
 
 	openapiOnce sync.Once
 	openapiDoc  []byte
+
+	flushInterval time.Duration // Config.StreamFlushInterval, resolved
 
 	live liveConns // connections to close when their credential goes (revoke.go)
 }
@@ -147,8 +161,14 @@ func New(cfg Config) (*Server, error) {
 		}
 		cfg.Auth = a
 	}
+	if cfg.StreamFlushInterval == 0 {
+		cfg.StreamFlushInterval = DefaultStreamFlushInterval
+		if v, err := time.ParseDuration(os.Getenv("AGENTD_STREAM_FLUSH_INTERVAL")); err == nil {
+			cfg.StreamFlushInterval = v // measurement knob (docs/benchmarks.md)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{
+	s := &Server{flushInterval: cfg.StreamFlushInterval,
 		cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), conns: make(map[*wsConn]struct{}),
 		closeCtx: ctx, cancel: cancel, hosts: hosts, cop: http.NewCrossOriginProtection(), hidden: hiddenRoots(cfg.DataDir),
 		wsGauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentd_websocket_connections", Help: "Open WebSocket connections (/api/ws)."}),
@@ -347,7 +367,16 @@ func (e badRequestError) Is(target error) bool {
 func badRequest(msg string) error { return badRequestError(msg) }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": s.cfg.Version})
+	if s.cfg.Health == nil {
+		writeJSON(w, http.StatusOK, restapi.Health{Status: "ok", Version: s.cfg.Version})
+		return
+	}
+	h := s.cfg.Health(r.Context())
+	status := http.StatusOK
+	if h.Status != "ok" {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, h)
 }
 
 func (s *Server) handleMetrics() http.HandlerFunc {

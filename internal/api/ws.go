@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -274,6 +275,8 @@ const maxBurst = 256
 func (w *wsConn) pumpEvents(ctx context.Context, sub *eventlog.Subscription) {
 	defer sub.Close()
 	buf := make([]byte, 0, 1024)
+	var pacer pacer
+	defer pacer.stop()
 	for {
 		rec, err := sub.Next(ctx)
 		if err != nil {
@@ -309,6 +312,10 @@ func (w *wsConn) pumpEvents(ctx context.Context, sub *eventlog.Subscription) {
 		}
 		if ctx.Err() != nil {
 			return // left, re-joined or cut off
+		}
+		// What comes during the pause goes out with the next write.
+		if !pacer.pause(ctx, w.s.flushInterval) {
+			return
 		}
 	}
 }
@@ -386,4 +393,41 @@ func (w *wsConn) closeGoingAway() {
 func strconvQuote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// pacer spaces a stream's writes at least an interval apart: after a
+// write the stream pauses, and events that come meanwhile share the next
+// write. A write (and the client's read) costs a system call each,
+// whatever it carries: 200 subscribers of a session printing 1,000 lines
+// a second made 200,000 of each a second on two cores. An event that
+// comes after a pause goes out at once. The pause is one timer wake-up
+// per write, in place of the wake-up per event that writing each at once
+// costs.
+type pacer struct {
+	timer *time.Timer
+}
+
+// pause sleeps for interval (not at all when it is <= 0). It reports
+// false if ctx ended meanwhile.
+func (p *pacer) pause(ctx context.Context, interval time.Duration) bool {
+	if interval <= 0 {
+		return ctx.Err() == nil
+	}
+	if p.timer == nil {
+		p.timer = time.NewTimer(interval)
+	} else {
+		p.timer.Reset(interval)
+	}
+	select {
+	case <-p.timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (p *pacer) stop() {
+	if p.timer != nil {
+		p.timer.Stop()
+	}
 }

@@ -59,10 +59,8 @@ func Secure(dataDir string, shared bool) error {
 	if err := os.MkdirAll(ws, mode); err != nil {
 		return fmt.Errorf("secure data dir: %w", err)
 	}
-	for _, d := range []string{abs, ws} {
-		if err := chmodDir(d, mode); err != nil {
-			return fmt.Errorf("secure data dir: %w", err)
-		}
+	if err := chmodDir(abs, mode); err != nil {
+		return fmt.Errorf("secure data dir: %w", err)
 	}
 	if shared {
 		ents, err := os.ReadDir(abs)
@@ -84,16 +82,35 @@ func Secure(dataDir string, shared bool) error {
 			}
 		}
 	}
+	return SecureWorkspaces(ws, shared)
+}
+
+// SecureWorkspaces prepares a folder of workspaces as Secure does
+// <dataDir>/workspaces: the folder 0700 (0711 when shared), every
+// workspace in it 0700. Secure calls it; a server whose workspaces live
+// elsewhere (a folder the servers of a fleet share) calls it for that
+// folder.
+func SecureWorkspaces(ws string, shared bool) error {
+	mode := fs.FileMode(0o700)
+	if shared {
+		mode = 0o711
+	}
+	if err := os.MkdirAll(ws, mode); err != nil {
+		return fmt.Errorf("secure workspaces: %w", err)
+	}
+	if err := chmodDir(ws, mode); err != nil {
+		return fmt.Errorf("secure workspaces: %w", err)
+	}
 	ents, err := os.ReadDir(ws)
 	if err != nil {
-		return fmt.Errorf("secure data dir: %w", err)
+		return fmt.Errorf("secure workspaces: %w", err)
 	}
 	for _, e := range ents {
 		if !e.IsDir() {
 			continue // a symlink or a file: not a workspace, not followed
 		}
 		if err := chmodDir(filepath.Join(ws, e.Name()), 0o700); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("secure data dir: %w", err)
+			return fmt.Errorf("secure workspaces: %w", err)
 		}
 	}
 	return nil

@@ -70,6 +70,24 @@ type Options struct {
 	// Registerer receives the log's metrics when set.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+
+	// CommitDepth is how many group commits may be in flight at once (at
+	// most one per session, so each session's seqs stay gap-free and its
+	// events are published in order). 0: what the store asks for (a store
+	// with an AppendConcurrency method, e.g. PostgreSQL, whose commits each
+	// wait for a WAL flush), else 1 (SQLite: one writer connection).
+	CommitDepth int
+	// Peers, when set, connects the log to the other servers sharing its
+	// store (a fleet; see peers.go): every commit is also published to
+	// them, and subscribers get what they commit too.
+	Peers Peers
+	// PeerNotices publishes only the seq range of each commit on Peers,
+	// and receivers read the events from the store, instead of the events
+	// themselves (kept for comparison; see docs/benchmarks.md).
+	PeerNotices bool
+	// PeerMaxMessage bounds a message to Peers (default 256 KiB): a larger
+	// commit is announced as a notice and read from the store.
+	PeerMaxMessage int
 }
 
 // Log is the event log. All methods are safe for concurrent use.
@@ -89,6 +107,8 @@ type Log struct {
 
 	closeMu sync.RWMutex // read-held while queueing a request; see Append
 	closing bool         // guarded by closeMu
+
+	depth int // group commits in flight at most (Options.CommitDepth)
 }
 
 // sessionLog is one session's in-memory tail: the next seq to assign (only
@@ -96,16 +116,29 @@ type Log struct {
 type sessionLog struct {
 	id      string
 	nextSeq int64 // 0 until loaded from the store; writer goroutine only
+	// fenceGen is the lease generation of the last fenced append (writer
+	// goroutine only): a new one means the session may have been written
+	// by another server since, so nextSeq is loaded again.
+	fenceGen int64
 
-	mu        sync.Mutex // guards published, subs
+	mu        sync.Mutex // guards published, subs, followed
 	published int64
 	subs      map[*Subscription]struct{}
+
+	// With Peers (peers.go): dmu serialises deliveries to subscribers
+	// (local commits and other servers' alike; held across the store
+	// reads that fill a gap) and guards follows and stopFollow.
+	dmu        sync.Mutex
+	follows    int    // subscriptions following the session's peer feed
+	stopFollow func() // ends the peer feed
+	followed   bool   // the feed is on and published tracks the store; guarded by mu
 }
 
 type appendReq struct {
 	ctx     context.Context
 	session string
-	fence   int64 // lease generation; 0: unfenced
+	sl      *sessionLog // set by the pipelined writer
+	fence   int64       // lease generation; 0: unfenced
 	events  []conversation.Event
 	start   time.Time
 	done    chan error // buffered(1)
@@ -140,9 +173,30 @@ func New(st store.EventStore, opts Options) *Log {
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
 		sessions: make(map[string]*sessionLog),
+		depth:    opts.CommitDepth,
 	}
-	go l.writer()
+	if l.depth <= 0 {
+		l.depth = 1
+		if c, ok := st.(concurrentAppender); ok {
+			l.depth = max(1, c.AppendConcurrency())
+		}
+	}
+	if opts.PeerMaxMessage <= 0 {
+		l.opts.PeerMaxMessage = 256 << 10
+	}
+	if l.depth > 1 {
+		go l.pipelined()
+	} else {
+		go l.writer()
+	}
 	return l
+}
+
+// concurrentAppender is implemented by stores whose appends may run
+// concurrently (each on a connection of its own) and gain from it: the
+// number is how many group commits the log keeps in flight.
+type concurrentAppender interface {
+	AppendConcurrency() int
 }
 
 // Append stores events for session and returns them with their seqs and
@@ -218,9 +272,11 @@ func (l *Log) append(ctx context.Context, session string, fence int64, events []
 func (l *Log) LastSeq(ctx context.Context, session string) (int64, error) {
 	sl := l.session(session)
 	sl.mu.Lock()
-	p := sl.published
+	p, followed := sl.published, sl.followed
 	sl.mu.Unlock()
-	if p > 0 {
+	// In a fleet another server may have appended since: only a session
+	// whose peer feed is on is known here.
+	if p > 0 && (l.opts.Peers == nil || followed) {
 		return p, nil
 	}
 	return l.store.LastSeq(ctx, session)
@@ -267,6 +323,13 @@ func (l *Log) Close() error {
 	l.mu.Unlock()
 	for _, sl := range all {
 		sl.closeAll(ErrClosed)
+		if l.opts.Peers != nil {
+			// Subscriptions not closed by their users stop their feed.
+			sl.dmu.Lock()
+			sl.follows = 0
+			l.stopFollowLocked(sl)
+			sl.dmu.Unlock()
+		}
 	}
 	return nil
 }
@@ -333,8 +396,32 @@ func (l *Log) gather(first *appendReq) []*appendReq {
 }
 
 func (l *Log) commit(batch []*appendReq) {
+	live, marks, all := l.assign(batch)
+	if len(all) == 0 {
+		return
+	}
+	out := l.storeBatch(live, all)
+	if !out.stored {
+		l.undo(marks, out)
+	}
+	if len(out.again) > 0 {
+		l.commit(out.again)
+	}
+}
+
+// mark is a session's next seq before a batch numbered its events.
+type mark struct {
+	sl   *sessionLog
+	prev int64
+}
+
+// assign numbers the events of batch (writer goroutine): each session's
+// next seqs, and the context defaults. Requests whose caller gave up,
+// stale fences and sessions whose last seq cannot be read are answered
+// here and left out of live; all holds live's events in order.
+func (l *Log) assign(batch []*appendReq) (live []*appendReq, marks []mark, all []conversation.Event) {
 	// Requests whose caller gave up before we started are dropped unstored.
-	live := batch[:0]
+	live = batch[:0]
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
 			r.done <- err
@@ -344,19 +431,21 @@ func (l *Log) commit(batch []*appendReq) {
 	}
 	live = l.dropStaleFences(live)
 	if len(live) == 0 {
-		return
+		return nil, nil, nil
 	}
 	now := l.opts.Now().UTC().Truncate(time.Millisecond)
-	type mark struct {
-		sl   *sessionLog
-		prev int64
-	}
-	var marks []mark
 	seen := make(map[*sessionLog]bool)
-	var all []conversation.Event
 	ok := live[:0]
 	for _, r := range live {
-		sl := l.session(r.session)
+		sl := r.sl
+		if sl == nil {
+			sl = l.session(r.session)
+		}
+		if r.fence > 0 && r.fence != sl.fenceGen && !seen[sl] {
+			// A generation new to this log: another server may have
+			// written the session since we last did.
+			sl.fenceGen, sl.nextSeq = r.fence, 0
+		}
 		if sl.nextSeq == 0 {
 			last, err := l.store.LastSeq(r.ctx, r.session)
 			if err != nil {
@@ -390,10 +479,25 @@ func (l *Log) commit(batch []*appendReq) {
 		all = append(all, r.events...)
 		ok = append(ok, r)
 	}
-	live = ok
-	if len(all) == 0 {
-		return
-	}
+	return ok, marks, all
+}
+
+// outcome is what storing a batch came to.
+type outcome struct {
+	stored bool
+	// again are requests to number and store again (the batch was fenced:
+	// the other sessions' requests).
+	again []*appendReq
+	// reload names the sessions whose next seq must be read from the store
+	// again (nil with reloadAll).
+	reload    map[string]bool
+	reloadAll bool
+}
+
+// storeBatch stores the events assign numbered in one store call, then
+// publishes them and answers their appenders. It touches no writer-only
+// state, so the pipelined writer runs it in a goroutine of its own.
+func (l *Log) storeBatch(live []*appendReq, all []conversation.Event) outcome {
 	start := time.Now()
 	// The store write is not bound to any one caller's context: it carries
 	// every caller's events.
@@ -408,12 +512,6 @@ func (l *Log) commit(batch []*appendReq) {
 		for _, id := range fe.Sessions {
 			stale[id] = true
 		}
-		for _, mk := range marks {
-			mk.sl.nextSeq = mk.prev
-			if stale[mk.sl.id] {
-				mk.sl.nextSeq = 0 // another server writes here: reload
-			}
-		}
 		var again []*appendReq
 		for _, r := range live {
 			if r.fence > 0 && stale[r.session] {
@@ -423,33 +521,80 @@ func (l *Log) commit(batch []*appendReq) {
 			again = append(again, r)
 		}
 		if len(again) < len(live) { // else a store naming sessions it was not given: fail below
+			// Another server writes the stale sessions: reload their seqs.
 			l.log.Warn("event append fenced: lease lost to another server", "sessions", fe.Sessions)
-			if len(again) > 0 {
-				l.commit(again)
-			}
-			return
+			return outcome{again: again, reload: stale}
 		}
 	}
 	if err != nil {
-		for _, mk := range marks {
-			// Nothing of the batch was stored: give the seqs back. On a seq
-			// conflict another writer owns the session; reload next time.
-			mk.sl.nextSeq = mk.prev
-			if errors.Is(err, store.ErrSeqConflict) {
-				mk.sl.nextSeq = 0
-			}
-		}
 		l.log.Error("event append failed", "events", len(all), "err", err)
 		for _, r := range live {
 			r.done <- fmt.Errorf("eventlog: store events: %w", err)
 		}
-		return
+		// Nothing of the batch was stored: the seqs are given back. On a
+		// seq conflict another writer owns the session; reload next time.
+		return outcome{reloadAll: errors.Is(err, store.ErrSeqConflict)}
 	}
+	l.publishBatch(live)
 	for _, r := range live {
-		l.session(r.session).publish(l, r.events)
 		l.m.latency.Observe(time.Since(r.start).Seconds())
 		r.done <- nil
 	}
+	return outcome{stored: true}
+}
+
+// undo gives back the seqs of a batch that was not stored (writer
+// goroutine).
+func (l *Log) undo(marks []mark, out outcome) {
+	for _, mk := range marks {
+		mk.sl.nextSeq = mk.prev
+		if out.reloadAll || out.reload[mk.sl.id] {
+			mk.sl.nextSeq = 0
+		}
+	}
+}
+
+// publishBatch publishes a stored batch, each session's events at once.
+func (l *Log) publishBatch(live []*appendReq) {
+	if len(live) == 1 || l.opts.Peers == nil {
+		for _, r := range live {
+			l.publishSession(r.session, r.sl, r.events)
+		}
+		return
+	}
+	// One peer message per session and commit: gather each session's
+	// events (their seqs follow each other in request order).
+	type group struct {
+		sl     *sessionLog
+		events []conversation.Event
+	}
+	var order []string
+	groups := make(map[string]*group)
+	for _, r := range live {
+		g := groups[r.session]
+		if g == nil {
+			g = &group{sl: r.sl}
+			groups[r.session] = g
+			order = append(order, r.session)
+		}
+		g.events = append(g.events, r.events...)
+	}
+	for _, id := range order {
+		l.publishSession(id, groups[id].sl, groups[id].events)
+	}
+}
+
+// publishSession publishes one session's stored events: to the local
+// subscribers, and with Peers to the other servers.
+func (l *Log) publishSession(id string, sl *sessionLog, events []conversation.Event) {
+	if sl == nil {
+		sl = l.session(id)
+	}
+	if l.opts.Peers == nil {
+		sl.publish(l, events)
+		return
+	}
+	l.publishPeers(sl, events)
 }
 
 // dropStaleFences fails the fenced requests of a session whose fence is

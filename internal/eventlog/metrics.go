@@ -14,6 +14,8 @@ type metrics struct {
 	latency  prometheus.Histogram
 	subs     prometheus.Gauge
 	slow     prometheus.Counter
+	peerMsgs prometheus.Counter
+	gapFills prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -42,9 +44,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		slow: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agentd_event_slow_consumers_total", Help: "Subscribers disconnected for falling behind.",
 		}),
+		peerMsgs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agentd_event_peer_messages_total", Help: "Messages of other servers' commits handled (a fleet).",
+		}),
+		gapFills: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agentd_event_peer_gap_fills_total", Help: "Times subscribers were brought up to date from the store (a missed peer message, a notice, a take-over).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.appended, m.failed, m.batch, m.commit, m.latency, m.subs, m.slow)
+		reg.MustRegister(m.appended, m.failed, m.batch, m.commit, m.latency, m.subs, m.slow, m.peerMsgs, m.gapFills)
 	}
 	return m
 }

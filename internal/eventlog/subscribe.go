@@ -27,6 +27,8 @@ type Subscription struct {
 
 	closed bool // Close was called; guarded by sl.mu
 
+	followed bool // counted in the session's peer feed (Options.Peers); set before use
+
 	mu     sync.Mutex // guards queue, queued, ended, err
 	queue  []*Record  // published, not yet taken by the consumer
 	queued int64      // bytes of JSON in queue
@@ -51,8 +53,19 @@ func (l *Log) Subscribe(ctx context.Context, session string, after int64) (*Subs
 		return nil, ErrClosed
 	default:
 	}
+	sl := l.session(session)
+	s := &Subscription{log: l, sl: sl, last: after, wake: make(chan struct{}, 1)}
+	if l.opts.Peers != nil {
+		// Other servers' commits reach this subscription through the
+		// session's peer feed, on before the subscription looks at what
+		// was published (peers.go).
+		if err := l.follow(sl); err != nil {
+			return nil, err
+		}
+		s.followed = true
+	}
 	l.m.subs.Inc()
-	return &Subscription{log: l, sl: l.session(session), last: after, wake: make(chan struct{}, 1)}, nil
+	return s, nil
 }
 
 // Last is the seq of the last event Next returned (or the after value).
@@ -279,12 +292,16 @@ func (s *Subscription) storedTailLocked(ctx context.Context) (int64, error) {
 // Close ends the subscription. Next then returns ErrClosed.
 func (s *Subscription) Close() {
 	s.sl.mu.Lock()
-	defer s.sl.mu.Unlock()
 	if s.closed {
+		s.sl.mu.Unlock()
 		return
 	}
 	s.closed = true
 	s.log.m.subs.Dec()
 	delete(s.sl.subs, s)
 	s.end(ErrClosed)
+	s.sl.mu.Unlock()
+	if s.followed {
+		s.log.unfollow(s.sl)
+	}
 }

@@ -174,6 +174,15 @@ type Handler interface {
 	Handle() json.RawMessage
 }
 
+// Releaser is implemented by environments that outlive their server
+// (a Recoverer's): Release lets go of the environment without stopping
+// it, its processes going on, for another server to Recover. A server does
+// it when it lost the session's lease to another server. Later calls, and
+// Terminate after it, do nothing.
+type Releaser interface {
+	Release()
+}
+
 // WatchSyncer is implemented by environments whose watch can be flushed on
 // demand (a turn's end: its file changes must be reported before it is).
 type WatchSyncer interface {

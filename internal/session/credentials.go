@@ -65,7 +65,7 @@ func (o *owner) failTurn(cause error) {
 		actor = t.actor
 	}
 	ev := withActor(conversation.NewEvent(conversation.ErrorEvent{Message: cause.Error(), Code: agent.CodeOf(cause)}), actor)
-	if _, err := o.s.m.cfg.Log.Append(context.Background(), o.s.id, ev.From(conversation.SourceServer)); err != nil {
+	if _, err := o.s.appendEvents(context.Background(), o.s.gen(), ev.From(conversation.SourceServer)); err != nil {
 		o.s.m.log.Error("record failure", "session", o.s.id, "err", err)
 	}
 	if t == nil {

@@ -33,7 +33,7 @@ func (m *Manager) startEnvironment(ctx context.Context, s *Session, rec store.Se
 	// A backend whose environments outlive the server records a handle
 	// before starting anything: a server killed while it starts one then
 	// finds and removes it (Recover) instead of leaving it running.
-	spec.Record = func(ctx context.Context, h json.RawMessage) error { return m.recordHandle(ctx, s, h) }
+	spec.Record = func(ctx context.Context, h json.RawMessage) error { return m.recordHandle(ctx, s, s.gen(), h) }
 	_, statErr := os.Stat(spec.Workspace)
 	fresh := errors.Is(statErr, os.ErrNotExist)
 	start := time.Now()
@@ -92,12 +92,13 @@ func (m *Manager) spec(ctx context.Context, rec store.Session, prof profile.Prof
 }
 
 // recordHandle stores an environment's handle in the session's record.
-func (m *Manager) recordHandle(ctx context.Context, s *Session, h json.RawMessage) error {
+// It is fenced by gen, the lease the environment starts under.
+func (m *Manager) recordHandle(ctx context.Context, s *Session, gen int64, h json.RawMessage) error {
 	s.mu.Lock()
 	s.rec.SandboxState = h
 	rec := s.rec
 	s.mu.Unlock()
-	return m.cfg.Store.UpdateSession(ctx, rec)
+	return s.saveRecord(ctx, gen, rec)
 }
 
 // attachEnvironment makes an environment that is up (new, or recovered
@@ -116,10 +117,13 @@ func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.E
 	s.mu.Lock()
 	s.rec.Runtime.WorkDir = e.WorkDir() // saved with the next record update (the status that follows)
 	s.mu.Unlock()
+	// Everything written for this environment carries the lease it runs
+	// under: once another server has the lease, the store refuses it.
+	gen := s.gen()
 	if hd, ok := e.(sandbox.Handler); ok {
 		// Recorded before anything runs: a server killed from here on finds
 		// the environment again.
-		if err := m.recordHandle(ctx, s, hd.Handle()); err != nil {
+		if err := m.recordHandle(ctx, s, gen, hd.Handle()); err != nil {
 			return nil, nil, fmt.Errorf("record sandbox handle: %w", err)
 		}
 	}
@@ -129,10 +133,12 @@ func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.E
 		return nil, nil, agent.Fail(agent.CodeSandboxError, "watch workspace: %v", err)
 	}
 	marks := newWatchMarks(rec.ID)
-	go m.forwardChanges(ctx, s, e, changes, marks)
-	m.renewLease(ctx, rec.ID)
+	go m.forwardChanges(ctx, s, gen, e, changes, marks)
+	m.renewLease(ctx, rec.ID, gen, func(why string) {
+		_ = s.do(func(o *owner) { o.leaseLost(gen, why) })
+	})
 
-	h := &host{s: s, env: e, marks: marks, prof: prof, log: m.log.With("session", rec.ID, "architecture", rec.Architecture)}
+	h := &host{s: s, gen: gen, env: e, marks: marks, prof: prof, log: m.log.With("session", rec.ID, "architecture", rec.Architecture)}
 	h.setTurn(actor, rec.Runtime.ActiveQueryID)
 	runner, err := arch.Start(ctx, h)
 	if err != nil {
@@ -173,7 +179,7 @@ func (m *Manager) populate(ctx context.Context, e sandbox.Environment, id string
 // forwardChanges turns workspace changes into file events and, within the
 // size bound, copies the files into the store. It reports each Sync marker
 // to marks once everything before it is recorded.
-func (m *Manager) forwardChanges(ctx context.Context, s *Session, e sandbox.Environment, changes <-chan sandbox.FileEvent, marks *watchMarks) {
+func (m *Manager) forwardChanges(ctx context.Context, s *Session, gen int64, e sandbox.Environment, changes <-chan sandbox.FileEvent, marks *watchMarks) {
 	defer marks.end()
 	for ch := range changes {
 		var ev conversation.Event
@@ -193,7 +199,7 @@ func (m *Manager) forwardChanges(ctx context.Context, s *Session, e sandbox.Envi
 		default:
 			continue
 		}
-		if _, err := m.cfg.Log.Append(ctx, s.id, ev); err != nil {
+		if _, err := s.appendEvents(ctx, gen, ev); err != nil {
 			if ctx.Err() == nil {
 				m.log.Warn("record file change", "session", s.id, "path", ch.Path, "err", err)
 			}
@@ -231,11 +237,16 @@ func (m *Manager) persistFile(ctx context.Context, id string, e sandbox.Environm
 	}
 }
 
-// renewLease keeps the session's lease while its environment is up (until
-// ctx ends): it is renewed every third of LeaseTTL, by the process's one
-// lease renewer rather than a goroutine per session.
-func (m *Manager) renewLease(ctx context.Context, id string) {
-	leases.add(&leaseEntry{ctx: ctx, m: m, id: id, due: time.Now().Add(m.cfg.LeaseTTL / 3)})
+// renewLease keeps the session's lease of generation gen while its
+// environment is up (until ctx ends): it is renewed every third of
+// LeaseTTL, by the process's one lease renewer rather than a goroutine per
+// session. lost (when set) is called, once, when the lease is lost: another
+// server holds it, or took it since (the generation changed), or the
+// session is gone, or no renewal succeeded for a whole ttl (the lease has
+// expired, and another server may take it).
+func (m *Manager) renewLease(ctx context.Context, id string, gen int64, lost func(why string)) {
+	now := time.Now()
+	leases.add(&leaseEntry{ctx: ctx, m: m, id: id, gen: gen, lost: lost, okAt: now, due: now.Add(m.cfg.LeaseTTL / 3)})
 }
 
 // leases renews the leases of every session whose environment is up, in
@@ -257,10 +268,15 @@ type leaseRenewer struct {
 }
 
 type leaseEntry struct {
-	ctx context.Context // the environment's; its end stops the renewal
-	m   *Manager
-	id  string
-	due time.Time // next renewal; guarded by leaseRenewer.mu
+	ctx  context.Context // the environment's; its end stops the renewal
+	m    *Manager
+	id   string
+	gen  int64
+	lost func(why string)
+	due  time.Time // next renewal; guarded by leaseRenewer.mu
+	// Renewer goroutine only:
+	okAt     time.Time // start of the last successful renewal
+	reported bool      // lost was called
 }
 
 func (r *leaseRenewer) add(e *leaseEntry) {
@@ -321,9 +337,7 @@ func (r *leaseRenewer) run() {
 		}
 		r.mu.Unlock()
 		for _, e := range due {
-			if _, err := e.m.cfg.Store.AcquireLease(e.ctx, e.id, e.m.cfg.Holder, e.m.cfg.LeaseTTL); err != nil && e.ctx.Err() == nil {
-				e.m.log.Error("renew lease", "session", e.id, "err", err)
-			}
+			e.renew()
 		}
 		clear(due) // no entry kept alive by the scratch slice
 		timer.Reset(time.Until(next))
@@ -331,5 +345,37 @@ func (r *leaseRenewer) run() {
 		case <-timer.C:
 		case <-r.wake:
 		}
+	}
+}
+
+// renew renews the entry's lease once (renewer goroutine) and reports its
+// loss.
+func (e *leaseEntry) renew() {
+	start := time.Now()
+	gen, err := e.m.cfg.Store.AcquireLease(e.ctx, e.id, e.m.cfg.Holder, e.m.cfg.LeaseTTL)
+	if e.ctx.Err() != nil {
+		return
+	}
+	var why string
+	switch {
+	case err == nil && (e.gen == 0 || gen == e.gen):
+		e.okAt = start
+		return
+	case err == nil:
+		why = fmt.Sprintf("the lease's generation went from %d to %d: another server held it meanwhile", e.gen, gen)
+	case errors.Is(err, store.ErrLeaseHeld):
+		why = "another server holds the lease"
+	case errors.Is(err, store.ErrNotFound):
+		why = "the session was deleted"
+	default:
+		e.m.log.Error("renew lease", "session", e.id, "err", err)
+		if time.Since(e.okAt) < e.m.cfg.LeaseTTL {
+			return // retried at the next period
+		}
+		why = fmt.Sprintf("the lease could not be renewed for %s (it has expired; another server may take the session): %v", e.m.cfg.LeaseTTL, err)
+	}
+	if !e.reported && e.lost != nil {
+		e.reported = true
+		e.lost(why)
 	}
 }

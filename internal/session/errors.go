@@ -21,4 +21,6 @@ var (
 	// ErrUnknownOption: a session option the session's architecture does
 	// not read.
 	ErrUnknownOption = errors.New("unknown session option")
+	// ErrUnavailable: the session's server does not answer (in a fleet).
+	ErrUnavailable = errors.New("the server running this session is unavailable")
 )

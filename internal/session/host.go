@@ -18,6 +18,7 @@ import (
 // concurrent use.
 type host struct {
 	s     *Session
+	gen   int64 // the lease the environment runs under: fences every write
 	env   sandbox.Environment
 	marks *watchMarks // the workspace watcher's markers
 	prof  profile.Profile
@@ -60,7 +61,7 @@ func (h *host) Emit(ctx context.Context, events ...conversation.Event) error {
 			events[i].Context.Actor = &a
 		}
 	}
-	_, err := h.s.m.cfg.Log.Append(ctx, h.s.id, events...)
+	_, err := h.s.appendEvents(ctx, h.gen, events...)
 	return err
 }
 
@@ -69,7 +70,7 @@ func (h *host) SaveAgentState(ctx context.Context, state json.RawMessage) error 
 	h.s.rec.AgentState = append(json.RawMessage(nil), state...)
 	rec := h.s.rec
 	h.s.mu.Unlock()
-	return h.s.m.cfg.Store.UpdateSession(ctx, rec)
+	return h.s.saveRecord(ctx, h.gen, rec)
 }
 
 func (h *host) SaveTranscript(ctx context.Context, name string, data []byte) error {
@@ -90,7 +91,7 @@ func (h *host) SetAgentInfo(ctx context.Context, version, agentSessionID string)
 	}
 	rec := h.s.rec
 	h.s.mu.Unlock()
-	return h.s.m.cfg.Store.UpdateSession(ctx, rec)
+	return h.s.saveRecord(ctx, h.gen, rec)
 }
 
 // RequestPermission implements agent.Host.
@@ -124,7 +125,7 @@ func (h *host) RequestPermission(ctx context.Context, req agent.PermissionReques
 	reqEv := withActor(conversation.NewEvent(conversation.PermissionRequested{
 		RequestID: id, ToolName: req.ToolName, Input: input, ToolUseID: req.ToolUseID, ExpiresAt: expires,
 	}), cur.actor)
-	if _, err := h.s.m.cfg.Log.Append(ctx, h.s.id, reqEv); err != nil {
+	if _, err := h.s.appendEvents(ctx, h.gen, reqEv); err != nil {
 		h.s.perms.take(id)
 		return agent.PermissionDecision{}, fmt.Errorf("record permission request: %w", err)
 	}
@@ -164,7 +165,7 @@ func (h *host) resolve(id string, d agent.PermissionDecision, actor, tool string
 		RequestID: id, Behavior: d.Behavior, By: d.By, Message: d.Message, UpdatedInput: d.UpdatedInput,
 		ToolName: tool, Scope: d.Scope,
 	})
-	if _, err := h.s.m.cfg.Log.Append(context.Background(), h.s.id, withActor(ev, actor)); err != nil {
+	if _, err := h.s.appendEvents(context.Background(), h.gen, withActor(ev, actor)); err != nil {
 		h.log.Error("record permission resolution", "err", err)
 	}
 }

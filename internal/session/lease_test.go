@@ -71,8 +71,8 @@ func TestLeaseRenewal(t *testing.T) {
 	ctxA, cancelA := context.WithCancel(t.Context())
 	ctxB, cancelB := context.WithCancel(t.Context())
 	defer cancelB()
-	m.renewLease(ctxA, "a")
-	m.renewLease(ctxB, "b")
+	m.renewLease(ctxA, "a", 1, nil)
+	m.renewLease(ctxB, "b", 1, nil)
 	waitFor(t, "both leases are renewed twice", func() bool { return st.count("a") >= 2 && st.count("b") >= 2 })
 
 	cancelA()
@@ -91,7 +91,7 @@ func TestLeaseRenewal(t *testing.T) {
 	waitFor(t, "the renewer exits", func() bool { return !renewerRunning() })
 	// And comes back for the next environment.
 	ctxC, cancelC := context.WithCancel(t.Context())
-	m.renewLease(ctxC, "c")
+	m.renewLease(ctxC, "c", 1, nil)
 	waitFor(t, "c is renewed", func() bool { return st.count("c") >= 1 })
 	cancelC()
 	waitFor(t, "the renewer exits again", func() bool { return !renewerRunning() })
@@ -107,8 +107,8 @@ func TestLeaseRenewalErrors(t *testing.T) {
 		cancel()
 		waitFor(t, "the renewer exits", func() bool { return !renewerRunning() })
 	}()
-	m.renewLease(ctx, "x")
-	m.renewLease(ctx, "y")
+	m.renewLease(ctx, "x", 1, nil)
+	m.renewLease(ctx, "y", 1, nil)
 	waitFor(t, "failing renewals are retried", func() bool { return st.count("x") >= 3 && st.count("y") >= 3 })
 }
 
@@ -117,7 +117,7 @@ func TestLeaseRenewalEndedContext(t *testing.T) {
 	st := &leaseCounter{renewals: map[string]int{}}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	leaseManager(st).renewLease(ctx, "gone")
+	leaseManager(st).renewLease(ctx, "gone", 1, nil)
 	waitFor(t, "the renewer exits", func() bool { return !renewerRunning() })
 	if n := st.count("gone"); n != 0 {
 		t.Fatalf("renewed %d times", n)
@@ -131,7 +131,7 @@ func TestLeaseRenewalOneGoroutine(t *testing.T) {
 	before := runtime.NumGoroutine()
 	ctx, cancel := context.WithCancel(t.Context())
 	for i := range 200 {
-		m.renewLease(ctx, string(rune('a'+i%26))+string(rune('0'+i/26)))
+		m.renewLease(ctx, string(rune('a'+i%26))+string(rune('0'+i/26)), 1, nil)
 	}
 	if n := runtime.NumGoroutine() - before; n > 1 {
 		t.Errorf("200 leases kept by %d goroutines", n)

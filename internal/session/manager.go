@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
@@ -40,6 +41,9 @@ type Config struct {
 	Files sandbox.Provider
 	// DataDir holds workspaces under DataDir/workspaces/<session id>.
 	DataDir string
+	// WorkspacesDir, when set, holds the workspaces instead
+	// (WorkspacesDir/<session id>): a folder the servers of a fleet share.
+	WorkspacesDir string
 	// IdleTimeout terminates an environment idle that long (default 15m).
 	IdleTimeout time.Duration
 	// PermissionTimeout denies an unanswered permission request (default 5m).
@@ -69,6 +73,13 @@ type Config struct {
 	// PATH, which is where the built-in sandboxes find agents; a sandbox
 	// that looks elsewhere leaves it off.
 	RefuseMissingAgents bool
+	// Cluster, when set, makes this server one of a fleet sharing Store
+	// (cluster.go): commands go to the server holding a session's lease,
+	// and session changes are announced.
+	Cluster Cluster
+	// Registerer receives the fleet metrics (leases lost, take-overs,
+	// forwarded commands) when set.
+	Registerer prometheus.Registerer
 }
 
 // Metrics receives session lifecycle observations.
@@ -89,6 +100,13 @@ type Manager struct {
 	states   *stateCache
 	snaps    snapshots      // changes.go
 	wg       sync.WaitGroup // owner goroutines
+
+	cluster     Cluster // nil: a server on its own
+	metrics     *fleetMetrics
+	bg          sync.WaitGroup // background goroutines (sweep, notices); Add under mu, with closed
+	bgCtx       context.Context
+	bgCancel    context.CancelFunc
+	stopNotices func()
 }
 
 // New returns a manager; call Start to load the stored sessions.
@@ -120,11 +138,16 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Manager{
 		cfg:      cfg,
 		log:      cfg.Logger,
 		sessions: make(map[string]*Session),
 		states:   newStateCache(cfg.Log, 128),
+		cluster:  cfg.Cluster,
+		metrics:  newFleetMetrics(cfg.Registerer),
+		bgCtx:    bgCtx,
+		bgCancel: bgCancel,
 	}, nil
 }
 
@@ -158,6 +181,16 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	m.resumeQueues(ctx, queued) // queue.go
 	m.log.Info("sessions loaded", "count", len(recs))
+	if m.cluster != nil {
+		stop, err := m.cluster.Notices(m.onNotice)
+		if err != nil {
+			return fmt.Errorf("follow the fleet's notices: %w", err)
+		}
+		m.stopNotices = stop
+	}
+	// Sessions whose server dies (or stops, handing them over) are taken
+	// over here once their lease is free.
+	m.background(m.sweepLoop)
 	return nil
 }
 
@@ -224,18 +257,28 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, actor string) (
 	if err := m.cfg.Store.CreateSession(ctx, rec); err != nil {
 		return store.Session{}, fmt.Errorf("create session: %w", err)
 	}
-	s := newSession(m, rec)
-	m.mu.Lock()
-	m.sessions[rec.ID] = s
-	m.mu.Unlock()
+	m.add(newSession(m, rec))
 	if _, err := m.cfg.Log.Append(ctx, rec.ID, statusEvent(rec.Runtime, "", actor)); err != nil {
 		return store.Session{}, fmt.Errorf("record status: %w", err)
 	}
-	if m.cfg.Metrics != nil {
-		m.cfg.Metrics.StatusChanged("", conversation.SessionCreated)
-	}
-	m.watchers.notify(m.summary(ctx, rec))
+	m.changed(m.summary(ctx, rec))
 	return rec, nil
+}
+
+// add keeps s in memory (unless a session of its id is there already) and
+// returns the one kept.
+func (m *Manager) add(s *Session) *Session {
+	m.mu.Lock()
+	if old, ok := m.sessions[s.id]; ok {
+		m.mu.Unlock()
+		return old
+	}
+	m.sessions[s.id] = s
+	m.mu.Unlock()
+	if m.cfg.Metrics != nil {
+		m.cfg.Metrics.StatusChanged("", s.record().Status)
+	}
+	return s
 }
 
 // CreateRequest is the body of POST /api/sessions.
@@ -274,17 +317,30 @@ func (m *Manager) summary(ctx context.Context, rec store.Session) Summary {
 	}
 }
 
-// List returns every session, newest first.
+// List returns every session, newest first. In a fleet the list is the
+// store's: sessions created and changed on other servers too.
 func (m *Manager) List(ctx context.Context) []Summary {
-	m.mu.Lock()
-	all := make([]*Session, 0, len(m.sessions))
-	for _, s := range m.sessions {
-		all = append(all, s)
+	var recs []store.Session
+	if m.cluster != nil {
+		var err error
+		if recs, err = m.cfg.Store.ListSessions(ctx); err != nil {
+			m.log.Warn("list sessions from the store; listing those known here", "err", err)
+			recs = nil
+		}
 	}
-	m.mu.Unlock()
-	out := make([]Summary, 0, len(all))
-	for _, s := range all {
-		out = append(out, m.summary(ctx, s.record()))
+	if recs == nil {
+		m.mu.Lock()
+		for _, s := range m.sessions {
+			recs = append(recs, s.record())
+		}
+		m.mu.Unlock()
+	}
+	out := make([]Summary, 0, len(recs))
+	for _, rec := range recs {
+		if s := m.known(rec.ID); s != nil && s.holding() {
+			rec = s.record() // this server runs it: the freshest
+		}
+		out = append(out, m.summary(ctx, rec))
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
@@ -295,29 +351,59 @@ func (m *Manager) List(ctx context.Context) []Summary {
 	return out
 }
 
-// Get returns a session.
+// Get returns a session: one known here, or else one the store has (a
+// session another server of a fleet created, or one created after this
+// server started by another sharing its store).
 func (m *Manager) Get(id string) (*Session, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s, ok := m.sessions[id]
-	if !ok {
+	if s := m.known(id); s != nil {
+		return s, nil
+	}
+	if id == "" || m.isClosed() {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	return s, nil
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec, err := m.cfg.Store.LoadSession(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load session: %w", err)
+	}
+	return m.add(newSession(m, rec)), nil
+}
+
+// known returns the session if this server has it in memory.
+func (m *Manager) known(id string) *Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sessions[id]
 }
 
 // State returns a session's record and its conversation reduced from the
-// log.
+// log. In a fleet, the record of a session another server runs is read
+// from the store.
 func (m *Manager) State(ctx context.Context, id string) (store.Session, conversation.State, error) {
 	s, err := m.Get(id)
 	if err != nil {
 		return store.Session{}, conversation.State{}, err
 	}
+	rec := s.record()
+	if m.cluster != nil && !s.holding() {
+		fresh, err := m.cfg.Store.LoadSession(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return store.Session{}, conversation.State{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+		}
+		if err != nil {
+			return store.Session{}, conversation.State{}, fmt.Errorf("load session: %w", err)
+		}
+		rec = fresh
+	}
 	st, err := m.states.get(ctx, id)
 	if err != nil {
 		return store.Session{}, conversation.State{}, err
 	}
-	return s.record(), st, nil
+	return rec, st, nil
 }
 
 // Delete terminates the session's environment; with purge it also deletes
@@ -333,29 +419,41 @@ func (m *Manager) Delete(ctx context.Context, id string, purge bool, actor strin
 	if !purge {
 		return nil
 	}
-	m.mu.Lock()
-	delete(m.sessions, id)
-	m.mu.Unlock()
-	m.states.forget(id)
-	m.cfg.Log.Forget(id)
+	rec := s.record()
+	m.forget(id)
 	if err := m.cfg.Store.DeleteSession(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("delete session: %w", err)
 	}
-	if err := os.RemoveAll(m.workspace(id)); err != nil {
-		m.log.Warn("remove workspace", "session", id, "err", err)
-	}
-	m.forgetChanges(id)
+	// A backend's own workspace storage (a volume) is shared by the
+	// fleet: removed once, here, not by every server's forget.
 	if wc, ok := m.cfg.Sandbox.(sandbox.WorkspaceCollector); ok {
 		if err := wc.RemoveWorkspace(ctx, id); err != nil {
 			m.log.Warn("remove workspace", "session", id, "sandbox", m.cfg.Sandbox.Name(), "err", err)
 		}
 	}
-	if m.cfg.Metrics != nil {
+	sum := Summary{SessionID: id, Type: rec.Architecture, Status: rec.Status, Deleted: true, CreatedAt: rec.CreatedAt, Owner: rec.Owner, Tenant: rec.Tenant}
+	m.watchers.notify(sum)
+	m.announce(notice{Kind: noticeDeleted, SessionID: id, Summary: &sum})
+	return nil
+}
+
+// forget drops a purged session from this server: its record, cached
+// state, event tail (its subscribers end with ErrSessionDeleted) and
+// workspace folder.
+func (m *Manager) forget(id string) {
+	m.mu.Lock()
+	s, ok := m.sessions[id]
+	delete(m.sessions, id)
+	m.mu.Unlock()
+	m.states.forget(id)
+	m.cfg.Log.Forget(id)
+	if err := os.RemoveAll(m.workspace(id)); err != nil {
+		m.log.Warn("remove workspace", "session", id, "err", err)
+	}
+	m.forgetChanges(id)
+	if ok && m.cfg.Metrics != nil {
 		m.cfg.Metrics.StatusChanged(s.record().Status, "")
 	}
-	rec := s.record()
-	m.watchers.notify(Summary{SessionID: id, Type: rec.Architecture, Status: rec.Status, Deleted: true, CreatedAt: rec.CreatedAt, Owner: rec.Owner, Tenant: rec.Tenant})
-	return nil
 }
 
 // WatchSessions delivers a Summary whenever a session is created, changes
@@ -386,8 +484,12 @@ func (m *Manager) Close(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	m.bgCancel()
+	if m.stopNotices != nil {
+		m.stopNotices()
+	}
 	done := make(chan struct{})
-	go func() { m.wg.Wait(); close(done) }()
+	go func() { m.wg.Wait(); m.bg.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -416,6 +518,9 @@ func (m *Manager) isClosed() bool {
 }
 
 func (m *Manager) workspace(id string) string {
+	if m.cfg.WorkspacesDir != "" {
+		return filepath.Join(m.cfg.WorkspacesDir, id)
+	}
 	return filepath.Join(m.cfg.DataDir, "workspaces", id)
 }
 
@@ -431,4 +536,24 @@ func withActor(e conversation.Event, actor string) conversation.Event {
 		e.Context.Actor = &a
 	}
 	return e
+}
+
+// fleetMetrics count what a fleet does to sessions.
+type fleetMetrics struct {
+	leasesLost, takeovers, forwarded prometheus.Counter
+}
+
+func newFleetMetrics(reg prometheus.Registerer) *fleetMetrics {
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	m := &fleetMetrics{
+		leasesLost: c("agentd_session_leases_lost_total", "Session leases this server lost to another (its runner stopped)."),
+		takeovers:  c("agentd_session_takeovers_total", "Sessions this server took over from a server that stopped (or at start-up)."),
+		forwarded:  c("agentd_session_commands_forwarded_total", "Commands sent to the server holding a session's lease."),
+	}
+	if reg != nil {
+		reg.MustRegister(m.leasesLost, m.takeovers, m.forwarded)
+	}
+	return m
 }

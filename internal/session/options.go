@@ -53,6 +53,18 @@ func (m *Manager) UpdateOptions(ctx context.Context, id string, patch json.RawMe
 			return nil, err
 		}
 	}
+	r, err := s.route(ctx, command{Op: opOptions, Patch: patch, Actor: actor}, false)
+	return r.Options, err
+}
+
+// updateOptionsHere is UpdateOptions on this server (in a fleet, the one
+// holding the session's lease, whose record is the current one).
+func (s *Session) updateOptionsHere(ctx context.Context, patch json.RawMessage, actor string) (json.RawMessage, error) {
+	m, id := s.m, s.id
+	var changes map[string]json.RawMessage
+	if err := json.Unmarshal(patch, &changes); err != nil {
+		return nil, fmt.Errorf("%w: sessionOptions must be a JSON object", ErrInvalidRequest)
+	}
 	type result struct {
 		opts   json.RawMessage
 		runner agent.Runner // the running agent's, when the options changed
@@ -97,7 +109,7 @@ func (m *Manager) UpdateOptions(ctx context.Context, id string, patch json.RawMe
 		s.rec.SessionOptions = next
 		rec := s.rec
 		s.mu.Unlock()
-		if err := m.cfg.Store.UpdateSession(ctx, rec); err != nil {
+		if err := s.saveRecord(ctx, s.gen(), rec); err != nil {
 			s.mu.Lock()
 			s.rec.SessionOptions = before
 			s.mu.Unlock()
@@ -105,7 +117,7 @@ func (m *Manager) UpdateOptions(ctx context.Context, id string, patch json.RawMe
 			return
 		}
 		ev := withActor(conversation.NewEvent(conversation.OptionsUpdate{SessionOptions: next, Changed: changed}).From(conversation.SourceClient), actor)
-		if _, err := m.cfg.Log.Append(ctx, id, ev); err != nil {
+		if _, err := s.appendEvents(ctx, s.gen(), ev); err != nil {
 			done(result{}, fmt.Errorf("record options: %w", err))
 			return
 		}

@@ -32,7 +32,14 @@ type SubmitResult struct {
 // Submit sends a user message: it starts a turn at once when none runs
 // (and nothing is queued before it), otherwise it queues the message. A
 // session without a name is named after its first message.
+// In a fleet it runs on the server holding the session's lease, as Send.
 func (s *Session) Submit(ctx context.Context, content, actor string) (SubmitResult, error) {
+	r, err := s.route(ctx, command{Op: opSubmit, Content: content, Actor: actor}, true)
+	return SubmitResult{QueryID: r.QueryID, MessageID: r.MessageID}, err
+}
+
+// submitHere is Submit on this server.
+func (s *Session) submitHere(ctx context.Context, content, actor string) (SubmitResult, error) {
 	return doSync(ctx, s, func(o *owner, done func(SubmitResult, error)) {
 		done(o.submit(ctx, content, actor))
 	})
@@ -40,7 +47,14 @@ func (s *Session) Submit(ctx context.Context, content, actor string) (SubmitResu
 
 // CancelQueued drops a queued message; ErrMessageNotFound when no message
 // with that id waits (it already started, was dropped, or never existed).
+// In a fleet it runs on the server holding the session's lease.
 func (s *Session) CancelQueued(ctx context.Context, messageID, actor string) error {
+	_, err := s.route(ctx, command{Op: opCancelQ, MessageID: messageID, Actor: actor}, false)
+	return err
+}
+
+// cancelQueuedHere is CancelQueued on this server.
+func (s *Session) cancelQueuedHere(ctx context.Context, messageID, actor string) error {
 	_, err := doSync(ctx, s, func(o *owner, done func(struct{}, error)) {
 		done(struct{}{}, o.cancelQueued(ctx, messageID, actor))
 	})
@@ -77,7 +91,7 @@ func (o *owner) submit(ctx context.Context, content, actor string) (SubmitResult
 	}
 	id := "msg-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
 	ev := withActor(conversation.NewEvent(conversation.MessageQueued{MessageID: id, Content: content}), actor)
-	if _, err := o.s.m.cfg.Log.Append(ctx, o.s.id, ev.From(conversation.SourceClient)); err != nil {
+	if _, err := o.s.appendEvents(ctx, o.s.gen(), ev.From(conversation.SourceClient)); err != nil {
 		return SubmitResult{}, fmt.Errorf("queue message: %w", err)
 	}
 	o.s.m.log.Info("message queued", "session", o.s.id, "message", id)
@@ -95,7 +109,7 @@ func (o *owner) cancelQueued(ctx context.Context, id, actor string) error {
 			continue
 		}
 		ev := withActor(conversation.NewEvent(conversation.MessageCancelled{MessageID: id, Reason: "cancelled by a client"}), actor)
-		if _, err := o.s.m.cfg.Log.Append(ctx, o.s.id, ev.From(conversation.SourceClient)); err != nil {
+		if _, err := o.s.appendEvents(ctx, o.s.gen(), ev.From(conversation.SourceClient)); err != nil {
 			return fmt.Errorf("cancel queued message: %w", err)
 		}
 		o.noteQueue(ctx)
@@ -127,13 +141,13 @@ func (o *owner) runQueue(ctx context.Context) error {
 			code = "SESSION_LEASED"
 		}
 		ev := conversation.NewEvent(conversation.ErrorEvent{Message: fmt.Sprintf("queued message %s could not start: %v", q.ID, err), Code: code})
-		if _, aerr := o.s.m.cfg.Log.Append(context.WithoutCancel(ctx), o.s.id, ev.From(conversation.SourceServer)); aerr != nil {
+		if _, aerr := o.s.appendEvents(context.WithoutCancel(ctx), o.s.gen(), ev.From(conversation.SourceServer)); aerr != nil {
 			o.s.m.log.Error("record queue error", "session", o.s.id, "err", aerr)
 		}
 		return err
 	}
 	ev := withActor(conversation.NewEvent(conversation.MessageDequeued{MessageID: q.ID, QueryID: qid}), q.Actor)
-	if _, err := o.s.m.cfg.Log.Append(context.WithoutCancel(ctx), o.s.id, ev.From(conversation.SourceServer)); err != nil {
+	if _, err := o.s.appendEvents(context.WithoutCancel(ctx), o.s.gen(), ev.From(conversation.SourceServer)); err != nil {
 		o.s.m.log.Error("record dequeue", "session", o.s.id, "err", err)
 	}
 	o.noteQueue(context.WithoutCancel(ctx))
@@ -157,7 +171,7 @@ func (o *owner) noteQueue(ctx context.Context) {
 	s.rec.Runtime.Queued = len(st.QueuedMessages)
 	rec := s.rec
 	s.mu.Unlock()
-	if err := s.m.cfg.Store.UpdateSession(ctx, rec); err != nil {
+	if err := s.saveRecord(ctx, s.gen(), rec); err != nil {
 		s.m.log.Warn("record queue length", "session", s.id, "err", err)
 	}
 }
@@ -181,7 +195,7 @@ func (o *owner) nameAfter(ctx context.Context, content string) {
 	s.rec.Name = NameFromPrompt(content)
 	rec := s.rec
 	s.mu.Unlock()
-	if err := s.m.cfg.Store.UpdateSession(ctx, rec); err != nil {
+	if err := s.saveRecord(ctx, s.gen(), rec); err != nil {
 		s.m.log.Warn("name session", "session", s.id, "err", err)
 	}
 	s.m.watchers.notify(s.m.summary(ctx, rec))
@@ -203,7 +217,8 @@ func NameFromPrompt(content string) string {
 	return line
 }
 
-// Rename sets a session's name ("" clears it).
+// Rename sets a session's name ("" clears it). In a fleet it runs on the
+// server holding the session's lease, whose record is the current one.
 func (m *Manager) Rename(ctx context.Context, id, name, actor string) (Summary, error) {
 	s, err := m.Get(id)
 	if err != nil {
@@ -213,12 +228,25 @@ func (m *Manager) Rename(ctx context.Context, id, name, actor string) (Summary, 
 	if len([]rune(name)) > 200 {
 		return Summary{}, fmt.Errorf("%w: name longer than 200 characters", ErrInvalidRequest)
 	}
+	r, err := s.route(ctx, command{Op: opRename, Name: name, Actor: actor}, false)
+	if err != nil {
+		return Summary{}, err
+	}
+	if r.Summary == nil {
+		return Summary{}, fmt.Errorf("%w: rename: no session in the reply", ErrUnavailable)
+	}
+	return *r.Summary, nil
+}
+
+// renameHere is Rename on this server.
+func (s *Session) renameHere(ctx context.Context, name, actor string) (Summary, error) {
+	m, id := s.m, s.id
 	return doSync(ctx, s, func(o *owner, done func(Summary, error)) {
 		s.mu.Lock()
 		s.rec.Name = name
 		rec := s.rec
 		s.mu.Unlock()
-		if err := m.cfg.Store.UpdateSession(ctx, rec); err != nil {
+		if err := s.saveRecord(ctx, s.gen(), rec); err != nil {
 			done(Summary{}, fmt.Errorf("update session: %w", err))
 			return
 		}

@@ -12,37 +12,50 @@ import (
 	"github.com/agentd/agentd/store"
 )
 
-// recoverOrSettle handles a session that was active when the previous
-// server stopped. With a sandbox whose environments outlive the server
-// (sandbox.Recoverer) and a recorded handle, the owner re-attaches to the
-// environment and, when the runner can (agent.Resumer), takes over the turn
-// that was running. Otherwise the session is settled: see settle.
+// restartReason is why a turn running when this server stopped failed.
+const restartReason = "the server restarted while this turn was running; the agent process was stopped with it"
+
+// takeoverReason is why a turn running on a server that stopped failed,
+// when another server took the session over.
+const takeoverReason = "the server running this turn stopped (its lease on the session expired, or it was stopped); another server took the session over"
+
+// recoverOrSettle handles, at start-up, a session that was active when
+// the previous server stopped. With a sandbox whose environments outlive
+// the server (sandbox.Recoverer) and a recorded handle, the owner
+// re-attaches to the environment and, when the runner can (agent.Resumer),
+// takes over the turn that was running. Otherwise the session is settled:
+// see settle.
 //
 // A session whose lease another server holds is left alone: it was not
 // active here but runs there (two servers share the store). Taking the
 // lease first also fences that server out should its lease have expired.
 func (m *Manager) recoverOrSettle(ctx context.Context, s *Session) error {
-	if _, err := m.cfg.Store.AcquireLease(ctx, s.id, m.cfg.Holder, m.cfg.LeaseTTL); err != nil {
-		if errors.Is(err, store.ErrLeaseHeld) {
+	_, err := doSync(ctx, s, func(o *owner, done func(struct{}, error)) {
+		orphaned, err := o.takeLease(ctx)
+		switch {
+		case errors.Is(err, ErrLeased):
 			m.log.Info("session runs on another server; left to it", "session", s.id)
-			return nil
+			done(struct{}{}, nil)
+		case err != nil:
+			done(struct{}{}, err)
+		case !orphaned:
+			done(struct{}{}, nil)
+		default:
+			done(struct{}{}, o.adopt(restartReason, agent.CodeServerRestarted))
 		}
-		return fmt.Errorf("acquire lease: %w", err)
-	}
-	rec := s.record()
-	rc, ok := m.cfg.Sandbox.(sandbox.Recoverer)
-	if !ok || len(rec.SandboxState) == 0 {
-		return m.settle(ctx, s, "the server restarted while this turn was running; the agent process was stopped with it", agent.CodeServerRestarted)
-	}
-	return s.do(func(o *owner) { o.recover(rc) })
+	})
+	return err
 }
 
-// recover runs in the owner goroutine: re-attach in the background, then
-// resume or settle the running turn.
-func (o *owner) recover(rc sandbox.Recoverer) {
+// recover runs in the owner goroutine (lease held): re-attach in the
+// background, then resume or settle the running turn. why says how the
+// previous server went away; statusWhy is the short form for a status
+// event.
+func (o *owner) recover(rc sandbox.Recoverer, why, statusWhy string) {
 	s := o.s
 	m := s.m
-	o.starting = true
+	o.starting, o.recovering = true, true
+	gen := s.gen()
 	envCtx, envCancel := context.WithCancel(context.Background())
 	rec := s.record()
 	o.goJob(func() func(*owner) {
@@ -65,33 +78,55 @@ func (o *owner) recover(rc sandbox.Recoverer) {
 		}
 		st, stErr := m.states.get(context.Background(), s.id)
 		return func(o *owner) {
-			o.starting = false
+			o.starting, o.recovering = false, false
+			waiters := o.readyWait
+			o.readyWait = nil
+			if err == nil && s.gen() != gen {
+				// The lease was lost meanwhile: the environment is the new
+				// holder's.
+				envCancel()
+				if rel, ok := env.(sandbox.Releaser); ok {
+					rel.Release()
+				}
+				for _, w := range waiters {
+					w(ErrLeased)
+				}
+				return
+			}
 			if err != nil {
 				envCancel()
-				reason := fmt.Sprintf("the session's environment did not survive the restart: %v", err)
+				reason := fmt.Sprintf("the session's environment could not be re-attached (%s): %v", statusWhy, err)
 				if errors.Is(err, sandbox.ErrGone) {
-					reason = fmt.Sprintf("the session's executor is gone (it died while the server was down): %v", err)
+					reason = fmt.Sprintf("the session's executor is gone (it died while no server was attached to it): %v", err)
 				}
 				m.log.Warn("recover environment", "session", s.id, "err", err)
-				if serr := m.settle(context.Background(), s, reason, agent.CodeSandboxError); serr != nil {
+				if serr := m.settle(context.Background(), s, s.gen(), reason, agent.CodeSandboxError, statusWhy); serr != nil {
 					m.log.Error("settle session", "session", s.id, "err", serr)
+				}
+				for _, w := range waiters {
+					w(err)
 				}
 				return
 			}
 			o.env, o.runner, o.host, o.envCancel, o.envLost = env, runner, h, envCancel, false
 			m.log.Info("environment re-attached", "session", s.id, "sandbox", m.cfg.Sandbox.Name())
 			if stErr != nil || st.ActiveQueryID == "" {
-				o.setStatus(conversation.SessionIdle, "environment re-attached after a restart", "")
-				o.startIdle()
-				return
+				o.setStatus(conversation.SessionIdle, "environment re-attached ("+statusWhy+")", "")
+				if len(waiters) == 0 {
+					o.startIdle()
+				}
+			} else {
+				o.resumeTurn(st, statusWhy)
 			}
-			o.resumeTurn(st)
+			for _, w := range waiters {
+				w(nil)
+			}
 		}
 	})
 }
 
 // resumeTurn takes over the turn st says was running.
-func (o *owner) resumeTurn(st conversation.State) {
+func (o *owner) resumeTurn(st conversation.State, why string) {
 	s := o.s
 	queryID := st.ActiveQueryID
 	var content string
@@ -102,30 +137,37 @@ func (o *owner) resumeTurn(st conversation.State) {
 	}
 	actor := ""
 	tctx, cancel := context.WithCancel(context.Background())
-	o.turn = &turnState{queryID: queryID, actor: actor, started: time.Now(), cancel: cancel}
+	turn := &turnState{queryID: queryID, actor: actor, started: time.Now(), cancel: cancel}
+	o.turn = turn
 	res, ok := o.runner.(agent.Resumer)
 	if !ok {
 		o.finishTurn(agent.TurnResult{}, agent.Fail(agent.CodeServerRestarted,
-			"the server restarted while this turn was running and the %s agent cannot resume a turn in flight; its environment was kept", s.record().Architecture))
+			"the session's server went away (%s) while this turn was running and the %s agent cannot resume a turn in flight; its environment was kept", why, s.record().Architecture))
 		return
 	}
-	o.setStatus(conversation.SessionRunning, "turn resumed after a restart", actor)
+	o.setStatus(conversation.SessionRunning, "turn resumed ("+why+")", actor)
 	o.host.setTurn(actor, queryID)
 	t := agent.Turn{QueryID: queryID, Content: content}
 	h := o.host
 	o.goJob(func() func(*owner) {
 		r, err := res.Resume(tctx, t, st)
 		syncTurnFiles(h)
-		return func(o *owner) { o.finishTurn(r, err) }
+		return func(o *owner) {
+			if o.turn == turn { // else abandoned: the lease was lost
+				o.finishTurn(r, err)
+			}
+		}
 	})
 }
 
-// settle closes out a session that was active when the server stopped and
-// cannot continue: the turn that was running gets query:failed with the
-// reason, open permission requests are resolved, and the session is marked
-// terminated. Its history stays intact and the next message starts a new
-// environment.
-func (m *Manager) settle(ctx context.Context, s *Session, reason, code string) error {
+// settle closes out a session that was active when its server stopped
+// and cannot continue: the turn that was running gets query:failed with
+// the reason, open permission requests are resolved, and the session is
+// marked terminated. Its history stays intact and the next message starts
+// a new environment (on a workspace restored from the store when its
+// folder is not here). Writes are fenced by gen, the lease this server
+// took; the caller releases it when nothing else runs.
+func (m *Manager) settle(ctx context.Context, s *Session, gen int64, reason, code, statusWhy string) error {
 	st, err := m.states.get(ctx, s.id)
 	if err != nil {
 		return fmt.Errorf("read log: %w", err)
@@ -148,16 +190,16 @@ func (m *Manager) settle(ctx context.Context, s *Session, reason, code string) e
 	s.rec.LastActivity = time.Now().UTC().Truncate(time.Millisecond)
 	rec := s.rec
 	s.mu.Unlock()
-	evs = append(evs, statusEvent(rec.Runtime, "server restarted", ""))
-	if _, err := m.cfg.Log.Append(ctx, s.id, evs...); err != nil {
+	evs = append(evs, statusEvent(rec.Runtime, statusWhy, ""))
+	if _, err := s.appendEvents(ctx, gen, evs...); err != nil {
 		return fmt.Errorf("record restart: %w", err)
 	}
-	if err := m.cfg.Store.UpdateSession(ctx, rec); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := s.saveRecord(ctx, gen, rec); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("update session: %w", err)
 	}
-	_ = m.cfg.Store.ReleaseLease(ctx, s.id, m.cfg.Holder)
 	// The environment is gone: so are its credentials (an agent process
 	// that outlived a crashed server must not keep model access).
 	m.revokeCredentials(s.id)
+	m.changed(m.summary(ctx, rec))
 	return nil
 }

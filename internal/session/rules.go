@@ -136,7 +136,7 @@ func (h *host) ruleDecision(ctx context.Context, req agent.PermissionRequest, in
 	h.s.perms.mu.Lock()
 	h.s.perms.rememberLocked(id)
 	h.s.perms.mu.Unlock()
-	if _, err := h.s.m.cfg.Log.Append(ctx, h.s.id, reqEv, resEv); err != nil {
+	if _, err := h.s.appendEvents(ctx, h.gen, reqEv, resEv); err != nil {
 		h.log.Error("record rule decision", "err", err)
 	}
 	return d, true

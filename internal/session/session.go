@@ -28,6 +28,13 @@ type Session struct {
 	own *owner
 
 	turnActor atomic.Pointer[string] // the running turn's principal (TurnActor)
+
+	// lease is the generation of the session's lease this server holds
+	// (0: none); set and cleared by the owner goroutine (lease.go).
+	lease atomic.Int64
+	// serveStop ends the answering of commands other servers forward
+	// (cluster.go); owner goroutine only.
+	serveStop func()
 }
 
 func newSession(m *Manager, rec store.Session) *Session {
@@ -58,7 +65,10 @@ type owner struct {
 	envCancel context.CancelFunc // stops the watcher and lease renewal
 	envLost   bool               // env died; it is being dropped (loseEnv)
 	starting  bool
-	readyWait []func(error) // run when the environment start finishes
+	// recovering: the start in progress re-attaches to an environment a
+	// previous server left (recover.go); a turn it ran may be resumed.
+	recovering bool
+	readyWait  []func(error) // run when the environment start finishes
 
 	turn *turnState
 
@@ -146,6 +156,8 @@ func (o *owner) loop() {
 			f(o)
 		}
 		if o.quiescent() {
+			// Nothing runs here any more: neither does the lease stay.
+			o.releaseLease()
 			o.s.mu.Lock()
 			if o.pending.Load() == 0 {
 				o.s.own = nil
@@ -171,28 +183,60 @@ func (o *owner) goJob(f func() func(*owner)) {
 // ---- API commands ----
 
 // Send starts a turn with a user message. It returns the turn's query id
-// once the user message is stored; the turn goes on in the background.
+// once the user message is stored; the turn goes on in the background. In
+// a fleet, a session whose lease another server holds is sent there
+// (cluster.go).
 func (s *Session) Send(ctx context.Context, content, actor string) (string, error) {
+	r, err := s.route(ctx, command{Op: opSend, Content: content, Actor: actor}, true)
+	return r.QueryID, err
+}
+
+// sendHere is Send on this server.
+func (s *Session) sendHere(ctx context.Context, content, actor string) (string, error) {
 	return doSync(ctx, s, func(o *owner, done func(string, error)) {
 		done(o.send(ctx, content, actor))
 	})
 }
 
-// Interrupt stops the running turn.
+// Interrupt stops the running turn (on the server running it).
 func (s *Session) Interrupt(ctx context.Context, actor string) error {
+	_, err := s.route(ctx, command{Op: opInterrupt, Actor: actor}, false)
+	return err
+}
+
+// interruptHere is Interrupt on this server.
+func (s *Session) interruptHere(ctx context.Context, actor string) error {
 	_, err := doSync(ctx, s, func(o *owner, done func(struct{}, error)) {
+		if err := o.claim(ctx); err != nil {
+			done(struct{}{}, err)
+			return
+		}
 		done(struct{}{}, o.interrupt(actor))
 	})
 	return err
 }
 
-// Answer resolves an open permission request.
+// Answer resolves an open permission request (on the server running the
+// turn that asked).
 func (s *Session) Answer(ctx context.Context, requestID string, d agent.PermissionDecision, actor string) error {
 	if d.Behavior != conversation.Allow && d.Behavior != conversation.Deny {
 		return fmt.Errorf("%w: behavior must be allow or deny", ErrInvalidRequest)
 	}
+	_, err := s.route(ctx, command{Op: opAnswer, RequestID: requestID, Decision: &d, Actor: actor}, false)
+	return err
+}
+
+// answerHere is Answer on this server.
+func (s *Session) answerHere(ctx context.Context, requestID string, d agent.PermissionDecision, actor string) error {
 	d.By = conversation.ByUser
 	d.Actor = actor
+	if s.m.cluster != nil && !s.holding() {
+		// A request of a session another server left: settled by taking
+		// it over (the request then reads as resolved).
+		if _, err := doSync(ctx, s, func(o *owner, done func(struct{}, error)) { done(struct{}{}, o.claim(ctx)) }); err != nil {
+			return err
+		}
+	}
 	if d.Scope == conversation.ScopeSession {
 		return s.answerForSession(ctx, requestID, d) // rules.go
 	}
@@ -209,9 +253,20 @@ func (s *Session) Answer(ctx context.Context, requestID string, d agent.Permissi
 }
 
 // Terminate stops the environment (after interrupting a running turn) and
-// waits until it is down. The session stays listed and loadable.
+// waits until it is down, on the server running it. The session stays
+// listed and loadable.
 func (s *Session) Terminate(ctx context.Context, reason, actor string) error {
+	_, err := s.route(ctx, command{Op: opTerminate, Reason: reason, Actor: actor}, false)
+	return err
+}
+
+// terminateHere is Terminate on this server.
+func (s *Session) terminateHere(ctx context.Context, reason, actor string) error {
 	ch, err := doSync(ctx, s, func(o *owner, done func(chan struct{}, error)) {
+		if err := o.claim(ctx); err != nil {
+			done(nil, err)
+			return
+		}
 		c := make(chan struct{})
 		o.terminated = append(o.terminated, c)
 		o.terminate(reason, actor)
@@ -309,16 +364,29 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 		return "", err
 	}
 	ctx = context.WithoutCancel(ctx)
+	if o.recovering {
+		return "", errTakingOver
+	}
 	// An environment that died since the last turn is dropped now, so
 	// that this turn starts a new one.
 	o.checkEnv()
 	leaseHeld := o.env != nil || o.starting // held and renewed while the environment is up
-	if _, err := s.m.cfg.Store.AcquireLease(ctx, s.id, s.m.cfg.Holder, s.m.cfg.LeaseTTL); err != nil {
-		if errors.Is(err, store.ErrLeaseHeld) {
-			return "", ErrLeased
-		}
-		return "", fmt.Errorf("acquire lease: %w", err)
+	orphaned, err := o.takeLease(ctx)
+	if err != nil {
+		return "", err
 	}
+	if orphaned {
+		// Another server left the session active (it died, or stopped
+		// and handed it over): settle or re-attach that first.
+		if err := o.adopt(takeoverReason, agent.CodeServerLost); err != nil {
+			o.releaseLease()
+			return "", fmt.Errorf("take the session over: %w", err)
+		}
+		if o.recovering {
+			return "", errTakingOver
+		}
+	}
+	gen := s.gen()
 	s.mu.Lock()
 	before := s.rec
 	s.rec.Turns++
@@ -327,7 +395,7 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 	s.rec.Runtime.ActiveQueryID = queryID
 	rec := s.rec
 	s.mu.Unlock()
-	if err := s.m.cfg.Store.UpdateSession(ctx, rec); err != nil {
+	if err := s.saveRecord(ctx, gen, rec); err != nil {
 		o.undoSend(before, false, leaseHeld)
 		return "", fmt.Errorf("update session: %w", err)
 	}
@@ -336,19 +404,20 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 		Content: content, Timestamp: rec.LastActivity,
 	}).From(conversation.SourceClient), actor)
 	started := withActor(conversation.NewEvent(conversation.QueryStarted{QueryID: queryID, Content: content}), actor)
-	if _, err := s.m.cfg.Log.Append(ctx, s.id, user, started); err != nil {
+	if _, err := s.appendEvents(ctx, gen, user, started); err != nil {
 		// Nothing of the append was stored: the turn does not exist.
 		o.undoSend(before, true, leaseHeld)
 		return "", fmt.Errorf("record message: %w", err)
 	}
 	o.stopIdle()
 	tctx, cancel := context.WithCancel(context.Background())
-	o.turn = &turnState{queryID: queryID, actor: actor, started: time.Now(), cancel: cancel}
+	turn := &turnState{queryID: queryID, actor: actor, started: time.Now(), cancel: cancel}
+	o.turn = turn
 	s.turnActor.Store(&actor)
-	s.m.watchers.notify(s.m.summary(ctx, rec))
+	s.m.changed(s.m.summary(ctx, rec))
 	t := agent.Turn{QueryID: queryID, Content: content}
 	o.whenReady(actor, func(err error) {
-		if o.turn == nil || o.turn.queryID != queryID {
+		if o.turn != turn {
 			return // interrupted while starting and already finished
 		}
 		if err != nil {
@@ -363,7 +432,11 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 			res, err := runner.Turn(tctx, t)
 			// The turn's file changes go in the log before its end.
 			syncTurnFiles(h)
-			return func(o *owner) { o.finishTurn(res, err) }
+			return func(o *owner) {
+				if o.turn == turn { // else abandoned: the lease was lost
+					o.finishTurn(res, err)
+				}
+			}
 		})
 	})
 	return queryID, nil
@@ -383,14 +456,12 @@ func (o *owner) undoSend(before store.Session, stored, leaseHeld bool) {
 	rec := s.rec
 	s.mu.Unlock()
 	if stored {
-		if err := s.m.cfg.Store.UpdateSession(ctx, rec); err != nil {
+		if err := s.saveRecord(ctx, s.gen(), rec); err != nil {
 			s.m.log.Error("undo turn start", "session", s.id, "err", err)
 		}
 	}
 	if !leaseHeld {
-		if err := s.m.cfg.Store.ReleaseLease(ctx, s.id, s.m.cfg.Holder); err != nil {
-			s.m.log.Warn("release lease", "session", s.id, "err", err)
-		}
+		o.releaseLease()
 	}
 }
 
@@ -457,7 +528,7 @@ func (o *owner) finishTurn(res agent.TurnResult, err error) {
 	default:
 		ev = conversation.NewEvent(conversation.QueryFailed{QueryID: t.queryID, Error: err.Error(), Code: agent.CodeOf(err), Interrupted: interrupted, DurationMs: dur})
 	}
-	if aerr := s.m.appendTurnEnd(ctx, s.id, withActor(ev, t.actor)); aerr != nil {
+	if aerr := s.appendTurnEnd(ctx, s.gen(), withActor(ev, t.actor)); aerr != nil {
 		s.m.log.Error("record turn end", "session", s.id, "err", aerr)
 	}
 	s.mu.Lock()
@@ -480,7 +551,7 @@ func (o *owner) finishTurn(res agent.TurnResult, err error) {
 		return
 	}
 	o.setStatus(conversation.SessionIdle, "", t.actor)
-	if _, aerr := s.m.cfg.Log.Append(ctx, s.id, withActor(conversation.NewEvent(conversation.SessionIdleEvent{}), t.actor)); aerr != nil {
+	if _, aerr := s.appendEvents(ctx, s.gen(), withActor(conversation.NewEvent(conversation.SessionIdleEvent{}), t.actor)); aerr != nil {
 		s.m.log.Error("record idle", "session", s.id, "err", aerr)
 	}
 	o.startIdle()
@@ -517,9 +588,11 @@ func (o *owner) terminate(reason, actor string) {
 			o.envCancel()
 		}
 		if o.detach {
-			// Leave the environment (and its agent) running; the next
-			// server start re-attaches.
+			// Leave the environment (and its agent) running, and hand the
+			// lease over: another server of a fleet takes the session now,
+			// or this one when it starts again.
 			o.env, o.runner, o.host = nil, nil, nil
+			o.releaseLease()
 		} else {
 			if o.runner != nil {
 				if err := o.runner.Close(ctx); err != nil {
@@ -531,8 +604,8 @@ func (o *owner) terminate(reason, actor string) {
 			}
 			o.s.m.revokeCredentials(o.s.id)
 			o.env, o.runner, o.host = nil, nil, nil
-			_ = o.s.m.cfg.Store.ReleaseLease(ctx, o.s.id, o.s.m.cfg.Holder)
 			o.setStatus(conversation.SessionTerminated, reason, actor)
+			o.releaseLease()
 		}
 	}
 	for _, c := range o.terminated {
@@ -573,7 +646,7 @@ func (o *owner) loseEnv(env sandbox.Environment, cause error) {
 	s := o.s
 	s.m.log.Warn("environment gone; the next message starts a new one", "session", s.id, "err", cause)
 	msg := fmt.Sprintf("The session's environment is gone (%v). Its workspace is kept; the next message starts a new environment.", cause)
-	if _, err := s.m.cfg.Log.Append(context.Background(), s.id, conversation.NewEvent(conversation.ErrorEvent{Message: msg, Code: agent.CodeEnvironmentGone})); err != nil {
+	if _, err := s.appendEvents(context.Background(), s.gen(), conversation.NewEvent(conversation.ErrorEvent{Message: msg, Code: agent.CodeEnvironmentGone})); err != nil {
 		s.m.log.Error("record environment loss", "session", s.id, "err", err)
 	}
 	s.mu.Lock()
@@ -601,12 +674,33 @@ func (o *owner) whenReady(actor string, f func(error)) {
 		f(ErrClosed)
 		return
 	}
-	o.readyWait = append(o.readyWait, f)
 	if o.starting {
+		o.readyWait = append(o.readyWait, f)
 		return
 	}
-	o.starting = true
 	s := o.s
+	// The environment runs under the session's lease (a turn took it
+	// already; a terminal or files call takes it here).
+	if !s.holding() {
+		orphaned, err := o.takeLease(context.Background())
+		if err != nil {
+			f(err)
+			return
+		}
+		if orphaned {
+			if err := o.adopt(takeoverReason, agent.CodeServerLost); err != nil {
+				f(err)
+				return
+			}
+			if o.recovering {
+				o.readyWait = append(o.readyWait, f) // answered when it is re-attached
+				return
+			}
+		}
+	}
+	o.readyWait = append(o.readyWait, f)
+	o.starting = true
+	gen := s.gen()
 	o.setStatus(conversation.SessionStarting, "", actor)
 	envCtx, envCancel := context.WithCancel(context.Background())
 	rec := s.record()
@@ -616,6 +710,21 @@ func (o *owner) whenReady(actor string, f func(error)) {
 			o.starting = false
 			waiters := o.readyWait
 			o.readyWait = nil
+			if err == nil && s.gen() != gen {
+				// The lease was lost while the environment started: it
+				// is not this server's to run.
+				envCancel()
+				if rel, ok := env.(sandbox.Releaser); ok && o.recoverable() {
+					rel.Release()
+				} else {
+					terminateQuietly(env)
+					s.m.revokeCredentials(s.id)
+				}
+				for _, w := range waiters {
+					w(ErrLeased)
+				}
+				return
+			}
 			if err != nil {
 				envCancel()
 				o.s.m.log.Error("start environment", "session", s.id, "err", err)
@@ -657,23 +766,31 @@ func (o *owner) setStatus(st conversation.SessionStatus, reason, actor string) {
 	rec := s.rec
 	s.mu.Unlock()
 	ctx := context.Background()
-	if err := s.m.cfg.Store.UpdateSession(ctx, rec); err != nil {
+	gen := s.gen()
+	if err := s.saveRecord(ctx, gen, rec); err != nil {
 		s.m.log.Error("update session", "session", s.id, "err", err)
 	}
-	if _, err := s.m.cfg.Log.Append(ctx, s.id, statusEvent(rec.Runtime, reason, actor)); err != nil {
+	if _, err := s.appendEvents(ctx, gen, statusEvent(rec.Runtime, reason, actor)); err != nil {
 		s.m.log.Error("record status", "session", s.id, "err", err)
 	}
 	if s.m.cfg.Metrics != nil && from != st {
 		s.m.cfg.Metrics.StatusChanged(from, st)
 	}
-	s.m.watchers.notify(s.m.summary(ctx, rec))
+	s.m.changed(s.m.summary(ctx, rec))
 }
 
 func (o *owner) saveRecord() {
 	rec := o.s.record()
-	if err := o.s.m.cfg.Store.UpdateSession(context.Background(), rec); err != nil {
+	if err := o.s.saveRecord(context.Background(), o.s.gen(), rec); err != nil {
 		o.s.m.log.Error("update session", "session", o.s.id, "err", err)
 	}
+}
+
+// recoverable reports whether environments outlive this server (and can
+// be left to another one).
+func (o *owner) recoverable() bool {
+	_, ok := o.s.m.cfg.Sandbox.(sandbox.Recoverer)
+	return ok
 }
 
 func (o *owner) startIdle() {

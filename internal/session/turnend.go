@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/eventlog"
+	"github.com/agentd/agentd/store"
 )
 
 // turnEndRetry bounds how long appendTurnEnd retries.
@@ -17,19 +18,24 @@ const turnEndRetry = 2 * time.Minute
 // beyond its busy timeout): the session moves on regardless, so a lost end
 // would leave the turn running in the log, and in every client's view, for
 // good. It gives up when the manager closes (the next server settles the
-// turn), the log is closed, or after turnEndRetry. It runs in the owner
+// turn), the log is closed, the lease gen is another server's (the store
+// fences the write), or after turnEndRetry. It runs in the owner
 // goroutine, which waits meanwhile: nothing could be recorded anyway.
-func (m *Manager) appendTurnEnd(ctx context.Context, id string, ev conversation.Event) error {
+func (s *Session) appendTurnEnd(ctx context.Context, gen int64, ev conversation.Event) error {
 	backoff := 20 * time.Millisecond
 	deadline := time.Now().Add(turnEndRetry)
 	for {
-		_, err := m.cfg.Log.Append(ctx, id, ev)
+		_, err := s.appendEvents(ctx, gen, ev)
 		if err == nil || errors.Is(err, eventlog.ErrClosed) || errors.Is(err, eventlog.ErrSessionDeleted) ||
-			m.isClosed() || time.Now().After(deadline) {
+			errors.Is(err, store.ErrFenced) || s.m.isClosed() || time.Now().After(deadline) {
 			return err
 		}
-		m.log.Warn("record turn end: retrying", "session", id, "err", err)
-		time.Sleep(backoff)
+		s.m.log.Warn("record turn end: retrying", "session", s.id, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
 		backoff = min(2*backoff, time.Second)
 	}
 }

@@ -363,6 +363,17 @@ func (p *Process) Kill() {
 	p.cmd = nil
 }
 
+// Terminate sends SIGTERM to the server (a graceful stop) and waits for
+// it to exit.
+func (p *Process) Terminate() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.waitErr
+	p.cmd = nil
+}
+
 // Restart kills the server with SIGKILL and starts it again on the same
 // port with the same arguments.
 func (p *Process) Restart() {

@@ -381,6 +381,28 @@ func (s *Store) ReleaseLease(ctx context.Context, sessionID, holder string) erro
 	return nil
 }
 
+// OrphanedSessions implements store.OrphanLister.
+func (s *Store) OrphanedSessions(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	now := s.now()
+	var ids []string
+	for id, v := range s.sessions {
+		if !v.Status.Active() {
+			continue
+		}
+		if l, ok := s.leases[id]; ok && now.Before(l.until) {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
 // Close implements store.Store; the data stays readable.
 func (s *Store) Close() error { return nil }
 

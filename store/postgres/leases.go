@@ -68,3 +68,20 @@ func fenceArrays(fences []store.Fence) ([]string, []int64) {
 	}
 	return ss, gs
 }
+
+// OrphanedSessions implements store.OrphanLister: the active sessions
+// without an unexpired lease, by the database server's clock.
+func (s *Store) OrphanedSessions(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT s.id FROM sessions s LEFT JOIN leases l ON l.session_id = s.id
+		WHERE s.status IN ('starting', 'ready', 'running', 'idle')
+			AND (l.session_id IS NULL OR l.expires_at <= clock_timestamp())
+		ORDER BY s.id`)
+	if err != nil {
+		return nil, fmt.Errorf("list orphaned sessions: %w", withCtxErr(ctx, err))
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list orphaned sessions: %w", withCtxErr(ctx, err))
+	}
+	return ids, nil
+}

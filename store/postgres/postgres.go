@@ -118,6 +118,22 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// Ping implements store.Pinger: one round trip to the database.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("ping postgres store: %w", withCtxErr(ctx, err))
+	}
+	return nil
+}
+
+// AppendConcurrency tells the event log how many group commits to keep in
+// flight: each waits about a WAL flush on the database server, during
+// which others can be sent, on other connections of the pool (half of
+// it: reads, leases and session updates need the rest).
+func (s *Store) AppendConcurrency() int {
+	return max(1, int(s.pool.Config().MaxConns)/2)
+}
+
 // Pool returns the store's connection pool (for tests and tools).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 

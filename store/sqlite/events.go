@@ -100,7 +100,7 @@ func (s *Store) AppendEvents(ctx context.Context, events []conversation.Event, f
 	// statements, so a cancelled batch stores nothing.
 	rowCtx := context.WithoutCancel(ctx)
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		if err := checkFencesLocked(rowCtx, tx, fences); err != nil {
+		if err := checkFencesLocked(rowCtx, tx, s.leaseGen, fences); err != nil {
 			return err
 		}
 		if len(rows) == 0 {

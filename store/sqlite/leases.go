@@ -58,16 +58,18 @@ func (s *Store) ReleaseLease(ctx context.Context, sessionID, holder string) erro
 }
 
 // checkFencesLocked fails with a *store.FencedError naming every session
-// of fences whose lease generation is not the fence's; tx is the writer's.
-func checkFencesLocked(ctx context.Context, tx *sql.Tx, fences []store.Fence) error {
+// of fences whose lease generation is not the fence's; tx is the writer's,
+// leaseGen the statement reading a generation, prepared on it.
+func checkFencesLocked(ctx context.Context, tx *sql.Tx, leaseGen *sql.Stmt, fences []store.Fence) error {
 	if len(fences) == 0 {
 		return nil
 	}
 	var stale []string
 	seen := make(map[string]bool, len(fences))
+	stmt := tx.StmtContext(ctx, leaseGen)
 	for _, f := range fences {
 		var gen int64
-		err := tx.QueryRowContext(ctx, `SELECT generation FROM leases WHERE session_id = ?`, f.SessionID).Scan(&gen)
+		err := stmt.QueryRowContext(ctx, f.SessionID).Scan(&gen)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("read lease generation of %q: %w", f.SessionID, err)
 		}
@@ -78,6 +80,39 @@ func checkFencesLocked(ctx context.Context, tx *sql.Tx, fences []store.Fence) er
 	}
 	if len(stale) > 0 {
 		return &store.FencedError{Sessions: stale}
+	}
+	return nil
+}
+
+// OrphanedSessions implements store.OrphanLister: the active sessions
+// without an unexpired lease, by this process's clock.
+func (s *Store) OrphanedSessions(ctx context.Context) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT s.id FROM sessions s LEFT JOIN leases l ON l.session_id = s.id
+		WHERE s.status IN ('starting', 'ready', 'running', 'idle')
+			AND (l.session_id IS NULL OR l.expires_at <= ?)
+		ORDER BY s.id`, time.Now().UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("list orphaned sessions: %w", withCtxErr(ctx, err))
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("list orphaned sessions: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list orphaned sessions: %w", withCtxErr(ctx, err))
+	}
+	return ids, nil
+}
+
+// Ping implements store.Pinger.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.r.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping sqlite store: %w", withCtxErr(ctx, err))
 	}
 	return nil
 }

@@ -134,7 +134,7 @@ func (s *Store) UpdateSession(ctx context.Context, sess store.Session, fences ..
 		res, err = s.w.ExecContext(ctx, updateSessionSQL, args...)
 	} else {
 		err = s.write(ctx, func(tx *sql.Tx) error {
-			if err := checkFencesLocked(ctx, tx, fences); err != nil {
+			if err := checkFencesLocked(ctx, tx, s.leaseGen, fences); err != nil {
 				return err
 			}
 			res, err = tx.ExecContext(ctx, updateSessionSQL, args...)

@@ -91,6 +91,7 @@ type Store struct {
 	insertTail   inserts   // into events_tail, prepared on w
 	insertDirect inserts   // into events, prepared on w
 	dataVersion  *sql.Stmt // PRAGMA data_version, prepared on w
+	leaseGen     *sql.Stmt // a lease's generation (fences), prepared on w
 
 	seqs      *storedSeqs   // the highest stored seq per session, for conflicts
 	ckpt      *checkpointer // nil until started
@@ -224,6 +225,11 @@ func (s *Store) open(ctx context.Context, path string, cfg config) error {
 	if s.dataVersion, err = s.w.PrepareContext(ctx, `PRAGMA data_version`); err != nil {
 		return fmt.Errorf("prepare data_version: %w", err)
 	}
+	// Every fenced write reads it: a statement prepared per read cost
+	// more than the read.
+	if s.leaseGen, err = s.w.PrepareContext(ctx, `SELECT generation FROM leases WHERE session_id = ?`); err != nil {
+		return fmt.Errorf("prepare lease generation: %w", err)
+	}
 
 	if s.r, err = sql.Open("sqlite", driverDSN(abs, cfg, false)); err != nil {
 		return fmt.Errorf("open readers: %w", err)
@@ -290,7 +296,7 @@ func (s *Store) closeAll() error {
 	if s.ckpt != nil {
 		errs = append(errs, s.ckpt.stop())
 	}
-	for _, st := range []*sql.Stmt{s.insertTail.one, s.insertTail.many, s.insertDirect.one, s.insertDirect.many, s.dataVersion} {
+	for _, st := range []*sql.Stmt{s.insertTail.one, s.insertTail.many, s.insertDirect.one, s.insertDirect.many, s.dataVersion, s.leaseGen} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}

@@ -2,9 +2,11 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/store"
 )
 
@@ -129,5 +131,62 @@ func eventually(t *testing.T, f func() error) {
 			t.Fatalf("still failing after 10s: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// orphans checks store.OrphanLister, for stores that have it: active
+// sessions without an unexpired lease are listed, and only those.
+func (h harness) orphans(t *testing.T) {
+	s := h.store(t)
+	ol, ok := s.(store.OrphanLister)
+	if !ok {
+		t.Skip("the store has no OrphanedSessions")
+	}
+	set := func(id string, st conversation.SessionStatus) {
+		t.Helper()
+		rec, err := s.LoadSession(ctx(t), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Status = st
+		if err := s.UpdateSession(ctx(t), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"created", "running-unleased", "idle-held", "ready-expiring", "terminated-unleased", "starting-released"} {
+		createSession(t, s, id)
+	}
+	set("running-unleased", conversation.SessionRunning)
+	set("idle-held", conversation.SessionIdle)
+	set("ready-expiring", conversation.SessionReady)
+	set("terminated-unleased", conversation.SessionTerminated)
+	set("starting-released", conversation.SessionStarting)
+	for id, ttl := range map[string]time.Duration{"idle-held": longTTL, "ready-expiring": shortTTL, "starting-released": longTTL} {
+		if _, err := s.AcquireLease(ctx(t), id, "server-a", ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.ReleaseLease(ctx(t), "starting-released", "server-a"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(shortTTL)
+	want := "[ready-expiring running-unleased starting-released]"
+	eventually(t, func() error {
+		ids, err := ol.OrphanedSessions(ctx(t))
+		if err != nil {
+			return err
+		}
+		if got := fmt.Sprint(ids); got != want {
+			return fmt.Errorf("OrphanedSessions = %s, want %s", got, want)
+		}
+		return nil
+	})
+	// Taking one over takes it off the list.
+	if _, err := s.AcquireLease(ctx(t), "running-unleased", "server-b", longTTL); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := ol.OrphanedSessions(ctx(t))
+	if err != nil || fmt.Sprint(ids) != "[ready-expiring starting-released]" {
+		t.Fatalf("after a take-over: OrphanedSessions = %v, %v", ids, err)
 	}
 }

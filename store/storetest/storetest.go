@@ -75,6 +75,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("WorkspaceFiles", h.workspaceFiles)
 	t.Run("Profiles", h.profiles)
 	t.Run("Leases", h.leases)
+	t.Run("OrphanedSessions", h.orphans)
 	t.Run("Fencing", h.fencing)
 	t.Run("DeleteSession", h.deleteSession)
 	t.Run("Concurrency", h.concurrency)

@@ -64,6 +64,7 @@ type Environment struct {
 }
 
 var (
+	_ sandbox.Releaser    = (*Environment)(nil)
 	_ sandbox.Environment = (*Environment)(nil)
 	_ sandbox.Handler     = (*Environment)(nil)
 	_ sandbox.Attacher    = (*Environment)(nil)
@@ -435,6 +436,21 @@ func (e *Environment) Remove(ctx context.Context, path string) error {
 func (e *Environment) Terminate(ctx context.Context) error {
 	e.termOnce.Do(func() { e.termErr = e.terminate(ctx) })
 	return e.termErr
+}
+
+// Release implements sandbox.Releaser: the connection to the executor is
+// closed and nothing else; the executor and its processes go on (their
+// output into its spool) for a server to Recover. The model proxy's socket
+// is left as it is: the server re-attaching serves it anew at the same
+// path.
+func (e *Environment) Release() {
+	e.termOnce.Do(func() {
+		e.mu.Lock()
+		e.terminating, e.terminated = true, true
+		e.mu.Unlock()
+		e.closeConn()
+		e.log.Info("executor released: left running for another server")
+	})
 }
 
 func (e *Environment) terminate(ctx context.Context) error {

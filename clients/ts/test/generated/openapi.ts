@@ -186,6 +186,13 @@ export interface Command {
   name: string;
 }
 
+export interface ComponentHealth {
+  error?: string;
+  kind: string;
+  status: string;
+  url?: string;
+}
+
 export interface Context {
   actor: string | null;
   conversationId: string;
@@ -284,7 +291,10 @@ export interface FileVersion {
 }
 
 export interface Health {
+  bus?: ComponentHealth;
+  node?: string;
   status: string;
+  store?: ComponentHealth;
   version?: string;
 }
 

@@ -1,0 +1,206 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/client"
+	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/bus/natstest"
+	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/restapi"
+	"github.com/agentd/agentd/store/postgres/pgtest"
+)
+
+// Fleet benchmarks (issue 12): real `agentd serve` processes sharing one
+// PostgreSQL database (pgtest: $AGENTD_TEST_POSTGRES or a private server)
+// and one NATS server ($AGENTD_TEST_NATS or a private nats-server).
+
+// fleetNodes starts n nodes of one fleet with args added, and a client of
+// each on its own HTTP transport.
+func fleetNodes(tb testing.TB, n int, args ...string) ([]*testenv.Process, []*client.Client) {
+	tb.Helper()
+	storeURL := pgtest.Schema(tb)
+	natsURL := natstest.URL(tb)
+	prefix := natstest.Prefix(tb)
+	var ps []*testenv.Process
+	var cs []*client.Client
+	for range n {
+		a := append([]string{"--data-dir", tb.TempDir(), "--store", storeURL, "--nats", natsURL, "--nats-prefix", prefix, "--no-ui"}, args...)
+		p := testenv.StartProcess(tb, nil, a...)
+		c, err := client.New(p.URL, client.WithHTTPClient(newHTTPClient(tb)))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ps, cs = append(ps, p), append(cs, c)
+	}
+	return ps, cs
+}
+
+// BenchmarkFleetLatency: the time from a shell command writing a line on
+// node A to a WebSocket client holding it, the client connected to node B
+// (clients=othernode: the event crosses NATS) or to A (clients=samenode),
+// with 50 sessions streaming at once as in BenchmarkShellLatency
+// (cmd=stamper: 200 timestamped lines 10 ms apart per session, all 50
+// starting together; the 50 clients in a process of their own). The nodes
+// are agentd serve processes on PostgreSQL. payload=events publishes each
+// commit's events on NATS; payload=notice only its seq range, which B then
+// reads from PostgreSQL.
+//
+// Target (issue 12): cross-node p99 < 10 ms.
+func BenchmarkFleetLatency(b *testing.B) {
+	command := roundCommand(b, "stamper")
+	for _, payload := range []string{"events", "notice"} {
+		for _, where := range []string{"othernode", "samenode"} {
+			b.Run("payload="+payload+"/clients="+where, func(b *testing.B) {
+				nodes, cs := fleetNodes(b, 2, "--nats-payload", payload)
+				fs := latencySetup(b, cs[0], latencySessions)
+				streamURL := nodes[1].URL
+				if where == "samenode" {
+					streamURL = nodes[0].URL
+				}
+				p := startClientProcSend(b, streamURL, nodes[0].URL, fs)
+				var all lineLatencies
+				for b.Loop() {
+					lat, _, err := p.round(command(), latencyLines)
+					if err != nil {
+						b.Fatal(err)
+					}
+					all.merge(lat)
+				}
+				reportLatency(b, all)
+			})
+		}
+	}
+}
+
+// TestFleetLatencySmoke: a small cross-node round (2 sessions, 20 lines).
+func TestFleetLatencySmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real servers")
+	}
+	nodes, cs := fleetNodes(t, 2)
+	fs := latencySetup(t, cs[0], 2)
+	p := startClientProcSend(t, nodes[1].URL, nodes[0].URL, fs)
+	lat, _, err := p.round(stamperCommand(t, 20, 5*time.Millisecond), 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lat.all) != 40 {
+		t.Fatalf("%d lines", len(lat.all))
+	}
+}
+
+// takeoverTTL is the lease ttl of BenchmarkTakeover:
+// AGENTD_BENCH_LEASE_TTL, default the server's (15s).
+func takeoverTTL(tb testing.TB) time.Duration {
+	v := os.Getenv("AGENTD_BENCH_LEASE_TTL")
+	if v == "" {
+		return 15 * time.Second
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		tb.Fatalf("AGENTD_BENCH_LEASE_TTL=%q: want a duration", v)
+	}
+	return d
+}
+
+// BenchmarkTakeover: the time from kill -9 of the node running a turn to
+// another node having taken the session over (the turn's query:failed
+// SERVER_LOST written by it, as a client on that node receives it). One op
+// is one kill and take-over; the killed node is started again between ops,
+// untimed. The lease ttl is AGENTD_BENCH_LEASE_TTL (default 15s, the
+// server's default): a node's lease expires between 2/3 of a ttl and one
+// ttl after its last renewal, and the others sweep for expired leases
+// every quarter of a ttl.
+//
+// Target (issue 12): < 2 × the lease ttl.
+func BenchmarkTakeover(b *testing.B) {
+	ttl := takeoverTTL(b)
+	nodes, cs := fleetNodes(b, 2, "--lease-ttl", ttl.String())
+	ctx := context.Background()
+	var times []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		a := nodes[0]
+		created, err := cs[0].CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		sent, err := cs[0].Send(ctx, created.SessionID, "echo started; sleep 60")
+		if err != nil {
+			b.Fatal(err)
+		}
+		stream := cs[1].Stream(ctx, created.SessionID, 0)
+		if err := waitOutput(ctx, stream, "started"); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		t0 := time.Now()
+		a.Kill()
+		if err := waitTakeover(ctx, stream, sent.QueryID); err != nil {
+			b.Fatal(err)
+		}
+		d := time.Since(t0)
+		b.StopTimer()
+		times = append(times, d)
+		stream.Close()
+		a.Restart()
+		if cs[0], err = client.New(a.URL, client.WithHTTPClient(newHTTPClient(b))); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	s := Summarize(times)
+	b.ReportMetric(s.P50.Seconds(), "takeover-p50-s")
+	b.ReportMetric(s.Max.Seconds(), "takeover-max-s")
+	b.ReportMetric(s.Max.Seconds()/ttl.Seconds(), "max/ttl")
+	b.ReportMetric(ttl.Seconds(), "ttl-s")
+	b.ReportMetric(load1(), "load1")
+	b.Logf("take-over after kill -9 (ttl %v): %s", ttl, s)
+}
+
+func waitOutput(ctx context.Context, s *client.Stream, text string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		ev, err := s.Next(ctx)
+		if err != nil {
+			return err
+		}
+		if ev.Type == conversation.TypeBlockDelta && strings.Contains(string(ev.Payload), text) {
+			return nil
+		}
+	}
+}
+
+func waitTakeover(ctx context.Context, s *client.Stream, query string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	for {
+		ev, err := s.Next(ctx)
+		if err != nil {
+			return err
+		}
+		if ev.Type != conversation.TypeQueryFailed && ev.Type != conversation.TypeQueryCompleted {
+			continue
+		}
+		var p conversation.QueryFailed
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			return err
+		}
+		if p.QueryID != query {
+			continue
+		}
+		if ev.Type != conversation.TypeQueryFailed || p.Code != "SERVER_LOST" {
+			return fmt.Errorf("the turn ended %s %s", ev.Type, ev.Payload)
+		}
+		return nil
+	}
+}
