@@ -160,6 +160,18 @@ func TestRecoverAttach(t *testing.T) {
 	sandboxtest.Terminate(t, env)
 }
 
+// A server that lost the session releases its container: the process in
+// it goes on, and another provider re-attaches to it.
+func TestReleaseRecover(t *testing.T) {
+	f := newFixture(t)
+	env := sandboxtest.ReleaseRecover(t, f.provider(nil), f.spec("s4"), f.restarted)
+	sandboxtest.ModelProxy(t, env, "s4", "/again")
+	sandboxtest.Terminate(t, env)
+	if id := env.(*docker.Environment).Container(); f.exists(id) {
+		t.Fatal("container left after Terminate")
+	}
+}
+
 // A killed container is gone for the restarted server, which removes it.
 func TestRecoverGone(t *testing.T) {
 	f := newFixture(t)

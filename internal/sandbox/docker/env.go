@@ -16,8 +16,8 @@ import (
 )
 
 // Environment is a session's container: the executor backend's
-// environment (everything but Terminate and Handle) plus the container
-// around it. Safe for concurrent use.
+// environment (everything but Terminate, Release and Handle) plus the
+// container around it. Safe for concurrent use.
 type Environment struct {
 	*container.Environment
 	p   *Provider
@@ -28,6 +28,7 @@ var (
 	_ sandbox.Environment = (*Environment)(nil)
 	_ sandbox.Handler     = (*Environment)(nil)
 	_ sandbox.Attacher    = (*Environment)(nil)
+	_ sandbox.Releaser    = (*Environment)(nil)
 )
 
 // removeTimeout bounds a container's removal (docker rm -f: kill, unmount,
@@ -44,7 +45,7 @@ type Handle struct {
 
 func (p *Provider) wrap(inner *executor.Environment, b *box) *Environment {
 	e := &Environment{p: p, box: *b}
-	e.Environment = container.NewEnvironment(inner, e.remove, p.log.With("container", b.name), "container removed")
+	e.Environment = container.NewEnvironment(inner, e.remove, e.release, p.log.With("container", b.name), "container removed")
 	return e
 }
 
@@ -76,6 +77,10 @@ func (e *Environment) remove(ctx context.Context) error {
 	container.RemoveDirs(e.p.opts.RunDir, e.box.name)
 	return err
 }
+
+// release is Release's end: the container, left running, is another
+// server's.
+func (e *Environment) release() { e.p.live.Remove(e.box.id, e.box.name) }
 
 // Recover re-attaches to the container handle names: sandbox.ErrGone
 // when it is gone, stopped, or its executor no longer answers (what is

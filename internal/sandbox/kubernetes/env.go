@@ -17,7 +17,7 @@ import (
 )
 
 // Environment is a session's pod: the executor backend's environment
-// (everything but Terminate and Handle) reached through the pod's
+// (everything but Terminate, Release and Handle) reached through the pod's
 // port-forward, plus the pod around it and the model proxy's tunnels.
 // Safe for concurrent use.
 type Environment struct {
@@ -33,6 +33,7 @@ var (
 	_ sandbox.Handler     = (*Environment)(nil)
 	_ sandbox.Attacher    = (*Environment)(nil)
 	_ sandbox.WatchSyncer = (*Environment)(nil)
+	_ sandbox.Releaser    = (*Environment)(nil)
 )
 
 // Handle is what Environment.Handle records and Recover reads.
@@ -85,7 +86,7 @@ func (p *Provider) bind(ctx context.Context, spec sandbox.Spec, b *box) (*Enviro
 	}
 	log := p.log.With("pod", b.name)
 	e := &Environment{p: p, box: *b}
-	e.Environment = container.NewEnvironment(inner, e.remove, log, "pod deleted")
+	e.Environment = container.NewEnvironment(inner, e.remove, e.release, log, "pod deleted")
 	if sock := p.exec.ProxySocket(b.dir); sock != "" {
 		e.tunnels = startTunnels(b.fwd, sock, log)
 	}
@@ -102,6 +103,17 @@ func (e *Environment) disconnect() {
 		e.tunnels.stop()
 	}
 	e.box.fwd.Close()
+}
+
+// release is Release's end, once the executor's connection is closed:
+// the model proxy's tunnels and the connection to the pod are closed
+// too; the pod goes on, another server's.
+func (e *Environment) release() {
+	e.p.mu.Lock()
+	delete(e.p.envs, e)
+	e.p.mu.Unlock()
+	e.disconnect()
+	e.p.live.Remove(e.box.name)
 }
 
 // Terminate stops the model proxy's tunnels, shuts the executor down (it

@@ -188,6 +188,19 @@ func TestRecoverAttach(t *testing.T) {
 	sandboxtest.Terminate(t, env)
 }
 
+// A server that lost the session releases its pod (its tunnels and
+// port-forward closed): the process in it goes on, and another server
+// re-attaches to it through a port-forward of its own.
+func TestReleaseRecover(t *testing.T) {
+	f := newFixture(t)
+	env := sandboxtest.ReleaseRecover(t, f.provider(nil), spec("s4"), func() sandboxtest.ContainerProvider {
+		return f.provider(func(o *kubernetes.Options) { o.RunDir = sandboxtest.ShortTempDir(t, "k9") })
+	})
+	sandboxtest.ModelProxy(t, env, "s4", "/again")
+	sandboxtest.Terminate(t, env)
+	waitGone(t, f, env.(*kubernetes.Environment).Pod())
+}
+
 // A pod deleted while the server is away is gone for the restarted
 // server.
 func TestRecoverGone(t *testing.T) {

@@ -150,6 +150,37 @@ func WaitPool(t testing.TB, d sandbox.Describer, ok func(sandbox.PoolInfo) bool)
 // environment, for the caller to check more and terminate.
 func RecoverAttach(t *testing.T, p sandbox.Provider, spec sandbox.Spec, restart func() ContainerProvider) (env, recovered sandbox.Environment) {
 	t.Helper()
+	return recoverAttach(t, p, spec, restart, nil)
+}
+
+// ReleaseRecover: a server that lost the session (to another server)
+// releases its environment (sandbox.Releaser) while a process runs in
+// it: the process goes on, Terminate of the released environment does
+// nothing, and another server (restart) re-attaches to it and reads the
+// process's output from where the first stopped, every line once. It
+// returns the re-attached environment, for the caller to check more and
+// terminate.
+func ReleaseRecover(t *testing.T, p sandbox.Provider, spec sandbox.Spec, restart func() ContainerProvider) sandbox.Environment {
+	t.Helper()
+	_, recovered := recoverAttach(t, p, spec, restart, func(env sandbox.Environment) {
+		rel, ok := env.(sandbox.Releaser)
+		if !ok {
+			t.Fatalf("%T is not a sandbox.Releaser", env)
+		}
+		rel.Release()
+		rel.Release()
+		Terminate(t, env) // released: it stops nothing
+		if _, err := env.Exec(context.Background(), sandbox.Cmd{Argv: []string{"true"}}); err == nil {
+			t.Fatal("a released environment still runs commands")
+		}
+	})
+	return recovered
+}
+
+// recoverAttach is RecoverAttach, with between (when set) done with the
+// first view of the environment before the restarted server re-attaches.
+func recoverAttach(t *testing.T, p sandbox.Provider, spec sandbox.Spec, restart func() ContainerProvider, between func(sandbox.Environment)) (env, recovered sandbox.Environment) {
+	t.Helper()
 	ctx := context.Background()
 	env, err := p.Create(ctx, spec)
 	if err != nil {
@@ -167,6 +198,9 @@ func RecoverAttach(t *testing.T, p sandbox.Provider, spec sandbox.Spec, restart 
 		if strings.Contains(got.String(), "line 5\n") {
 			break
 		}
+	}
+	if between != nil {
+		between(env)
 	}
 	recovered, err = restart().Recover(ctx, spec, env.(sandbox.Handler).Handle())
 	if err != nil {
