@@ -18,6 +18,7 @@ import (
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/internal/agent/agentproc"
+	"github.com/agentd/agentd/internal/agent/claudecode/claudeconv"
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
@@ -69,7 +70,7 @@ type process struct {
 	saverDone chan struct{}
 
 	// reader goroutine only
-	conv   *StreamConverter
+	conv   *claudeconv.StreamConverter
 	out    []outEvent
 	track  *blockTracker // resumable only: the turn sequence's blocks
 	seqNo  int           // events of the turn sequence so far
@@ -141,7 +142,7 @@ func newProcess(r *runner, pr cliProc, tag string, resumed, resumable bool) *pro
 		detachCh: make(chan struct{}), firstLine: make(chan struct{}),
 		inflight: make(map[string]*inflight), reqPrefix: "agentd-",
 		saveCh: make(chan struct{}, 1), saverDone: make(chan struct{}),
-		conv: NewStreamConverter(), subs: make(map[string]*liveSubagent),
+		conv: claudeconv.NewStreamConverter(), subs: make(map[string]*liveSubagent),
 	}
 	if resumable {
 		p.track = newBlockTracker()
@@ -542,11 +543,11 @@ func (p *process) handleLine(ln cliLine) {
 		return
 	}
 	evs, err := p.conv.Convert(data)
-	l := &p.conv.l
-	if err != nil && !errors.Is(err, ErrIgnored) {
+	if err != nil && !errors.Is(err, claudeconv.ErrIgnored) {
 		p.badLine(data, "")
 		return
 	}
+	l := p.conv.Line()
 	p.badRun, p.anyGood = 0, true
 	if !p.gotLine && l.Type != "keep_alive" && !strings.HasPrefix(l.Type, "control_") {
 		// The CLI is working on a message (Resume: it got the turn's).
@@ -558,7 +559,7 @@ func (p *process) handleLine(ln cliLine) {
 		return
 	}
 	if l.Type == "system" && l.Subtype == "init" {
-		if in, ok := ParseInit(data); ok {
+		if in, ok := claudeconv.ParseInit(data); ok {
 			p.onInit(in)
 		}
 	}
@@ -648,7 +649,7 @@ func clip(b []byte, n int) string {
 	return strings.ToValidUTF8(string(b), "\uFFFD")
 }
 
-func (p *process) onInit(in Init) {
+func (p *process) onInit(in claudeconv.Init) {
 	p.sawInit = true
 	p.mu.Lock()
 	if in.SessionID != "" {
@@ -700,7 +701,7 @@ func (p *process) onResult() {
 	// The next turn's output starts after this line, with the converter as
 	// it is now.
 	p.mu.Lock()
-	p.idle = turnStart{offset: p.lineEnd, seed: p.conv.seed()}
+	p.idle = turnStart{offset: p.lineEnd, seed: p.conv.Seed()}
 	p.turnQuery = ""
 	p.mu.Unlock()
 	p.seqNo = 0
@@ -730,7 +731,7 @@ func (p *process) control(line []byte) {
 	m, err := parseControl(line)
 	if err != nil {
 		p.addSeq(conversation.NewEvent(conversation.LogEvent{Level: conversation.LevelWarn,
-			Message: "unusable control message from Claude Code: " + err.Error(), Data: json.RawMessage(compactJSON(line))}).From(conversation.SourceServer))
+			Message: "unusable control message from Claude Code: " + err.Error(), Data: jsonOrNil(line)}).From(conversation.SourceServer))
 		return
 	}
 	switch m.Type {
@@ -852,6 +853,23 @@ func (p *process) answerPermission(ctx context.Context, queryID, id string, in *
 		p.r.recordPerm(ctx, queryID, id, a)
 	}
 	_ = p.write(line)
+}
+
+// jsonOrNil returns line for a log's data, nil when it is not valid JSON
+// (the event's encoding compacts it).
+func jsonOrNil(line []byte) json.RawMessage {
+	if !json.Valid(line) {
+		return nil
+	}
+	return line
+}
+
+// orElse returns a, or b when a is empty.
+func orElse(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 func isJSONObject(raw json.RawMessage) bool {

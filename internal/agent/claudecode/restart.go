@@ -79,7 +79,7 @@ func (r *runner) Resume(ctx context.Context, t agent.Turn, st conversation.State
 	// Request ids of our control requests must not repeat the earlier
 	// server's.
 	p.reqPrefix = fmt.Sprintf("agentd-%x-", time.Now().UnixNano())
-	p.conv.restore(m.Seed)
+	p.conv.Restore(m.Seed)
 	p.filter = newReplayFilter(st, t.QueryID)
 	p.answered = m.Perms
 	p.idle = turnStart{offset: m.Offset, seed: m.Seed}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/agent/claudecode/claudeconv"
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
@@ -403,7 +404,7 @@ func (r *runner) emitLog(ctx context.Context, level conversation.LogLevel, msg s
 
 // recordSession notes the CLI's version and Claude session id from its
 // init line: on the session's runtime and in the resume state.
-func (r *runner) recordSession(ctx context.Context, in Init) {
+func (r *runner) recordSession(ctx context.Context, in claudeconv.Init) {
 	changed := false
 	r.saveState(ctx, func(st *agentState) bool {
 		changed = st.ClaudeSessionID != in.SessionID || st.Version != in.Version ||
