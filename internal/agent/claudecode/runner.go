@@ -213,7 +213,7 @@ func (r *runner) start(ctx context.Context, fresh bool) (*process, error) {
 	r.emitLog(ctx, conversation.LevelInfo, msg, data)
 	_, resumable := r.host.Env().(sandbox.Attacher)
 	p := newProcess(r, pr, pr.Tag(), resume != "", resumable)
-	p.model, p.mode = r.host.Options().Model, permissionMode(r.host.Options().Extra)
+	p.shared.model, p.shared.mode = r.host.Options().Model, permissionMode(r.host.Options().Extra)
 	p.begin()
 	return p, nil
 }

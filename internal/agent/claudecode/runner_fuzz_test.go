@@ -88,14 +88,14 @@ func FuzzProcessLines(f *testing.F) {
 		for _, resumable := range []bool{false, true} {
 			sp := &stubProc{}
 			p := newProcess(r, sp, "t", false, resumable)
-			p.turnQuery = "q1"
+			p.shared.turnQuery = "q1"
 			for _, ln := range strings.Split(string(data), "\n") {
 				p.handleLine(cliLine{Data: []byte(ln)})
 				p.flush()
 			}
 			p.flushAll()
 			p.cancel()
-			p.perms.Wait()
+			p.ctl.wait()
 			h.mu.Lock()
 			h.events = h.events[:0]
 			h.mu.Unlock()

@@ -47,17 +47,17 @@ type liveSubagent struct {
 }
 
 func (p *process) trackSubagent(toolUseID string) {
-	if toolUseID == "" || p.subs[toolUseID] != nil {
+	if toolUseID == "" || p.rd.subs[toolUseID] != nil {
 		return
 	}
 	sa := &liveSubagent{id: toolUseID, conv: claudeconv.NewSubagentConverter(toolUseID), fromFile: make(map[string]bool),
 		pending: make(map[string]bool), inFile: make(map[string]bool), started: time.Now()}
-	p.subs[toolUseID] = sa
-	p.subOrder = append(p.subOrder, sa)
+	p.rd.subs[toolUseID] = sa
+	p.rd.subOrder = append(p.rd.subOrder, sa)
 }
 
 func (p *process) activeSubagents() bool {
-	for _, sa := range p.subOrder {
+	for _, sa := range p.rd.subOrder {
 		if !sa.done {
 			return true
 		}
@@ -113,7 +113,7 @@ func eventBlockID(e conversation.Event) (string, bool) {
 
 // pollSubagents converts what the running subagents' transcripts gained.
 func (p *process) pollSubagents() {
-	for _, sa := range p.subOrder {
+	for _, sa := range p.rd.subOrder {
 		if !sa.done {
 			p.pollSubagent(sa)
 		}
@@ -123,7 +123,7 @@ func (p *process) pollSubagents() {
 // transcriptCandidates are the places a subagent's transcript may be.
 func (p *process) transcriptCandidates(agentID string) []string {
 	p.mu.Lock()
-	id, dir := p.sessionID, p.projDir
+	id, dir := p.shared.sessionID, p.shared.projDir
 	p.mu.Unlock()
 	if id == "" || dir == "" || agentID == "" {
 		return nil
@@ -139,7 +139,7 @@ func (p *process) pollSubagent(sa *liveSubagent) {
 	if sa.agentID == "" {
 		// The converter learns the agent id from task_started or the Task
 		// result; it is the one place that maps subagent ids.
-		sa.agentID = p.conv.AgentID(sa.id)
+		sa.agentID = p.rd.conv.AgentID(sa.id)
 		if sa.agentID == "" {
 			return
 		}
@@ -239,7 +239,7 @@ func (p *process) finalizeSubagent(sa *liveSubagent, wait bool) {
 		return
 	}
 	p.mu.Lock()
-	sessionID := p.sessionID
+	sessionID := p.shared.sessionID
 	p.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
