@@ -33,9 +33,11 @@ type agentState struct {
 // with Host.SaveTranscript.
 func transcriptName(claudeSessionID string) string { return claudeSessionID + ".jsonl" }
 
-// runner runs the turns of one session. The session calls Turn and Close
-// from its owner goroutine and Interrupt from any goroutine; the fields
-// below mu are shared with those calls and with the process's reader.
+// runner runs the turns of one session. Turn and Resume run in a job
+// goroutine of the session, Close and Detach come from its owner
+// goroutine, Interrupt, UpdateOptions and Sync from goroutines of their
+// own (see agent.Runner); the fields below mu are shared with those calls
+// and with the process's goroutines.
 type runner struct {
 	opts Options
 	host agent.Host
