@@ -25,13 +25,14 @@ import (
 // process is one running Claude Code CLI. Its goroutines: the reader
 // (read: converts stdout, answers control requests, follows subagent
 // transcripts), the transcript saver (saver), and one per permission
-// request being answered (answerPermission); Turn's job goroutine,
-// Interrupt, UpdateOptions and Close call in from outside. Its state is
-// split by owner:
+// request being answered (answerPermission); Turn's (or Resume's) job
+// goroutine, Interrupt, UpdateOptions, Detach and Close call in from
+// outside. Its state is split by owner:
 //
-//   - the fields up to mu are set before begin and only read after; the
-//     channels are closed once and ctx is canceled once, so any goroutine
-//     may wait on them;
+//   - the fields up to mu are set before begin and only read after, but
+//     closing (atomic); the channels are closed once (detachCh through
+//     detachOnce) and ctx is canceled once, so any goroutine may wait on
+//     them;
 //   - shared, guarded by mu, is what the reader shares with the others;
 //   - ctl is the control-request bookkeeping, safe for concurrent use;
 //   - rd is the reader goroutine's own.
