@@ -1,16 +1,19 @@
-// Package claudecode drives Claude Code. This file and its neighbours
-// (core.go, system.go, transcript.go, subagent.go, wire.go, jsonscan.go,
-// jsonenc.go) are the converter: Claude Code's stream-json output and its
-// saved transcripts turned into conversation events. The converter is pure:
-// no processes, no clock, no randomness; the same input gives the same
-// events, byte for byte.
+// Package claudeconv is the Claude Code converter: Claude Code's
+// stream-json output and its saved transcripts turned into conversation
+// events (stream.go, transcript.go; core.go and system.go convert a line,
+// subagent.go maps subagent ids, wire.go decodes a line with the
+// hand-written scanner of jsonscan.go, jsonenc.go encodes the hot
+// payloads). The converter is pure: no processes, no clock, no randomness,
+// no I/O beyond the io.Readers it is given; the same input gives the same
+// events, byte for byte. live.go and payload.go are what the runtime
+// (package claudecode, which runs the CLI) reads besides events.
 //
 // Block ids follow the contract: a tool call's blocks use its tool_use id
 // (the result conversation.ToolResultID of it); every other block is
 // <message id>-<n>, n counting the message's content blocks across all the
 // lines that carry the message (Claude Code writes one content block per
 // line). User-side lines have no message id; their uuid stands in for it.
-package claudecode
+package claudeconv
 
 import (
 	"bufio"

@@ -1,6 +1,6 @@
 //go:build goexperiment.jsonv2
 
-package claudecode
+package claudeconv
 
 import (
 	"encoding/json/jsontext"
