@@ -8,11 +8,9 @@ import (
 	"net"
 	"sync"
 	"time"
-)
 
-// TunnelHeader is what the executor writes on a tunnel when it hands it a
-// connection to relay: the server dials the model proxy on reading it.
-const TunnelHeader = "\x01"
+	"github.com/agentd/agentd/internal/executor/rpc"
+)
 
 // ErrTunnelsClosed: the pool was closed.
 var ErrTunnelsClosed = errors.New("executor: tunnel pool closed")
@@ -203,7 +201,7 @@ func (p *TunnelPool) Take(ctx context.Context) (net.Conn, error) {
 		}
 		_ = t.c.SetReadDeadline(time.Time{})
 		_ = t.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		if _, err := t.c.Write([]byte(TunnelHeader)); err != nil {
+		if _, err := t.c.Write([]byte(rpc.TunnelHeader)); err != nil {
 			t.c.Close()
 			p.log.Debug("idle tunnel unusable", "err", err)
 			continue

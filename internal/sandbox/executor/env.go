@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	rpc "github.com/agentd/agentd/internal/executor"
+	"github.com/agentd/agentd/internal/executor/rpc"
 	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor/cgroup"
 )

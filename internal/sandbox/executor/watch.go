@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	rpc "github.com/agentd/agentd/internal/executor"
+	"github.com/agentd/agentd/internal/executor/rpc"
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
