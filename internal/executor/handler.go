@@ -194,8 +194,9 @@ func (e *Executor) lookupParams(req *rpc.Request) (*execState, error) {
 	return e.lookup(p.Tag)
 }
 
-// takeSub removes x's subscription and returns it (nil when there is
-// none), only when it is of connection only if that is not nil.
+// takeSub removes x's subscription and returns it; nil when there is
+// none, or when only is not nil and the subscription is another
+// connection's (which then stays).
 func (x *execState) takeSub(only *rpc.Conn) *subscription {
 	x.mu.Lock()
 	defer x.mu.Unlock()

@@ -32,8 +32,9 @@ import (
 )
 
 // Main runs `agentd executor` with its flags (args excludes the
-// subcommand name). It returns when the executor stops: after a shutdown
-// request, the orphan timeout, SIGTERM/SIGINT or ctx.
+// subcommand name), or `agentd executor pod-init` (PodInit). It returns
+// when the executor stops: after a shutdown request, the orphan timeout,
+// SIGTERM/SIGINT or ctx.
 func Main(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "pod-init" {
 		return PodInit(args[1:])

@@ -34,13 +34,16 @@ type Config struct {
 	// Workspace is the workspace folder, reported by ping.
 	Workspace string
 	// PeerUID is the only uid allowed to connect (checked with
-	// SO_PEERCRED). Main defaults it to the executor's own uid.
+	// SO_PEERCRED, or in the socket table for a loopback TCP listener).
+	// Main defaults it to the executor's own uid.
 	PeerUID int
 	// SpoolDir holds the output spools (files unlinked at creation).
 	// Default os.TempDir().
 	SpoolDir string
-	// SpoolBytes is the spool size per process and stream; when full, the
-	// oldest output is dropped. Default DefaultSpoolBytes.
+	// SpoolBytes is the spool size per process and stream. When it is
+	// full, the process waits while a connection receives its output
+	// (back-pressure); with none attached the oldest output is dropped.
+	// Default DefaultSpoolBytes.
 	SpoolBytes int64
 	// MaxLine bounds one incoming message. Default DefaultMaxLine.
 	MaxLine int
@@ -177,8 +180,8 @@ func lookupGroup(name string) (int, error) {
 	return strconv.Atoi(g.Gid)
 }
 
-// Serve runs an executor until ctx ends, a shutdown request, or the orphan
-// timeout; then it kills every process and returns.
+// Serve runs an executor until ctx ends, a shutdown request, the orphan
+// timeout or a listener failure; then it kills every process and returns.
 func Serve(ctx context.Context, cfg Config) error {
 	e, err := New(cfg)
 	if err != nil {

@@ -85,8 +85,8 @@ const (
 
 // Error is a JSON-RPC error object. It is what Conn.Call returns when the
 // peer answered with an error, and what handlers return to answer with a
-// specific code. errors.Is maps the domain codes to the sandbox sentinels
-// (and CodeNotFound also to fs.ErrNotExist).
+// specific code. errors.Is maps the domain codes to the sentinels of
+// package sandbox, fs and exec (see Is).
 type Error struct {
 	Code    int             `json:"code"`
 	Message string          `json:"message"`
@@ -95,7 +95,12 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("executor: %s (code %d)", e.Message, e.Code) }
 
-// Is maps domain codes to the sandbox sentinel errors.
+// Is maps domain codes to sentinel errors: CodeNotFound to
+// sandbox.ErrNotFound and fs.ErrNotExist, CodeTerminated to
+// sandbox.ErrTerminated, CodeInvalidPath to sandbox.ErrInvalidPath,
+// CodeNotRegular to sandbox.ErrNotRegular and sandbox.ErrInvalidPath,
+// CodeTooLarge to sandbox.ErrTooLarge, CodeExists to fs.ErrExist and
+// CodeNoProgram to exec.ErrNotFound.
 func (e *Error) Is(target error) bool {
 	switch e.Code {
 	case CodeNotFound:

@@ -196,8 +196,7 @@ func (e *Environment) watchConn(c *rpc.Client) {
 	}
 }
 
-// Handle returns the JSON Recover needs: {socket, pid, protocolVersion,
-// startedAt, dir}.
+// Handle returns the environment's Handle as JSON: what Recover reads.
 func (e *Environment) Handle() json.RawMessage {
 	b, _ := json.Marshal(e.handle)
 	return b
