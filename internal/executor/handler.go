@@ -174,7 +174,7 @@ func (h *handler) HandleNotify(c *rpc.Conn, method string, params json.RawMessag
 	}
 }
 
-// lookup returns the process with tag, or a CodeNotFound error.
+// lookup returns the process with tag, or an rpc.CodeNotFound error.
 func (e *Executor) lookup(tag string) (*execState, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

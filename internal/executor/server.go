@@ -45,7 +45,7 @@ type Config struct {
 	// (back-pressure); with none attached the oldest output is dropped.
 	// Default DefaultSpoolBytes.
 	SpoolBytes int64
-	// MaxLine bounds one incoming message. Default DefaultMaxLine.
+	// MaxLine bounds one incoming message. Default rpc.DefaultMaxLine.
 	MaxLine int
 	// OrphanTimeout, when > 0, makes the executor shut down (killing its
 	// processes) once no server has been connected for that long.
