@@ -1,4 +1,4 @@
-package executor
+package rpc
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 // Client is the server's typed view of an executor connection. Methods are
 // safe for concurrent use; what the executor sends unasked (output, exits,
 // file events, secrets.get, permission.request) goes to the Handler given
-// to Dial.
+// to Dial (or to NewConn).
 type Client struct {
 	*Conn
 }

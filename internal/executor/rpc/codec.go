@@ -1,4 +1,4 @@
-package executor
+package rpc
 
 import (
 	"bytes"
@@ -316,6 +316,11 @@ func appendError(dst []byte, id json.RawMessage, e *Error) []byte {
 	dst = append(dst, b...)
 	return append(dst, "}\n"...)
 }
+
+// EncodeError returns the line of an error response tied to no request
+// (id null): what an end that refuses a connection before serving it
+// writes to tell the peer why.
+func EncodeError(e *Error) []byte { return appendError(nil, nullID, e) }
 
 // appendString appends s as a JSON string.
 func appendString(dst []byte, s string) []byte {

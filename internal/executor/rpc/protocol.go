@@ -1,17 +1,18 @@
-// Package executor holds the agentd executor: a process that runs one
-// session's commands and file operations on behalf of the API server and
-// outlives it. The server starts one executor per session, detached, and
-// talks to it over a Unix socket with JSON-RPC 2.0, one JSON object per line,
-// requests flowing both ways on the same connection (see docs/executor.md).
+// Package rpc is the wire protocol between the agentd server and its
+// executors (see docs/executor.md): JSON-RPC 2.0 over a Unix socket (or a
+// loopback TCP port inside a Kubernetes pod), one JSON object per line,
+// requests flowing both ways on the same connection, with an exec.output
+// fast path and opt-in binary output frames.
 //
-// The package holds the protocol types (this file), the codec (Conn), a
-// typed client (Client), the output spool and the executor server (Serve,
-// Main).
-package executor
+// It holds the message types, method names and error codes (this file),
+// the codec and the symmetric connection (Conn), the server's typed client
+// (Client) and the peer credentials of a Unix socket (PeerCred). Both ends
+// import it: the executor program (package executor, which serves it) and
+// the sandbox backends that start executors and talk to them.
+package rpc
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os/exec"
@@ -23,6 +24,11 @@ import (
 // ProtocolVersion is the executor protocol's version; ping reports it and
 // the server refuses an executor with another one.
 const ProtocolVersion = 1
+
+// TunnelHeader is what the executor writes on a tunnel (see the executor's
+// TunnelPool) when it hands it a connection to relay: the server dials the
+// model proxy on reading it.
+const TunnelHeader = "\x01"
 
 // Methods the server calls on the executor.
 const (
@@ -77,21 +83,10 @@ const (
 	CodeNotRegular   = -32013 // fs.read of a folder, FIFO, socket or device
 )
 
-// maxFileBytes is the largest file fs.read answers with a connection whose
-// messages may be maxLine bytes long: its data travels base64-encoded
-// (4 bytes per 3) in a JSON-RPC result.
-func maxFileBytes(maxLine int) int64 {
-	const envelope = 1024 // {"jsonrpc":"2.0","id":…,"result":{"data":"…"}}
-	if maxLine <= envelope {
-		return 0
-	}
-	return int64(maxLine-envelope) / 4 * 3
-}
-
 // Error is a JSON-RPC error object. It is what Conn.Call returns when the
 // peer answered with an error, and what handlers return to answer with a
-// specific code. errors.Is maps the domain codes to the sandbox sentinels
-// (and CodeNotFound also to fs.ErrNotExist).
+// specific code. errors.Is maps the domain codes to the sentinels of
+// package sandbox, fs and exec (see Is).
 type Error struct {
 	Code    int             `json:"code"`
 	Message string          `json:"message"`
@@ -100,7 +95,12 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("executor: %s (code %d)", e.Message, e.Code) }
 
-// Is maps domain codes to the sandbox sentinel errors.
+// Is maps domain codes to sentinel errors: CodeNotFound to
+// sandbox.ErrNotFound and fs.ErrNotExist, CodeTerminated to
+// sandbox.ErrTerminated, CodeInvalidPath to sandbox.ErrInvalidPath,
+// CodeNotRegular to sandbox.ErrNotRegular and sandbox.ErrInvalidPath,
+// CodeTooLarge to sandbox.ErrTooLarge, CodeExists to fs.ErrExist and
+// CodeNoProgram to exec.ErrNotFound.
 func (e *Error) Is(target error) bool {
 	switch e.Code {
 	case CodeNotFound:
@@ -124,31 +124,6 @@ func (e *Error) Is(target error) bool {
 // Errorf builds an *Error.
 func Errorf(code int, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-// errorFor maps an error from the sandbox or the OS to a protocol error.
-func errorFor(err error) *Error {
-	var pe *Error
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &pe):
-		return pe
-	case errors.Is(err, sandbox.ErrNotRegular):
-		return &Error{Code: CodeNotRegular, Message: err.Error()}
-	case errors.Is(err, sandbox.ErrInvalidPath):
-		return &Error{Code: CodeInvalidPath, Message: err.Error()}
-	case errors.Is(err, sandbox.ErrTooLarge):
-		return &Error{Code: CodeTooLarge, Message: err.Error()}
-	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, fs.ErrNotExist):
-		return &Error{Code: CodeNotFound, Message: err.Error()}
-	case errors.Is(err, sandbox.ErrTerminated), errors.Is(err, errShutdown):
-		return &Error{Code: CodeTerminated, Message: err.Error()}
-	case errors.Is(err, fs.ErrExist):
-		return &Error{Code: CodeExists, Message: err.Error()}
-	default:
-		return &Error{Code: CodeIO, Message: err.Error()}
-	}
 }
 
 // PingResult answers ping.

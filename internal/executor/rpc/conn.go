@@ -1,4 +1,4 @@
-package executor
+package rpc
 
 import (
 	"bufio"
@@ -149,6 +149,14 @@ func NewConn(rw io.ReadWriteCloser, h Handler, opts ConnOptions) *Conn {
 
 // Done is closed once the connection has stopped reading and writing.
 func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Context returns a context that ends when the connection starts closing
+// (the one HandleCall gets), before Done.
+func (c *Conn) Context() context.Context { return c.ctx }
+
+// MaxLine is the largest message, in bytes, this end accepts
+// (ConnOptions.MaxLine or its default).
+func (c *Conn) MaxLine() int { return c.opts.MaxLine }
 
 // Err reports why the connection ended (nil while it runs, io.EOF when the
 // peer closed it).
