@@ -32,9 +32,12 @@ type Architecture interface {
 	Start(ctx context.Context, host Host) (Runner, error)
 }
 
-// Runner runs turns of one session. The session calls Turn, Interrupt and
-// Close from its owner goroutine, except Interrupt, which may come while a
-// Turn is running.
+// Runner runs turns of one session, one at a time. Turn (and
+// Resumer.Resume) runs in a job goroutine of its own while the session's
+// owner goroutine goes on serving the session; Interrupt comes from yet
+// another goroutine while a Turn runs (or as it ends); Close comes from the
+// owner goroutine when no Turn runs, and is the last call. The optional
+// abilities below say when they may be called.
 type Runner interface {
 	// Turn sends one user message and emits the agent's events through the
 	// host until the turn ends. It returns ErrInterrupted (possibly wrapped)
@@ -164,7 +167,9 @@ var ErrDetached = errors.New("agent: turn detached")
 
 // Detacher is implemented by runners whose turns can outlive the server
 // (with a sandbox whose environments survive it): Detach makes a running
-// Turn return ErrDetached at once without stopping the agent.
+// Turn return ErrDetached at once without stopping the agent. The session
+// calls it from its owner goroutine while a Turn runs in its job
+// goroutine.
 type Detacher interface {
 	Detach()
 }

@@ -46,54 +46,19 @@ func (s *Server) identityRoutes() []route {
 	}
 }
 
-// Me answers GET /api/me.
-type Me struct {
-	User    store.User `json:"user"`
-	Method  string     `json:"method"`
-	TokenID string     `json:"tokenId,omitempty"`
-	Scopes  []string   `json:"scopes"`
-	Admin   bool       `json:"admin"`
-	// ExpiresAt is when the credential stops working (absent: never).
-	ExpiresAt string             `json:"expiresAt,omitempty"`
-	Budget    *auth.BudgetReport `json:"budget,omitempty"`
-	Tenant    *auth.BudgetReport `json:"tenantBudget,omitempty"`
-}
-
+// The identity routes' wire types live in restapi (the Go client's too).
 type (
-	UserList struct {
-		Users []store.User `json:"users"`
-	}
-	TokenList struct {
-		Tokens []store.APIToken `json:"tokens"`
-	}
-	ShareList struct {
-		Shares []store.Share `json:"shares"`
-	}
-	KeyList struct {
-		Keys []store.ProviderKey `json:"keys"`
-	}
-	BudgetList struct {
-		Budgets []store.Budget `json:"budgets"`
-	}
-	AccessPage struct {
-		Records []store.AccessRecord `json:"records"`
-		Last    int64                `json:"last"`
-	}
-	ShareRequest struct {
-		Access store.ShareAccess `json:"access"`
-	}
-	// KeyRequest stores a key; it is write-only.
-	KeyRequest struct {
-		Key string `json:"key"`
-	}
-	CodeExchange struct {
-		Code         string `json:"code"`
-		CodeVerifier string `json:"codeVerifier"`
-		RedirectURI  string `json:"redirectUri"`
-	}
-	RefreshRequest struct {
-		RefreshToken string `json:"refreshToken"`
-	}
+	Me             = restapi.Me
+	UserList       = restapi.UserList
+	TokenList      = restapi.TokenList
+	ShareList      = restapi.ShareList
+	KeyList        = restapi.KeyList
+	BudgetList     = restapi.BudgetList
+	AccessPage     = restapi.AccessPage
+	ShareRequest   = restapi.ShareRequest
+	KeyRequest     = restapi.KeyRequest
+	CodeExchange   = restapi.CodeExchange
+	RefreshRequest = restapi.RefreshRequest
 )
 
 func (s *Server) handleAuth(w http.ResponseWriter, r *http.Request) {

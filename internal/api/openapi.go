@@ -191,14 +191,30 @@ func (g *schemaGen) ref(t reflect.Type) map[string]any {
 func (g *schemaGen) object(t reflect.Type) map[string]any {
 	props := map[string]any{}
 	var required []string
+	g.fields(t, props, &required)
+	sort.Strings(required)
+	o := map[string]any{"type": "object", "properties": props}
+	if len(required) > 0 {
+		o["required"] = required
+	}
+	return o
+}
+
+// fields adds t's JSON fields to props; those of an embedded struct
+// without a JSON name are its own, as encoding/json sends them.
+func (g *schemaGen) fields(t reflect.Type, props map[string]any, required *[]string) {
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
 		tag := f.Tag.Get("json")
 		name, opts, _ := strings.Cut(tag, ",")
 		if name == "-" {
+			continue
+		}
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			g.fields(f.Type, props, required)
+			continue
+		}
+		if !f.IsExported() {
 			continue
 		}
 		if name == "" {
@@ -217,15 +233,9 @@ func (g *schemaGen) object(t reflect.Type) map[string]any {
 		// Every field without omitempty/omitzero is always sent (a nil
 		// pointer as null), so it is required.
 		if !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") {
-			required = append(required, name)
+			*required = append(*required, name)
 		}
 	}
-	sort.Strings(required)
-	o := map[string]any{"type": "object", "properties": props}
-	if len(required) > 0 {
-		o["required"] = required
-	}
-	return o
 }
 
 // enums pins the closed string sets the TypeScript client types against.
@@ -278,6 +288,10 @@ func schemaName(t reflect.Type) string {
 		return "WorkspaceEntry"
 	case "apiError":
 		return "Error"
+	case "Usage":
+		if strings.HasSuffix(t.PkgPath(), "/store") {
+			return "BudgetUsage" // not conversation's token counts
+		}
 	}
 	if n == "" {
 		return "Anonymous"

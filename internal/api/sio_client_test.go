@@ -63,15 +63,19 @@ func (c *sioClient) post(packet string) {
 	resp.Body.Close()
 }
 
+var sioHTTP = &http.Client{Timeout: 50 * time.Second}
+
 // poll reads one polling payload; false once the session is gone.
 func (c *sioClient) poll() bool {
 	c.t.Helper()
 	if c.closed {
 		return false
 	}
-	resp, err := http.Get(c.url())
+	// A poll the server holds longer than its ping interval (25 s) and
+	// ping timeout (20 s) together is one it lost: fail, not hang.
+	resp, err := sioHTTP.Get(c.url())
 	if err != nil {
-		c.t.Fatal(err)
+		c.t.Fatalf("socket.io poll: %v", err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/restapi"
 	"github.com/agentd/agentd/store"
 )
 
@@ -165,11 +166,7 @@ func (s *Service) Charge(ctx context.Context, owner, tenant, model string, u con
 }
 
 // BudgetReport is a user's or tenant's budget and what it used.
-type BudgetReport struct {
-	Budget store.Budget `json:"budget"`
-	Day    store.Usage  `json:"day"`
-	Month  store.Usage  `json:"month"`
-}
+type BudgetReport = restapi.BudgetReport
 
 // Report returns the budget and usage of (scope, owner): a user's own and
 // its tenant's, or anyone's for admins.

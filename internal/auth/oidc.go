@@ -13,6 +13,7 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 	"golang.org/x/oauth2"
 
+	"github.com/agentd/agentd/restapi"
 	"github.com/agentd/agentd/store"
 )
 
@@ -309,12 +310,7 @@ func (o *OIDC) oauth2(p *oidc.Provider, redirectURI string) *oauth2.Config {
 }
 
 // SignIn is the result of a code exchange or refresh.
-type SignIn struct {
-	Token        string     `json:"token"`
-	ExpiresAt    time.Time  `json:"expiresAt"`
-	RefreshToken string     `json:"refreshToken,omitempty"`
-	User         store.User `json:"user"`
-}
+type SignIn = restapi.SignIn
 
 func (o *OIDC) signIn(ctx context.Context, tok *oauth2.Token) (SignIn, error) {
 	raw, _ := tok.Extra("id_token").(string)

@@ -5,16 +5,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentd/agentd/restapi"
 	"github.com/agentd/agentd/store"
 )
 
 // NewUser is what an admin gives to create a user.
-type NewUser struct {
-	ID     string     `json:"id"`
-	Name   string     `json:"name,omitempty"`
-	Tenant string     `json:"tenant,omitempty"`
-	Role   store.Role `json:"role,omitempty"`
-}
+type NewUser = restapi.NewUser
 
 // CreateUser makes a user (admins only).
 func (s *Service) CreateUser(ctx context.Context, by Principal, n NewUser) (store.User, error) {
@@ -72,12 +68,7 @@ func (s *Service) Users(ctx context.Context, by Principal) ([]store.User, error)
 }
 
 // UserUpdate changes some of a user's fields (nil: unchanged).
-type UserUpdate struct {
-	Name     *string     `json:"name,omitempty"`
-	Tenant   *string     `json:"tenant,omitempty"`
-	Role     *store.Role `json:"role,omitempty"`
-	Disabled *bool       `json:"disabled,omitempty"`
-}
+type UserUpdate = restapi.UserUpdate
 
 // UpdateUser changes a user (admins only). Disabling a user cuts off every
 // credential of theirs at once, open connections included.
@@ -123,20 +114,10 @@ func (s *Service) UpdateUser(ctx context.Context, by Principal, id string, up Us
 }
 
 // NewToken is what a caller gives to create an API token.
-type NewToken struct {
-	// UserID is whose token it is (default: the caller; others: admins only).
-	UserID string   `json:"userId,omitempty"`
-	Name   string   `json:"name,omitempty"`
-	Scopes []string `json:"scopes,omitempty"`
-	// ExpiresIn is the token's lifetime in seconds (0: never expires).
-	ExpiresIn int64 `json:"expiresIn,omitempty"`
-}
+type NewToken = restapi.NewToken
 
 // CreatedToken is a new token: the secret is shown once.
-type CreatedToken struct {
-	store.APIToken
-	Token string `json:"token"`
-}
+type CreatedToken = restapi.CreatedToken
 
 // CreateToken makes an API token. Members make their own (with a token
 // that has the tokens scope, or signed in through OIDC), with at most the

@@ -1,6 +1,6 @@
 package convert
 
-import "github.com/agentd/agentd/internal/agent/claudecode"
+import "github.com/agentd/agentd/internal/agent/claudecode/claudeconv"
 
 // Claude Code formats: the live stream-json output and saved transcripts.
 func init() {
@@ -10,7 +10,7 @@ func init() {
 			"--include-partial-messages), one file per process; a single pretty-printed JSON message also works",
 		Convert: func(inputs []Input, sink Sink) error {
 			for _, in := range inputs {
-				if err := claudecode.ConvertStream(claudecode.Input{Name: in.Name, R: in.R}, sink); err != nil {
+				if err := claudeconv.ConvertStream(claudeconv.Input{Name: in.Name, R: in.R}, sink); err != nil {
 					return err
 				}
 			}
@@ -22,11 +22,11 @@ func init() {
 		Description: "Claude Code saved session: projects/<dir>/<session>.jsonl plus its subagent " +
 			"agent-*.jsonl files, given together in any order",
 		Convert: func(inputs []Input, sink Sink) error {
-			in := make([]claudecode.Input, len(inputs))
+			in := make([]claudeconv.Input, len(inputs))
 			for i, x := range inputs {
-				in[i] = claudecode.Input{Name: x.Name, R: x.R}
+				in[i] = claudeconv.Input{Name: x.Name, R: x.R}
 			}
-			return claudecode.ConvertTranscripts(in, sink)
+			return claudeconv.ConvertTranscripts(in, sink)
 		},
 	})
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent/claudecode"
+	"github.com/agentd/agentd/internal/agent/claudecode/claudeconv"
 )
 
 const claudeTestdata = "/work/shared/testdata/agent-output"
@@ -41,7 +41,7 @@ func TestClaudeFormatsConvertEverySharedFile(t *testing.T) {
 					continue
 				}
 				for _, w := range warnings {
-					if !errors.Is(w.Err, claudecode.ErrIgnored) {
+					if !errors.Is(w.Err, claudeconv.ErrIgnored) {
 						t.Errorf("%s: unexpected warning %v", format, w)
 					}
 				}

@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent/claudecode"
+	"github.com/agentd/agentd/internal/agent/claudecode/claudeconv"
 )
 
 // The output of Run is written by hand where the bytes are many: the block
-// events a claudecode.BlockSink receives and the blocks of --blocks. What
+// events a claudeconv.BlockSink receives and the blocks of --blocks. What
 // it writes is byte for byte what json.Encoder writes for the same values
 // (TestOutputMatchesEncodingJSON), at a fraction of the cost: on the 50 MB
 // transcript of docs/benchmarks.md, json.Encoder took about as long as the
@@ -43,7 +43,7 @@ func (s *eventSink) Warn(file string, line int, err error) {
 func (s *eventSink) EmitBlock(ctx conversation.Context, b *conversation.Block) error {
 	s.count++
 	buf := append(s.w.AvailableBuffer(), `{"seq":0,"type":"block:upsert","payload":{"block":`...)
-	buf = claudecode.AppendBlockJSON(buf, b)
+	buf = claudeconv.AppendBlockJSON(buf, b)
 	buf, ok := appendEventEnd(append(buf, '}'), &ctx)
 	if !ok {
 		e := conversation.Upsert(*b)
@@ -58,9 +58,9 @@ func (s *eventSink) EmitBlock(ctx conversation.Context, b *conversation.Block) e
 func (s *eventSink) EmitDelta(ctx conversation.Context, id, text string) error {
 	s.count++
 	buf := append(s.w.AvailableBuffer(), `{"seq":0,"type":"block:delta","payload":{"blockId":`...)
-	buf = claudecode.AppendJSONString(buf, id)
+	buf = claudeconv.AppendJSONString(buf, id)
 	buf = append(buf, `,"delta":`...)
-	buf = claudecode.AppendJSONString(buf, text)
+	buf = claudeconv.AppendJSONString(buf, text)
 	buf, ok := appendEventEnd(append(buf, '}'), &ctx)
 	if !ok {
 		e := conversation.Delta(id, text)
@@ -76,11 +76,11 @@ func (s *eventSink) EmitDelta(ctx conversation.Context, id, text string) error {
 // outside 0–9999), which the caller leaves to json.Encoder.
 func appendEventEnd(buf []byte, ctx *conversation.Context) ([]byte, bool) {
 	buf = append(buf, `,"context":{"sessionId":`...)
-	buf = claudecode.AppendJSONString(buf, ctx.SessionID)
+	buf = claudeconv.AppendJSONString(buf, ctx.SessionID)
 	buf = append(buf, `,"conversationId":`...)
-	buf = claudecode.AppendJSONString(buf, ctx.ConversationID)
+	buf = claudeconv.AppendJSONString(buf, ctx.ConversationID)
 	buf = append(buf, `,"source":`...)
-	buf = claudecode.AppendJSONString(buf, string(ctx.Source))
+	buf = claudeconv.AppendJSONString(buf, string(ctx.Source))
 	buf = append(buf, `,"timestamp":"`...)
 	buf, err := ctx.Timestamp.AppendText(buf) // what Time.MarshalJSON writes, unquoted
 	if err != nil {
@@ -90,7 +90,7 @@ func appendEventEnd(buf []byte, ctx *conversation.Context) ([]byte, bool) {
 	if ctx.Actor == nil {
 		buf = append(buf, "null"...)
 	} else {
-		buf = claudecode.AppendJSONString(buf, *ctx.Actor)
+		buf = claudeconv.AppendJSONString(buf, *ctx.Actor)
 	}
 	return append(buf, "}}\n"...), true
 }
@@ -141,9 +141,9 @@ func (s *blocksSink) EmitDelta(ctx conversation.Context, id, text string) error 
 func (s *blocksSink) writeBlocks(w *bufio.Writer) error {
 	for conv, b := range s.r.Blocks() {
 		buf := append(w.AvailableBuffer(), `{"conversationId":`...)
-		buf = claudecode.AppendJSONString(buf, conv)
+		buf = claudeconv.AppendJSONString(buf, conv)
 		buf = append(buf, `,"block":`...)
-		buf = conversation.AppendRequired(claudecode.AppendBlockJSON(buf, &b), &b)
+		buf = conversation.AppendRequired(claudeconv.AppendBlockJSON(buf, &b), &b)
 		if _, err := w.Write(append(buf, "}\n"...)); err != nil {
 			return err
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/agentd/agentd/internal/convert/synth"
 )
 
-// plainSink collects events as a Sink that is not a claudecode.BlockSink:
+// plainSink collects events as a Sink that is not a claudeconv.BlockSink:
 // every block event comes encoded, as the converters give them to anyone.
 type plainSink struct{ events []conversation.Event }
 
@@ -70,8 +70,8 @@ func referenceOutput(t *testing.T, format string, files []string, blocks bool) [
 // reduction change nothing).
 func TestOutputMatchesEncodingJSON(t *testing.T) {
 	inputs := map[string][]string{
-		"claude-stream-json": {filepath.Join(synth.SharedRoot(), "claude-stream-json", "*"), filepath.Join(synth.SharedRoot(), "claude-stream-json", "*", "*"), "../agent/claudecode/testdata/cli-*/*/stream.jsonl"},
-		"claude-transcript":  {filepath.Join(synth.SharedRoot(), "claude-session-jsonl", "*"), "../agent/claudecode/testdata/cli-*/*/session.jsonl"},
+		"claude-stream-json": {filepath.Join(synth.SharedRoot(), "claude-stream-json", "*"), filepath.Join(synth.SharedRoot(), "claude-stream-json", "*", "*"), "../agent/claudecode/claudeconv/testdata/cli-*/*/stream.jsonl"},
+		"claude-transcript":  {filepath.Join(synth.SharedRoot(), "claude-session-jsonl", "*"), "../agent/claudecode/claudeconv/testdata/cli-*/*/session.jsonl"},
 		"codex-exec-json":    {"../agent/codex/testdata/agent-output/*codex-exec-json*.jsonl", "../agent/codex/testdata/captured/codex-exec-*.jsonl"},
 		"codex-rollout":      {"../agent/codex/testdata/agent-output/*rollout-*.jsonl", "../agent/codex/testdata/captured/rollout-*.jsonl"},
 		"codex-app-server":   {"../agent/codex/testdata/app-server/*.jsonl", "../agent/codex/testdata/captured/codex-app-server-*.jsonl"},

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/executor/rpc"
 	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
 )
@@ -19,27 +20,27 @@ type counter struct {
 	n      atomic.Int64
 	window int64
 	acked  int64
-	c      *Client
-	exit   chan ExecExitParams
+	c      *rpc.Client
+	exit   chan rpc.ExecExitParams
 }
 
-func (h *counter) HandleCall(context.Context, *Conn, *Request) (any, error) {
-	return nil, Errorf(CodeMethodNotFound, "no")
+func (h *counter) HandleCall(context.Context, *rpc.Conn, *rpc.Request) (any, error) {
+	return nil, rpc.Errorf(rpc.CodeMethodNotFound, "no")
 }
 
-func (h *counter) HandleNotify(c *Conn, method string, params json.RawMessage) {
-	if method == MethodExecExit {
-		var p ExecExitParams
+func (h *counter) HandleNotify(c *rpc.Conn, method string, params json.RawMessage) {
+	if method == rpc.MethodExecExit {
+		var p rpc.ExecExitParams
 		_ = json.Unmarshal(params, &p)
 		h.exit <- p
 	}
 }
 
-func (h *counter) HandleOutput(c *Conn, p ExecOutputParams) {
+func (h *counter) HandleOutput(c *rpc.Conn, p rpc.ExecOutputParams) {
 	n := h.n.Add(int64(len(p.Data)))
 	if h.window > 0 && n-h.acked >= h.window/4 {
 		h.acked = n
-		_ = c.Notify(MethodExecAck, ExecAckParams{Tag: p.Tag, Offsets: sandbox.Offsets{Stdout: n}})
+		_ = c.Notify(rpc.MethodExecAck, rpc.ExecAckParams{Tag: p.Tag, Offsets: sandbox.Offsets{Stdout: n}})
 	}
 }
 
@@ -69,7 +70,7 @@ func BenchmarkExecStartExit(b *testing.B) {
 		i++
 		tag := "t" + strconv.Itoa(i)
 		t0 := time.Now()
-		if _, err := c.ExecStart(context.Background(), ExecStartParams{Tag: tag, Argv: []string{"true"}}); err != nil {
+		if _, err := c.ExecStart(context.Background(), rpc.ExecStartParams{Tag: tag, Argv: []string{"true"}}); err != nil {
 			b.Fatal(err)
 		}
 		<-h.exit
@@ -131,7 +132,7 @@ func benchOutputRPC(b *testing.B, binary bool) {
 		h.n.Store(0)
 		h.acked = 0
 		tag := "o" + strconv.Itoa(i)
-		if _, err := c.ExecStart(context.Background(), ExecStartParams{Tag: tag, Argv: []string{"head", "-c", strconv.Itoa(total), "/dev/zero"}, Window: h.window}); err != nil {
+		if _, err := c.ExecStart(context.Background(), rpc.ExecStartParams{Tag: tag, Argv: []string{"head", "-c", strconv.Itoa(total), "/dev/zero"}, Window: h.window}); err != nil {
 			b.Fatal(err)
 		}
 		x := <-h.exit
@@ -147,15 +148,15 @@ type benchEnv struct {
 	binary bool
 }
 
-func (be *benchEnv) start(b *testing.B) *Client {
+func (be *benchEnv) start(b *testing.B) *rpc.Client {
 	te := startExecutor(b, nil)
-	be.h = &counter{exit: make(chan ExecExitParams, 10)}
-	c, err := Dial(context.Background(), te.socket, be.h, ConnOptions{AcceptBinary: be.binary})
+	be.h = &counter{exit: make(chan rpc.ExecExitParams, 10)}
+	c, err := rpc.Dial(context.Background(), te.socket, be.h, rpc.ConnOptions{AcceptBinary: be.binary})
 	if err != nil {
 		b.Fatal(err)
 	}
 	if be.binary {
-		if r, err := c.SetOptions(context.Background(), ConnOptionsParams{BinaryOutput: true}); err != nil || !r.BinaryOutput {
+		if r, err := c.SetOptions(context.Background(), rpc.ConnOptionsParams{BinaryOutput: true}); err != nil || !r.BinaryOutput {
 			b.Fatal(r, err)
 		}
 	}
@@ -172,35 +173,4 @@ func reportPct(b *testing.B, ds []time.Duration, unit time.Duration, name string
 	pct := func(p float64) float64 { return float64(ds[int(float64(len(ds)-1)*p)]) / float64(unit) }
 	b.ReportMetric(pct(0.5), "p50-"+name)
 	b.ReportMetric(pct(0.99), "p99-"+name)
-}
-
-// BenchmarkCodecOutput: exec.output notifications of 256 KiB through a
-// socket pair, encoded and decoded by the codec (no process, no spool).
-func BenchmarkCodecOutput(b *testing.B) {
-	for _, binary := range []bool{false, true} {
-		b.Run(map[bool]string{false: "json", true: "binary"}[binary], func(b *testing.B) {
-			benchCodecOutput(b, binary)
-		})
-	}
-}
-
-func benchCodecOutput(b *testing.B, binary bool) {
-	x, y := socketPair(b)
-	h := &counter{exit: make(chan ExecExitParams, 1)}
-	cx := NewConn(x, &testHandler{}, ConnOptions{})
-	cx.SetBinaryOutput(binary)
-	cy := NewConn(y, h, ConnOptions{AcceptBinary: binary})
-	defer func() { cx.Close(); cy.Close(); cx.Wait(); cy.Wait() }()
-	data := make([]byte, maxOutputChunk)
-	b.SetBytes(int64(len(data)))
-	var off int64
-	for b.Loop() {
-		if err := cx.NotifyOutput("t", sandbox.Stdout, off, data); err != nil {
-			b.Fatal(err)
-		}
-		off += int64(len(data))
-	}
-	for h.n.Load() < off {
-		time.Sleep(time.Millisecond)
-	}
 }

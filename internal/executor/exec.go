@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentd/agentd/internal/executor/rpc"
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
@@ -138,7 +139,7 @@ func (e *Executor) waitRoom(x *execState, i int, off int64, n int) {
 		select {
 		case <-x.room:
 		case <-sub.stopCh:
-		case <-sub.c.closing:
+		case <-sub.c.Context().Done():
 		case <-sub.exited:
 		case <-e.stopReq:
 			return
@@ -155,7 +156,7 @@ var chunkPool = sync.Pool{New: func() any { b := make([]byte, maxOutputChunk); r
 // sent beyond what the peer acknowledged with exec.ack.
 type subscription struct {
 	x      *execState
-	c      *Conn
+	c      *rpc.Conn
 	window int64
 	wakeCh chan struct{}
 	stopCh chan struct{}
@@ -173,7 +174,7 @@ type subscription struct {
 	base [2]int64 // start of the current contiguous run (after a gap)
 }
 
-func newSubscription(x *execState, c *Conn, from sandbox.Offsets, window int64) *subscription {
+func newSubscription(x *execState, c *rpc.Conn, from sandbox.Offsets, window int64) *subscription {
 	if window > 0 && window < minWindow {
 		window = minWindow
 	}
@@ -263,7 +264,7 @@ func (s *subscription) stopped() bool {
 // active reports whether the subscription still sends: the pump then
 // waits for it rather than drop what it has not sent.
 func (s *subscription) active() bool {
-	return !isClosed(s.stopCh) && !isClosed(s.c.closing) && !isClosed(s.exited)
+	return !isClosed(s.stopCh) && !isClosed(s.c.Context().Done()) && !isClosed(s.exited)
 }
 
 // run is the sender goroutine.
@@ -318,7 +319,7 @@ func (s *subscription) run(e *Executor) {
 				if s.stopped() {
 					return
 				}
-				_ = s.c.Notify(MethodExecExit, ExecExitParams{Tag: s.x.tag, Code: st.Code, Signal: st.Signal, End: end})
+				_ = s.c.Notify(rpc.MethodExecExit, rpc.ExecExitParams{Tag: s.x.tag, Code: st.Code, Signal: st.Signal, End: end})
 				return
 			}
 		default:
@@ -327,7 +328,7 @@ func (s *subscription) run(e *Executor) {
 		case <-s.wakeCh:
 		case <-s.stopCh:
 			return
-		case <-s.c.closing:
+		case <-s.c.Context().Done():
 			return
 		case <-doneCh:
 			doneCh = nil // seen; the check above runs next
@@ -338,7 +339,7 @@ func (s *subscription) run(e *Executor) {
 // subscribe makes c the receiver of x's output from from on, replacing the
 // previous subscription. The sender starts when start is called (after the
 // reply went out).
-func (e *Executor) subscribe(x *execState, c *Conn, from sandbox.Offsets, window int64) (start func()) {
+func (e *Executor) subscribe(x *execState, c *rpc.Conn, from sandbox.Offsets, window int64) (start func()) {
 	sub := newSubscription(x, c, from, window)
 	x.mu.Lock()
 	old := x.sub

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/executor/rpc"
 )
 
 // unixHTTP serves h on a Unix socket in dir and returns its path.
@@ -212,11 +214,11 @@ func TestMainModelProxy(t *testing.T) {
 			"--log-level", "error", "--model-proxy-socket", proxy, "--reserve-threads", "4",
 		})
 	}()
-	var c *Client
+	var c *rpc.Client
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var err error
-		if c, err = Dial(bg, sock, newRecorder(t), ConnOptions{}); err == nil {
+		if c, err = rpc.Dial(bg, sock, newRecorder(t), rpc.ConnOptions{}); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {

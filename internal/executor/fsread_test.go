@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/executor/rpc"
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
@@ -35,7 +36,7 @@ func TestFSReadBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := c.ReadFile(bg, "over")
-	wantCode(t, err, CodeTooLarge)
+	wantCode(t, err, rpc.CodeTooLarge)
 	if !errors.Is(err, sandbox.ErrTooLarge) {
 		t.Fatalf("-32009 does not map to ErrTooLarge: %v", err)
 	}
@@ -55,7 +56,7 @@ func TestFSReadBounded(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	_, err = c.ReadFile(bg, "big")
 	runtime.ReadMemStats(&after)
-	wantCode(t, err, CodeTooLarge)
+	wantCode(t, err, rpc.CodeTooLarge)
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4<<20 {
 		t.Fatalf("refusing a 256 MiB file allocated %d MiB", alloc>>20)
 	}
@@ -84,7 +85,7 @@ func TestFSReadBounded(t *testing.T) {
 		t0 := time.Now()
 		_, err := c.ReadFile(ctx, p)
 		cancel()
-		wantCode(t, err, CodeNotRegular)
+		wantCode(t, err, rpc.CodeNotRegular)
 		if !errors.Is(err, sandbox.ErrNotRegular) || !errors.Is(err, sandbox.ErrInvalidPath) {
 			t.Fatalf("%s: -32013 does not map to ErrNotRegular and ErrInvalidPath: %v", p, err)
 		}

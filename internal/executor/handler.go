@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os/exec"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentd/agentd/internal/executor/rpc"
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
@@ -24,62 +26,62 @@ type handler struct{ e *Executor }
 // pider is what a sandbox.Process may offer to report its pid.
 type pider interface{ PID() int }
 
-func (h *handler) HandleCall(ctx context.Context, c *Conn, req *Request) (any, error) {
+func (h *handler) HandleCall(ctx context.Context, c *rpc.Conn, req *rpc.Request) (any, error) {
 	e := h.e
-	if req.Method == MethodPing {
+	if req.Method == rpc.MethodPing {
 		return e.ping(), nil
 	}
 	if e.isStopping() {
-		return nil, Errorf(CodeTerminated, "%s: executor is shutting down", req.Method)
+		return nil, rpc.Errorf(rpc.CodeTerminated, "%s: executor is shutting down", req.Method)
 	}
 	switch req.Method {
-	case MethodConnOptions:
-		var p ConnOptionsParams
+	case rpc.MethodConnOptions:
+		var p rpc.ConnOptionsParams
 		if err := req.Decode(&p); err != nil {
 			return nil, err
 		}
 		// Output already queued stays JSON; frames start after the reply.
 		req.AfterReply(func() { c.SetBinaryOutput(p.BinaryOutput) })
-		return ConnOptionsResult(p), nil
-	case MethodExecStart:
+		return rpc.ConnOptionsResult(p), nil
+	case rpc.MethodExecStart:
 		return e.execStart(ctx, c, req)
-	case MethodExecInput:
+	case rpc.MethodExecInput:
 		return e.execInput(req)
-	case MethodExecSignal:
+	case rpc.MethodExecSignal:
 		return e.execSignal(req)
-	case MethodExecResize:
+	case rpc.MethodExecResize:
 		return e.execResize(req)
-	case MethodExecAttach:
+	case rpc.MethodExecAttach:
 		return e.execAttach(c, req)
-	case MethodExecDetach:
+	case rpc.MethodExecDetach:
 		return e.execDetach(c, req)
-	case MethodExecList:
+	case rpc.MethodExecList:
 		return e.execList(), nil
-	case MethodExecRelease:
+	case rpc.MethodExecRelease:
 		return e.execRelease(c, req)
-	case MethodFSRead:
-		var p PathParams
+	case rpc.MethodFSRead:
+		var p rpc.PathParams
 		if err := req.Decode(&p); err != nil {
 			return nil, err
 		}
 		// The size is checked on the open file before anything is read:
 		// a file that cannot fit one message is never read into memory.
-		data, err := sandbox.ReadFileLimit(ctx, e.cfg.Env, p.Path, maxFileBytes(c.opts.MaxLine))
+		data, err := sandbox.ReadFileLimit(ctx, e.cfg.Env, p.Path, maxFileBytes(c.MaxLine()))
 		if err != nil {
 			return nil, errorFor(err)
 		}
-		return FSReadResult{Data: data}, nil
-	case MethodFSWrite:
-		var p FSFile
+		return rpc.FSReadResult{Data: data}, nil
+	case rpc.MethodFSWrite:
+		var p rpc.FSFile
 		if err := req.Decode(&p); err != nil {
 			return nil, err
 		}
 		if err := e.cfg.Env.WriteFile(ctx, p.Path, p.Data, p.Mode); err != nil {
 			return nil, errorFor(err)
 		}
-		return OKResult{OK: true}, nil
-	case MethodFSWriteMany:
-		var p FSWriteManyParams
+		return rpc.OKResult{OK: true}, nil
+	case rpc.MethodFSWriteMany:
+		var p rpc.FSWriteManyParams
 		if err := req.Decode(&p); err != nil {
 			return nil, err
 		}
@@ -90,9 +92,9 @@ func (h *handler) HandleCall(ctx context.Context, c *Conn, req *Request) (any, e
 		if err := e.cfg.Env.WriteFiles(ctx, files); err != nil {
 			return nil, errorFor(err)
 		}
-		return OKResult{OK: true}, nil
-	case MethodFSList:
-		var p FSListParams
+		return rpc.OKResult{OK: true}, nil
+	case rpc.MethodFSList:
+		var p rpc.FSListParams
 		if err := req.Decode(&p); err != nil {
 			return nil, err
 		}
@@ -103,37 +105,37 @@ func (h *handler) HandleCall(ctx context.Context, c *Conn, req *Request) (any, e
 		if entries == nil {
 			entries = []sandbox.FileInfo{}
 		}
-		return FSListResult{Entries: entries}, nil
-	case MethodFSRemove:
-		var p PathParams
+		return rpc.FSListResult{Entries: entries}, nil
+	case rpc.MethodFSRemove:
+		var p rpc.PathParams
 		if err := req.Decode(&p); err != nil {
 			return nil, err
 		}
 		if err := e.cfg.Env.Remove(ctx, p.Path); err != nil {
 			return nil, errorFor(err)
 		}
-		return OKResult{OK: true}, nil
-	case MethodFSWatch:
-		var p FSWatchParams
+		return rpc.OKResult{OK: true}, nil
+	case rpc.MethodFSWatch:
+		var p rpc.FSWatchParams
 		if len(req.Params) > 0 {
 			if err := req.Decode(&p); err != nil {
 				return nil, err
 			}
 		}
 		return e.watch(c, p.WatchID, req)
-	case MethodFSUnwatch:
-		var p WatchParams
+	case rpc.MethodFSUnwatch:
+		var p rpc.WatchParams
 		if err := req.Decode(&p); err != nil {
 			return nil, err
 		}
 		return e.unwatch(c, p.WatchID)
-	case MethodFSSync:
-		var p FSSyncParams
+	case rpc.MethodFSSync:
+		var p rpc.FSSyncParams
 		if err := req.Decode(&p); err != nil {
 			return nil, err
 		}
 		return e.sync(ctx, p.Marker)
-	case MethodShutdown:
+	case rpc.MethodShutdown:
 		e.log.Info("executor: shutdown requested")
 		e.mu.Lock()
 		e.stopping = true
@@ -144,17 +146,17 @@ func (h *handler) HandleCall(ctx context.Context, c *Conn, req *Request) (any, e
 			e.log.Error("executor: terminate environment", "err", err)
 		}
 		req.AfterReply(e.requestStop)
-		return OKResult{OK: true}, nil
+		return rpc.OKResult{OK: true}, nil
 	}
-	return nil, Errorf(CodeMethodNotFound, "method not found: %q", req.Method)
+	return nil, rpc.Errorf(rpc.CodeMethodNotFound, "method not found: %q", req.Method)
 }
 
-func (h *handler) HandleNotify(c *Conn, method string, params json.RawMessage) {
-	if method != MethodExecAck {
+func (h *handler) HandleNotify(c *rpc.Conn, method string, params json.RawMessage) {
+	if method != rpc.MethodExecAck {
 		h.e.log.Debug("executor: notification ignored", "method", method)
 		return
 	}
-	var p ExecAckParams
+	var p rpc.ExecAckParams
 	if json.Unmarshal(params, &p) != nil {
 		return
 	}
@@ -172,29 +174,30 @@ func (h *handler) HandleNotify(c *Conn, method string, params json.RawMessage) {
 	}
 }
 
-// lookup returns the process with tag, or a CodeNotFound error.
+// lookup returns the process with tag, or an rpc.CodeNotFound error.
 func (e *Executor) lookup(tag string) (*execState, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	x := e.execs[tag]
 	if x == nil || x.proc == nil {
-		return nil, Errorf(CodeNotFound, "no process with tag %q", tag)
+		return nil, rpc.Errorf(rpc.CodeNotFound, "no process with tag %q", tag)
 	}
 	return x, nil
 }
 
 // lookupParams decodes req's TagParams and returns the process they name.
-func (e *Executor) lookupParams(req *Request) (*execState, error) {
-	var p TagParams
+func (e *Executor) lookupParams(req *rpc.Request) (*execState, error) {
+	var p rpc.TagParams
 	if err := req.Decode(&p); err != nil {
 		return nil, err
 	}
 	return e.lookup(p.Tag)
 }
 
-// takeSub removes x's subscription and returns it (nil when there is
-// none), only when it is of connection only if that is not nil.
-func (x *execState) takeSub(only *Conn) *subscription {
+// takeSub removes x's subscription and returns it; nil when there is
+// none, or when only is not nil and the subscription is another
+// connection's (which then stays).
+func (x *execState) takeSub(only *rpc.Conn) *subscription {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	sub := x.sub
@@ -205,19 +208,19 @@ func (x *execState) takeSub(only *Conn) *subscription {
 	return sub
 }
 
-func (e *Executor) execStart(ctx context.Context, c *Conn, req *Request) (any, error) {
-	var p ExecStartParams
+func (e *Executor) execStart(ctx context.Context, c *rpc.Conn, req *rpc.Request) (any, error) {
+	var p rpc.ExecStartParams
 	if err := req.Decode(&p); err != nil {
 		return nil, err
 	}
 	if len(p.Argv) == 0 || p.Argv[0] == "" {
-		return nil, Errorf(CodeInvalidParams, "exec.start: argv is empty")
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "exec.start: argv is empty")
 	}
 	if p.PTY != nil && (p.PTY.Rows == 0 || p.PTY.Cols == 0) {
-		return nil, Errorf(CodeInvalidParams, "exec.start: pty size %dx%d", p.PTY.Rows, p.PTY.Cols)
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "exec.start: pty size %dx%d", p.PTY.Rows, p.PTY.Cols)
 	}
 	if p.Window < 0 {
-		return nil, Errorf(CodeInvalidParams, "exec.start: negative window")
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "exec.start: negative window")
 	}
 	// Reserve the tag so concurrent starts cannot both take it.
 	x := &execState{argv: p.Argv, stdin: p.Stdin, pty: p.PTY != nil, done: make(chan struct{}), room: make(chan struct{}, 1)}
@@ -231,7 +234,7 @@ func (e *Executor) execStart(ctx context.Context, c *Conn, req *Request) (any, e
 	if old, ok := e.execs[p.Tag]; ok {
 		if old.proc == nil || old.exitStatus() == nil {
 			e.mu.Unlock()
-			return nil, Errorf(CodeExists, "exec.start: tag %q in use", p.Tag)
+			return nil, rpc.Errorf(rpc.CodeExists, "exec.start: tag %q in use", p.Tag)
 		}
 		stale = old // exited: reusing its tag releases it
 	}
@@ -255,16 +258,16 @@ func (e *Executor) execStart(ctx context.Context, c *Conn, req *Request) (any, e
 		env = map[string]string{}
 	}
 	for _, name := range slices.Sorted(maps.Keys(p.SecretEnv)) {
-		var r SecretsGetResult
-		if err := e.callServer(ctx, c, MethodSecretsGet, SecretsGetParams{Name: p.SecretEnv[name]}, &r); err != nil {
-			return nil, Errorf(CodeSecretDenied, "exec.start: secret %q for %s: %v", p.SecretEnv[name], name, err)
+		var r rpc.SecretsGetResult
+		if err := e.callServer(ctx, c, rpc.MethodSecretsGet, rpc.SecretsGetParams{Name: p.SecretEnv[name]}, &r); err != nil {
+			return nil, rpc.Errorf(rpc.CodeSecretDenied, "exec.start: secret %q for %s: %v", p.SecretEnv[name], name, err)
 		}
 		env[name] = r.Value
 	}
 	for i := range x.streams {
 		s, err := newSpool(e.cfg.SpoolDir, e.cfg.SpoolBytes)
 		if err != nil {
-			return nil, Errorf(CodeIO, "exec.start: %v", err)
+			return nil, rpc.Errorf(rpc.CodeIO, "exec.start: %v", err)
 		}
 		x.streams[i] = s
 	}
@@ -276,9 +279,9 @@ func (e *Executor) execStart(ctx context.Context, c *Conn, req *Request) (any, e
 	if err != nil {
 		pe := errorFor(err)
 		if errors.Is(err, exec.ErrNotFound) {
-			pe = &Error{Code: CodeNoProgram, Message: fmt.Sprintf("exec.start: %v", err)}
-		} else if pe.Code == CodeIO || pe.Code == CodeNotFound {
-			pe = &Error{Code: CodeExecFailed, Message: fmt.Sprintf("exec.start %q: %v", p.Argv[0], err)}
+			pe = &rpc.Error{Code: rpc.CodeNoProgram, Message: fmt.Sprintf("exec.start: %v", err)}
+		} else if pe.Code == rpc.CodeIO || pe.Code == rpc.CodeNotFound {
+			pe = &rpc.Error{Code: rpc.CodeExecFailed, Message: fmt.Sprintf("exec.start %q: %v", p.Argv[0], err)}
 		}
 		return nil, pe
 	}
@@ -292,11 +295,11 @@ func (e *Executor) execStart(ctx context.Context, c *Conn, req *Request) (any, e
 	e.bg.Add(1)
 	go e.pump(x)
 	req.AfterReply(start)
-	return ExecStartResult{Tag: p.Tag, PID: x.pid}, nil
+	return rpc.ExecStartResult{Tag: p.Tag, PID: x.pid}, nil
 }
 
-func (e *Executor) execInput(req *Request) (any, error) {
-	var p ExecInputParams
+func (e *Executor) execInput(req *rpc.Request) (any, error) {
+	var p rpc.ExecInputParams
 	if err := req.Decode(&p); err != nil {
 		return nil, err
 	}
@@ -305,12 +308,12 @@ func (e *Executor) execInput(req *Request) (any, error) {
 		return nil, err
 	}
 	if !x.stdin && !x.pty {
-		return nil, Errorf(CodeUnsupported, "exec.input: process %q has no stdin", p.Tag)
+		return nil, rpc.Errorf(rpc.CodeUnsupported, "exec.input: process %q has no stdin", p.Tag)
 	}
 	data := p.Data
 	if p.Text != nil {
 		if len(p.Data) > 0 {
-			return nil, Errorf(CodeInvalidParams, "exec.input: both data and text")
+			return nil, rpc.Errorf(rpc.CodeInvalidParams, "exec.input: both data and text")
 		}
 		data = []byte(*p.Text)
 	}
@@ -324,7 +327,7 @@ func (e *Executor) execInput(req *Request) (any, error) {
 			return nil, errorFor(err)
 		}
 	}
-	return OKResult{OK: true}, nil
+	return rpc.OKResult{OK: true}, nil
 }
 
 // parseSignal accepts "SIGTERM", "TERM", "sigterm" or a number.
@@ -343,21 +346,21 @@ func parseSignal(s string) (syscall.Signal, bool) {
 	return sig, sig != 0
 }
 
-func (e *Executor) execSignal(req *Request) (any, error) {
-	var p ExecSignalParams
+func (e *Executor) execSignal(req *rpc.Request) (any, error) {
+	var p rpc.ExecSignalParams
 	if err := req.Decode(&p); err != nil {
 		return nil, err
 	}
 	sig, ok := parseSignal(p.Signal)
 	if !ok {
-		return nil, Errorf(CodeInvalidParams, "exec.signal: unknown signal %q", p.Signal)
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "exec.signal: unknown signal %q", p.Signal)
 	}
 	x, err := e.lookup(p.Tag)
 	if err != nil {
 		return nil, err
 	}
 	if x.exitStatus() != nil {
-		return OKResult{OK: true}, nil // already exited: nothing to signal
+		return rpc.OKResult{OK: true}, nil // already exited: nothing to signal
 	}
 	if sig == syscall.SIGKILL {
 		err = x.proc.Kill()
@@ -367,37 +370,37 @@ func (e *Executor) execSignal(req *Request) (any, error) {
 	if err != nil && x.exitStatus() == nil {
 		return nil, errorFor(err)
 	}
-	return OKResult{OK: true}, nil
+	return rpc.OKResult{OK: true}, nil
 }
 
-func (e *Executor) execResize(req *Request) (any, error) {
-	var p ExecResizeParams
+func (e *Executor) execResize(req *rpc.Request) (any, error) {
+	var p rpc.ExecResizeParams
 	if err := req.Decode(&p); err != nil {
 		return nil, err
 	}
 	if p.Rows == 0 || p.Cols == 0 {
-		return nil, Errorf(CodeInvalidParams, "exec.resize: size %dx%d", p.Rows, p.Cols)
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "exec.resize: size %dx%d", p.Rows, p.Cols)
 	}
 	x, err := e.lookup(p.Tag)
 	if err != nil {
 		return nil, err
 	}
 	if !x.pty {
-		return nil, Errorf(CodeUnsupported, "exec.resize: process %q has no pty", p.Tag)
+		return nil, rpc.Errorf(rpc.CodeUnsupported, "exec.resize: process %q has no pty", p.Tag)
 	}
 	if err := x.proc.Resize(sandbox.WindowSize{Rows: p.Rows, Cols: p.Cols}); err != nil {
 		return nil, errorFor(err)
 	}
-	return OKResult{OK: true}, nil
+	return rpc.OKResult{OK: true}, nil
 }
 
-func (e *Executor) execAttach(c *Conn, req *Request) (any, error) {
-	var p ExecAttachParams
+func (e *Executor) execAttach(c *rpc.Conn, req *rpc.Request) (any, error) {
+	var p rpc.ExecAttachParams
 	if err := req.Decode(&p); err != nil {
 		return nil, err
 	}
 	if p.Window < 0 {
-		return nil, Errorf(CodeInvalidParams, "exec.attach: negative window")
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "exec.attach: negative window")
 	}
 	x, err := e.lookup(p.Tag)
 	if err != nil {
@@ -406,16 +409,16 @@ func (e *Executor) execAttach(c *Conn, req *Request) (any, error) {
 	first, end := x.offsets()
 	from := p.FromOffset
 	if from.Stdout < 0 || from.Stderr < 0 || from.Stdout > end.Stdout || from.Stderr > end.Stderr {
-		return nil, Errorf(CodeInvalidParams, "exec.attach: fromOffset %+v outside 0..%+v", from, end)
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "exec.attach: fromOffset %+v outside 0..%+v", from, end)
 	}
 	from.Stdout, from.Stderr = max(from.Stdout, first.Stdout), max(from.Stderr, first.Stderr)
 	st := x.exitStatus()
 	start := e.subscribe(x, c, from, p.Window)
 	req.AfterReply(start)
-	return ExecAttachResult{Tag: p.Tag, Running: st == nil, Exit: st, First: first, End: end}, nil
+	return rpc.ExecAttachResult{Tag: p.Tag, Running: st == nil, Exit: st, First: first, End: end}, nil
 }
 
-func (e *Executor) execDetach(c *Conn, req *Request) (any, error) {
+func (e *Executor) execDetach(c *rpc.Conn, req *rpc.Request) (any, error) {
 	x, err := e.lookupParams(req)
 	if err != nil {
 		return nil, err
@@ -423,10 +426,10 @@ func (e *Executor) execDetach(c *Conn, req *Request) (any, error) {
 	if sub := x.takeSub(c); sub != nil {
 		<-sub.stop() // nothing of it is sent after the reply
 	}
-	return OKResult{OK: true}, nil
+	return rpc.OKResult{OK: true}, nil
 }
 
-func (e *Executor) execList() ExecListResult {
+func (e *Executor) execList() rpc.ExecListResult {
 	e.mu.Lock()
 	xs := make([]*execState, 0, len(e.execs))
 	for _, x := range e.execs {
@@ -436,14 +439,14 @@ func (e *Executor) execList() ExecListResult {
 	}
 	e.mu.Unlock()
 	slices.SortFunc(xs, func(a, b *execState) int { return strings.Compare(a.tag, b.tag) })
-	r := ExecListResult{Execs: make([]ExecInfo, 0, len(xs))}
+	r := rpc.ExecListResult{Execs: make([]rpc.ExecInfo, 0, len(xs))}
 	for _, x := range xs {
 		first, end := x.offsets()
 		x.mu.Lock()
-		attached := x.sub != nil && !x.sub.stopped() && !isClosed(x.sub.c.closing)
+		attached := x.sub != nil && !x.sub.stopped() && !isClosed(x.sub.c.Context().Done())
 		exit := x.exit
 		x.mu.Unlock()
-		r.Execs = append(r.Execs, ExecInfo{
+		r.Execs = append(r.Execs, rpc.ExecInfo{
 			Tag: x.tag, Argv: x.argv, PID: x.pid, Running: exit == nil, Exit: exit,
 			StartedAt: x.startedAt, First: first, End: end, Attached: attached,
 		})
@@ -460,28 +463,28 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
-func (e *Executor) execRelease(c *Conn, req *Request) (any, error) {
+func (e *Executor) execRelease(c *rpc.Conn, req *rpc.Request) (any, error) {
 	x, err := e.lookupParams(req)
 	if err != nil {
 		return nil, err
 	}
 	if x.exitStatus() == nil {
-		return nil, Errorf(CodeRunning, "exec.release: process %q is still running", x.tag)
+		return nil, rpc.Errorf(rpc.CodeRunning, "exec.release: process %q is still running", x.tag)
 	}
 	e.mu.Lock()
 	if e.execs[x.tag] != x {
 		e.mu.Unlock()
-		return nil, Errorf(CodeNotFound, "no process with tag %q", x.tag)
+		return nil, rpc.Errorf(rpc.CodeNotFound, "no process with tag %q", x.tag)
 	}
 	delete(e.execs, x.tag)
 	e.mu.Unlock()
 	e.forget(x, c)
-	return OKResult{OK: true}, nil
+	return rpc.OKResult{OK: true}, nil
 }
 
 // forget stops an exited process's subscription and frees its spools. It
 // is no longer in e.execs. c is the connection asking.
-func (e *Executor) forget(x *execState, c *Conn) {
+func (e *Executor) forget(x *execState, c *rpc.Conn) {
 	if sub := x.takeSub(nil); sub != nil {
 		exited := sub.stop()
 		if sub.c == c {
@@ -489,4 +492,40 @@ func (e *Executor) forget(x *execState, c *Conn) {
 		}
 	}
 	x.releaseSpools()
+}
+
+// maxFileBytes is the largest file fs.read answers with a connection whose
+// messages may be maxLine bytes long: its data travels base64-encoded
+// (4 bytes per 3) in a JSON-RPC result.
+func maxFileBytes(maxLine int) int64 {
+	const envelope = 1024 // {"jsonrpc":"2.0","id":…,"result":{"data":"…"}}
+	if maxLine <= envelope {
+		return 0
+	}
+	return int64(maxLine-envelope) / 4 * 3
+}
+
+// errorFor maps an error from the sandbox or the OS to a protocol error.
+func errorFor(err error) *rpc.Error {
+	var pe *rpc.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pe):
+		return pe
+	case errors.Is(err, sandbox.ErrNotRegular):
+		return &rpc.Error{Code: rpc.CodeNotRegular, Message: err.Error()}
+	case errors.Is(err, sandbox.ErrInvalidPath):
+		return &rpc.Error{Code: rpc.CodeInvalidPath, Message: err.Error()}
+	case errors.Is(err, sandbox.ErrTooLarge):
+		return &rpc.Error{Code: rpc.CodeTooLarge, Message: err.Error()}
+	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, fs.ErrNotExist):
+		return &rpc.Error{Code: rpc.CodeNotFound, Message: err.Error()}
+	case errors.Is(err, sandbox.ErrTerminated), errors.Is(err, errShutdown):
+		return &rpc.Error{Code: rpc.CodeTerminated, Message: err.Error()}
+	case errors.Is(err, fs.ErrExist):
+		return &rpc.Error{Code: rpc.CodeExists, Message: err.Error()}
+	default:
+		return &rpc.Error{Code: rpc.CodeIO, Message: err.Error()}
+	}
 }

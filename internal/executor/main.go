@@ -1,3 +1,14 @@
+// Package executor is the agentd executor program (`agentd executor`): a
+// process that runs one session's commands and file operations on behalf
+// of the API server and outlives it. The server starts one executor per
+// session, detached, and talks to it over the protocol of package rpc
+// (internal/executor/rpc), which this package serves (see
+// docs/executor.md).
+//
+// It holds the command (Main, PodInit), the server side of the protocol
+// (Serve, Executor and its per-connection handler), the output spool, the
+// peer checks, the relay to the model proxy (Forwarder) and the tunnels
+// that carry it out of a Kubernetes pod (TunnelPool).
 package executor
 
 import (
@@ -15,13 +26,15 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentd/agentd/internal/executor/rpc"
 	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
 )
 
 // Main runs `agentd executor` with its flags (args excludes the
-// subcommand name). It returns when the executor stops: after a shutdown
-// request, the orphan timeout, SIGTERM/SIGINT or ctx.
+// subcommand name), or `agentd executor pod-init` (PodInit). It returns
+// when the executor stops: after a shutdown request, the orphan timeout,
+// SIGTERM/SIGINT or ctx.
 func Main(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "pod-init" {
 		return PodInit(args[1:])
@@ -37,7 +50,7 @@ func Main(ctx context.Context, args []string) error {
 		spoolDir   = fl.String("spool-dir", "", "folder for output spools (default: the temp folder)")
 		spoolBytes = fl.Int64("spool-bytes", DefaultSpoolBytes, "spool size per process and stream (beyond it: back-pressure while a server receives the output, else the oldest output is dropped)")
 		peerUID    = fl.Int("peer-uid", os.Getuid(), "the only uid allowed to connect")
-		maxLine    = fl.Int("max-line", DefaultMaxLine, "largest accepted message in bytes")
+		maxLine    = fl.Int("max-line", rpc.DefaultMaxLine, "largest accepted message in bytes")
 		orphan     = fl.Duration("orphan-timeout", 0, "shut down after no server was connected for this long (0: never)")
 		path       = fl.String("path", "", "PATH of the processes (default: this process's PATH)")
 		nice       = fl.Int("nice", 0, "added to the niceness of every process started (0-19; 0: this process's priority)")

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/executor/rpc"
 )
 
 func TestMainFlagErrors(t *testing.T) {
@@ -39,10 +41,10 @@ func TestMainServesSocket(t *testing.T) {
 		})
 	}()
 	deadline := time.Now().Add(10 * time.Second)
-	var c *Client
+	var c *rpc.Client
 	for {
 		var err error
-		if c, err = Dial(bg, sock, newRecorder(t), ConnOptions{}); err == nil {
+		if c, err = rpc.Dial(bg, sock, newRecorder(t), rpc.ConnOptions{}); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -7,53 +7,31 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentd/agentd/internal/executor/rpc"
 )
 
 // ErrPeerRefused: the connecting process runs as a uid other than the
 // allowed one.
 var ErrPeerRefused = errors.New("executor: peer uid not allowed")
 
-// PeerCred returns the pid and uid of the process at the other end of a
-// Unix socket connection, as the kernel recorded them (SO_PEERCRED),
-// translated into this process's namespaces. For the connecting side of a
-// connection to a listening socket, that is the process that last called
-// listen() on it: the executor does so itself (relisten), so a server
-// dialing its socket sees the executor, not whoever created the socket.
-//
-// For a TCP connection over loopback (an executor listening on a port
-// inside a pod, --listen-tcp) there is no SO_PEERCRED: the uid is that of
-// the peer's socket in this network namespace's socket table, and the pid
-// is -1.
-func PeerCred(nc net.Conn) (pid, uid int, err error) {
+// peerCred returns the pid and uid of the process at the other end of a
+// connection: for a Unix socket, what rpc.PeerCred reports. For a TCP
+// connection over loopback (an executor listening on a port inside a pod,
+// --listen-tcp) there is no SO_PEERCRED: the uid is that of the peer's
+// socket in this network namespace's socket table, and the pid is -1.
+func peerCred(nc net.Conn) (pid, uid int, err error) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		uid, err := loopbackPeerUID(tc)
 		return -1, uid, err
 	}
-	uc, ok := nc.(*net.UnixConn)
-	if !ok {
-		return -1, -1, fmt.Errorf("peer credentials: %T is not a Unix socket", nc)
-	}
-	raw, err := uc.SyscallConn()
-	if err != nil {
-		return -1, -1, fmt.Errorf("peer credentials: %w", err)
-	}
-	var cred *unix.Ucred
-	var credErr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return -1, -1, fmt.Errorf("peer credentials: %w", err)
-	}
-	if credErr != nil {
-		return -1, -1, fmt.Errorf("peer credentials: %w", credErr)
-	}
-	return int(cred.Pid), int(cred.Uid), nil
+	return rpc.PeerCred(nc)
 }
 
 // peerUID returns the uid of the process at the other end of a Unix
-// socket (see PeerCred).
+// socket or of a loopback TCP connection (see peerCred).
 func peerUID(nc net.Conn) (int, error) {
-	_, uid, err := PeerCred(nc)
+	_, uid, err := peerCred(nc)
 	return uid, err
 }
 
@@ -100,6 +78,6 @@ func checkUID(uid, allowed int) error {
 // closes the connection.
 func refuse(nc net.Conn, why error) {
 	_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
-	_, _ = nc.Write(appendError(nil, nullID, &Error{Code: CodeDenied, Message: why.Error()}))
+	_, _ = nc.Write(rpc.EncodeError(&rpc.Error{Code: rpc.CodeDenied, Message: why.Error()}))
 	nc.Close()
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/internal/executor/rpc"
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
@@ -33,15 +34,18 @@ type Config struct {
 	// Workspace is the workspace folder, reported by ping.
 	Workspace string
 	// PeerUID is the only uid allowed to connect (checked with
-	// SO_PEERCRED). Main defaults it to the executor's own uid.
+	// SO_PEERCRED, or in the socket table for a loopback TCP listener).
+	// Main defaults it to the executor's own uid.
 	PeerUID int
 	// SpoolDir holds the output spools (files unlinked at creation).
 	// Default os.TempDir().
 	SpoolDir string
-	// SpoolBytes is the spool size per process and stream; when full, the
-	// oldest output is dropped. Default DefaultSpoolBytes.
+	// SpoolBytes is the spool size per process and stream. When it is
+	// full, the process waits while a connection receives its output
+	// (back-pressure); with none attached the oldest output is dropped.
+	// Default DefaultSpoolBytes.
 	SpoolBytes int64
-	// MaxLine bounds one incoming message. Default DefaultMaxLine.
+	// MaxLine bounds one incoming message. Default rpc.DefaultMaxLine.
 	MaxLine int
 	// OrphanTimeout, when > 0, makes the executor shut down (killing its
 	// processes) once no server has been connected for that long.
@@ -71,8 +75,8 @@ type Executor struct {
 	mu       sync.Mutex
 	stopping bool
 	execs    map[string]*execState
-	conns    map[*Conn]*connState
-	lastConn *Conn
+	conns    map[*rpc.Conn]*connState
+	lastConn *rpc.Conn
 	seq      int // tags and watch ids
 	idleTick chan struct{}
 }
@@ -94,7 +98,7 @@ func New(cfg Config) (*Executor, error) {
 		cfg.SpoolBytes = DefaultSpoolBytes
 	}
 	if cfg.MaxLine <= 0 {
-		cfg.MaxLine = DefaultMaxLine
+		cfg.MaxLine = rpc.DefaultMaxLine
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -105,7 +109,7 @@ func New(cfg Config) (*Executor, error) {
 		stopReq:  make(chan struct{}),
 		stopped:  make(chan struct{}),
 		execs:    map[string]*execState{},
-		conns:    map[*Conn]*connState{},
+		conns:    map[*rpc.Conn]*connState{},
 		idleTick: make(chan struct{}, 1),
 	}
 	if cfg.Listener != nil {
@@ -176,8 +180,8 @@ func lookupGroup(name string) (int, error) {
 	return strconv.Atoi(g.Gid)
 }
 
-// Serve runs an executor until ctx ends, a shutdown request, or the orphan
-// timeout; then it kills every process and returns.
+// Serve runs an executor until ctx ends, a shutdown request, the orphan
+// timeout or a listener failure; then it kills every process and returns.
 func Serve(ctx context.Context, cfg Config) error {
 	e, err := New(cfg)
 	if err != nil {
@@ -249,7 +253,7 @@ loop:
 	}
 	cancel()
 	e.mu.Lock()
-	conns := make([]*Conn, 0, len(e.conns))
+	conns := make([]*rpc.Conn, 0, len(e.conns))
 	for c := range e.conns {
 		conns = append(conns, c)
 	}
@@ -327,7 +331,7 @@ func (e *Executor) addConn(nc net.Conn) {
 		nc.Close()
 		return
 	}
-	c := NewConn(nc, &handler{e: e}, ConnOptions{MaxLine: e.cfg.MaxLine, Logger: e.log})
+	c := rpc.NewConn(nc, &handler{e: e}, rpc.ConnOptions{MaxLine: e.cfg.MaxLine, Logger: e.log})
 	e.conns[c] = &connState{watches: map[string]*watch{}}
 	e.lastConn = c
 	e.log.Info("executor: server connected", "conns", len(e.conns))
@@ -342,7 +346,7 @@ func (e *Executor) addConn(nc net.Conn) {
 }
 
 // dropConn forgets a closed connection and stops what it owned.
-func (e *Executor) dropConn(c *Conn) {
+func (e *Executor) dropConn(c *rpc.Conn) {
 	e.mu.Lock()
 	cs := e.conns[c]
 	delete(e.conns, c)
@@ -370,22 +374,22 @@ func (e *Executor) dropConn(c *Conn) {
 
 // callServer sends a request to the connected server: c, or the most
 // recently connected one when c is nil.
-func (e *Executor) callServer(ctx context.Context, c *Conn, method string, params, result any) error {
+func (e *Executor) callServer(ctx context.Context, c *rpc.Conn, method string, params, result any) error {
 	if c == nil {
 		e.mu.Lock()
 		c = e.lastConn
 		e.mu.Unlock()
 	}
 	if c == nil {
-		return Errorf(CodeUnavailable, "%s: no server connected", method)
+		return rpc.Errorf(rpc.CodeUnavailable, "%s: no server connected", method)
 	}
 	return c.Call(ctx, method, params, result)
 }
 
 // RequestSecret asks the connected server for a secret (secrets.get).
 func (e *Executor) RequestSecret(ctx context.Context, name string) (string, error) {
-	var r SecretsGetResult
-	if err := e.callServer(ctx, nil, MethodSecretsGet, SecretsGetParams{Name: name}, &r); err != nil {
+	var r rpc.SecretsGetResult
+	if err := e.callServer(ctx, nil, rpc.MethodSecretsGet, rpc.SecretsGetParams{Name: name}, &r); err != nil {
 		return "", fmt.Errorf("secrets.get %q: %w", name, err)
 	}
 	return r.Value, nil
@@ -393,9 +397,9 @@ func (e *Executor) RequestSecret(ctx context.Context, name string) (string, erro
 
 // RequestPermission asks the connected server whether a tool may run
 // (permission.request). It waits as long as the server does (or ctx).
-func (e *Executor) RequestPermission(ctx context.Context, p PermissionParams) (PermissionResult, error) {
-	var r PermissionResult
-	if err := e.callServer(ctx, nil, MethodPermissionRq, p, &r); err != nil {
+func (e *Executor) RequestPermission(ctx context.Context, p rpc.PermissionParams) (rpc.PermissionResult, error) {
+	var r rpc.PermissionResult
+	if err := e.callServer(ctx, nil, rpc.MethodPermissionRq, p, &r); err != nil {
 		return r, fmt.Errorf("permission.request: %w", err)
 	}
 	if r.Behavior != "allow" && r.Behavior != "deny" {
@@ -404,9 +408,9 @@ func (e *Executor) RequestPermission(ctx context.Context, p PermissionParams) (P
 	return r, nil
 }
 
-func (e *Executor) ping() PingResult {
-	return PingResult{
-		ProtocolVersion: ProtocolVersion,
+func (e *Executor) ping() rpc.PingResult {
+	return rpc.PingResult{
+		ProtocolVersion: rpc.ProtocolVersion,
 		PID:             os.Getpid(),
 		StartedAt:       e.startedAt,
 		UID:             os.Getuid(),

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/executor/rpc"
 	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
 )
@@ -69,9 +70,9 @@ type recorder struct {
 	out     map[string]*[2]bytes.Buffer
 	next    map[string]*[2]int64
 	gaps    []string
-	exits   map[string]ExecExitParams
+	exits   map[string]rpc.ExecExitParams
 	exitCh  chan string
-	events  chan FSEventParams
+	events  chan rpc.FSEventParams
 	secrets map[string]string
 	chunks  int
 }
@@ -79,15 +80,15 @@ type recorder struct {
 func newRecorder(t testing.TB) *recorder {
 	return &recorder{
 		t: t, out: map[string]*[2]bytes.Buffer{}, next: map[string]*[2]int64{},
-		exits: map[string]ExecExitParams{}, exitCh: make(chan string, 100),
-		events: make(chan FSEventParams, 1000), secrets: map[string]string{},
+		exits: map[string]rpc.ExecExitParams{}, exitCh: make(chan string, 100),
+		events: make(chan rpc.FSEventParams, 1000), secrets: map[string]string{},
 	}
 }
 
-func (r *recorder) HandleCall(ctx context.Context, c *Conn, req *Request) (any, error) {
+func (r *recorder) HandleCall(ctx context.Context, c *rpc.Conn, req *rpc.Request) (any, error) {
 	switch req.Method {
-	case MethodSecretsGet:
-		var p SecretsGetParams
+	case rpc.MethodSecretsGet:
+		var p rpc.SecretsGetParams
 		if err := req.Decode(&p); err != nil {
 			return nil, err
 		}
@@ -95,30 +96,30 @@ func (r *recorder) HandleCall(ctx context.Context, c *Conn, req *Request) (any, 
 		v, ok := r.secrets[p.Name]
 		r.mu.Unlock()
 		if !ok {
-			return nil, Errorf(CodeSecretDenied, "no secret %q", p.Name)
+			return nil, rpc.Errorf(rpc.CodeSecretDenied, "no secret %q", p.Name)
 		}
-		return SecretsGetResult{Value: v}, nil
-	case MethodPermissionRq:
-		var p PermissionParams
+		return rpc.SecretsGetResult{Value: v}, nil
+	case rpc.MethodPermissionRq:
+		var p rpc.PermissionParams
 		if err := req.Decode(&p); err != nil {
 			return nil, err
 		}
-		return PermissionResult{Behavior: "deny", Message: "no " + p.ToolName}, nil
+		return rpc.PermissionResult{Behavior: "deny", Message: "no " + p.ToolName}, nil
 	}
-	return nil, Errorf(CodeMethodNotFound, "method not found: %q", req.Method)
+	return nil, rpc.Errorf(rpc.CodeMethodNotFound, "method not found: %q", req.Method)
 }
 
-func (r *recorder) HandleNotify(c *Conn, method string, params json.RawMessage) {
+func (r *recorder) HandleNotify(c *rpc.Conn, method string, params json.RawMessage) {
 	switch method {
-	case MethodExecOutput:
-		var p ExecOutputParams
+	case rpc.MethodExecOutput:
+		var p rpc.ExecOutputParams
 		if err := json.Unmarshal(params, &p); err != nil {
 			r.t.Errorf("bad exec.output: %v", err)
 			return
 		}
 		r.HandleOutput(c, p)
-	case MethodExecExit:
-		var p ExecExitParams
+	case rpc.MethodExecExit:
+		var p rpc.ExecExitParams
 		if err := json.Unmarshal(params, &p); err != nil {
 			r.t.Errorf("bad exec.exit: %v", err)
 			return
@@ -127,15 +128,15 @@ func (r *recorder) HandleNotify(c *Conn, method string, params json.RawMessage) 
 		r.exits[p.Tag] = p
 		r.mu.Unlock()
 		r.exitCh <- p.Tag
-	case MethodFSEvent:
-		var p FSEventParams
+	case rpc.MethodFSEvent:
+		var p rpc.FSEventParams
 		if err := json.Unmarshal(params, &p); err == nil {
 			r.events <- p
 		}
 	}
 }
 
-func (r *recorder) HandleOutput(c *Conn, p ExecOutputParams) {
+func (r *recorder) HandleOutput(c *rpc.Conn, p rpc.ExecOutputParams) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	i := streamIndex(p.Stream)
@@ -161,7 +162,7 @@ func (r *recorder) output(tag string, s sandbox.Stream) string {
 	return r.out[tag][streamIndex(s)].String()
 }
 
-func (r *recorder) waitExit(t testing.TB, tag string) ExecExitParams {
+func (r *recorder) waitExit(t testing.TB, tag string) rpc.ExecExitParams {
 	t.Helper()
 	timeout := time.After(20 * time.Second)
 	for {
@@ -179,9 +180,9 @@ func (r *recorder) waitExit(t testing.TB, tag string) ExecExitParams {
 	}
 }
 
-func dialTest(t testing.TB, socket string, h Handler) *Client {
+func dialTest(t testing.TB, socket string, h rpc.Handler) *rpc.Client {
 	t.Helper()
-	c, err := Dial(context.Background(), socket, h, ConnOptions{})
+	c, err := rpc.Dial(context.Background(), socket, h, rpc.ConnOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,9 +190,17 @@ func dialTest(t testing.TB, socket string, h Handler) *Client {
 	return c
 }
 
+// rawResponse is a JSON-RPC response as read off the socket by hand.
+type rawResponse struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Result  json.RawMessage `json:"result"`
+	Error   *rpc.Error      `json:"error"`
+}
+
 func wantCode(t testing.TB, err error, code int) {
 	t.Helper()
-	var pe *Error
+	var pe *rpc.Error
 	if !errors.As(err, &pe) {
 		t.Fatalf("want error code %d, got %v", code, err)
 	}
@@ -207,10 +216,10 @@ func TestExecOutputExitListRelease(t *testing.T) {
 	r := newRecorder(t)
 	c := dialTest(t, te.socket, r)
 	ping, err := c.Ping(bg)
-	if err != nil || ping.ProtocolVersion != ProtocolVersion || ping.PID != os.Getpid() || ping.UID != os.Getuid() {
+	if err != nil || ping.ProtocolVersion != rpc.ProtocolVersion || ping.PID != os.Getpid() || ping.UID != os.Getuid() {
 		t.Fatalf("ping %+v %v", ping, err)
 	}
-	res, err := c.ExecStart(bg, ExecStartParams{Tag: "a", Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}})
+	res, err := c.ExecStart(bg, rpc.ExecStartParams{Tag: "a", Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}})
 	if err != nil || res.Tag != "a" {
 		t.Fatalf("start: %+v %v", res, err)
 	}
@@ -225,28 +234,28 @@ func TestExecOutputExitListRelease(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].Running || list[0].Exit == nil || list[0].Exit.Code != 3 || list[0].End.Stdout != 4 {
 		t.Fatalf("list %+v %v", list, err)
 	}
-	wantCode(t, c.ExecRelease(bg, "b"), CodeNotFound)
+	wantCode(t, c.ExecRelease(bg, "b"), rpc.CodeNotFound)
 	if err := c.ExecRelease(bg, "a"); err != nil {
 		t.Fatal(err)
 	}
-	wantCode(t, c.ExecRelease(bg, "a"), CodeNotFound)
+	wantCode(t, c.ExecRelease(bg, "a"), rpc.CodeNotFound)
 	if list, _ := c.ExecList(bg); len(list) != 0 {
 		t.Fatalf("list after release %+v", list)
 	}
 	// The tag of an exited process may be reused (that releases it).
-	if _, err := c.ExecStart(bg, ExecStartParams{Tag: "c", Argv: []string{"true"}}); err != nil {
+	if _, err := c.ExecStart(bg, rpc.ExecStartParams{Tag: "c", Argv: []string{"true"}}); err != nil {
 		t.Fatal(err)
 	}
 	r.waitExit(t, "c")
 	r.mu.Lock()
 	delete(r.exits, "c")
 	r.mu.Unlock()
-	if _, err := c.ExecStart(bg, ExecStartParams{Tag: "c", Argv: []string{"echo", "again"}}); err != nil {
+	if _, err := c.ExecStart(bg, rpc.ExecStartParams{Tag: "c", Argv: []string{"echo", "again"}}); err != nil {
 		t.Fatalf("reuse of an exited tag: %v", err)
 	}
 	r.waitExit(t, "c")
 	// The executor picks a tag when none is given.
-	res, err = c.ExecStart(bg, ExecStartParams{Argv: []string{"true"}})
+	res, err = c.ExecStart(bg, rpc.ExecStartParams{Argv: []string{"true"}})
 	if err != nil || res.Tag == "" {
 		t.Fatalf("untagged start: %+v %v", res, err)
 	}
@@ -260,46 +269,46 @@ func TestExecErrors(t *testing.T) {
 	r := newRecorder(t)
 	c := dialTest(t, te.socket, r)
 
-	_, err := c.ExecStart(bg, ExecStartParams{Tag: "m", Argv: []string{"no-such-program-xyz"}})
-	wantCode(t, err, CodeNoProgram)
+	_, err := c.ExecStart(bg, rpc.ExecStartParams{Tag: "m", Argv: []string{"no-such-program-xyz"}})
+	wantCode(t, err, rpc.CodeNoProgram)
 	if !strings.Contains(err.Error(), "no-such-program-xyz") || !errors.Is(err, exec.ErrNotFound) {
 		t.Fatalf("error does not name the program or map to exec.ErrNotFound: %v", err)
 	}
-	_, err = c.ExecStart(bg, ExecStartParams{Tag: "m", Argv: []string{"/nonexistent/bin"}})
-	wantCode(t, err, CodeNoProgram)
+	_, err = c.ExecStart(bg, rpc.ExecStartParams{Tag: "m", Argv: []string{"/nonexistent/bin"}})
+	wantCode(t, err, rpc.CodeNoProgram)
 	// A working folder that is a file: the start fails for another reason.
-	if err := c.WriteFile(bg, FSFile{Path: "f", Data: []byte("x")}); err != nil {
+	if err := c.WriteFile(bg, rpc.FSFile{Path: "f", Data: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.ExecStart(bg, ExecStartParams{Tag: "m", Argv: []string{"true"}, Cwd: "f"})
+	_, err = c.ExecStart(bg, rpc.ExecStartParams{Tag: "m", Argv: []string{"true"}, Cwd: "f"})
 	if err == nil {
 		t.Fatal("start in a file as working folder succeeded")
 	}
-	_, err = c.ExecStart(bg, ExecStartParams{Tag: "m", Argv: nil})
-	wantCode(t, err, CodeInvalidParams)
-	_, err = c.ExecStart(bg, ExecStartParams{Tag: "m", Argv: []string{"true"}, Cwd: "../out"})
-	wantCode(t, err, CodeInvalidPath)
-	_, err = c.ExecStart(bg, ExecStartParams{Tag: "m", Argv: []string{"true"}, PTY: &WindowSize{}})
-	wantCode(t, err, CodeInvalidParams)
+	_, err = c.ExecStart(bg, rpc.ExecStartParams{Tag: "m", Argv: nil})
+	wantCode(t, err, rpc.CodeInvalidParams)
+	_, err = c.ExecStart(bg, rpc.ExecStartParams{Tag: "m", Argv: []string{"true"}, Cwd: "../out"})
+	wantCode(t, err, rpc.CodeInvalidPath)
+	_, err = c.ExecStart(bg, rpc.ExecStartParams{Tag: "m", Argv: []string{"true"}, PTY: &rpc.WindowSize{}})
+	wantCode(t, err, rpc.CodeInvalidParams)
 
 	// The failed starts left nothing behind and the tag is free.
-	if _, err := c.ExecStart(bg, ExecStartParams{Tag: "m", Argv: []string{"sleep", "30"}}); err != nil {
+	if _, err := c.ExecStart(bg, rpc.ExecStartParams{Tag: "m", Argv: []string{"sleep", "30"}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.ExecStart(bg, ExecStartParams{Tag: "m", Argv: []string{"true"}})
-	wantCode(t, err, CodeExists)
-	wantCode(t, c.ExecRelease(bg, "m"), CodeRunning)
-	wantCode(t, c.ExecInput(bg, "m", []byte("x"), false), CodeUnsupported)
-	wantCode(t, c.ExecResize(bg, "m", sandbox.WindowSize{Rows: 1, Cols: 1}), CodeUnsupported)
-	wantCode(t, c.ExecSignal(bg, "m", "NOPE"), CodeInvalidParams)
-	wantCode(t, c.ExecSignal(bg, "zz", "TERM"), CodeNotFound)
-	wantCode(t, c.ExecInput(bg, "zz", nil, true), CodeNotFound)
-	_, err = c.ExecAttach(bg, ExecAttachParams{Tag: "zz"})
-	wantCode(t, err, CodeNotFound)
-	_, err = c.ExecAttach(bg, ExecAttachParams{Tag: "m", FromOffset: sandbox.Offsets{Stdout: 10}})
-	wantCode(t, err, CodeInvalidParams)
-	wantCode(t, c.Call(bg, "exec.bogus", nil, nil), CodeMethodNotFound)
-	wantCode(t, c.Call(bg, MethodExecStart, []int{1}, nil), CodeInvalidParams)
+	_, err = c.ExecStart(bg, rpc.ExecStartParams{Tag: "m", Argv: []string{"true"}})
+	wantCode(t, err, rpc.CodeExists)
+	wantCode(t, c.ExecRelease(bg, "m"), rpc.CodeRunning)
+	wantCode(t, c.ExecInput(bg, "m", []byte("x"), false), rpc.CodeUnsupported)
+	wantCode(t, c.ExecResize(bg, "m", sandbox.WindowSize{Rows: 1, Cols: 1}), rpc.CodeUnsupported)
+	wantCode(t, c.ExecSignal(bg, "m", "NOPE"), rpc.CodeInvalidParams)
+	wantCode(t, c.ExecSignal(bg, "zz", "TERM"), rpc.CodeNotFound)
+	wantCode(t, c.ExecInput(bg, "zz", nil, true), rpc.CodeNotFound)
+	_, err = c.ExecAttach(bg, rpc.ExecAttachParams{Tag: "zz"})
+	wantCode(t, err, rpc.CodeNotFound)
+	_, err = c.ExecAttach(bg, rpc.ExecAttachParams{Tag: "m", FromOffset: sandbox.Offsets{Stdout: 10}})
+	wantCode(t, err, rpc.CodeInvalidParams)
+	wantCode(t, c.Call(bg, "exec.bogus", nil, nil), rpc.CodeMethodNotFound)
+	wantCode(t, c.Call(bg, rpc.MethodExecStart, []int{1}, nil), rpc.CodeInvalidParams)
 
 	if err := c.ExecSignal(bg, "m", "SIGKILL"); err != nil {
 		t.Fatal(err)
@@ -321,21 +330,21 @@ func TestExecStdinSignalPTY(t *testing.T) {
 	r := newRecorder(t)
 	c := dialTest(t, te.socket, r)
 
-	if _, err := c.ExecStart(bg, ExecStartParams{Tag: "cat", Argv: []string{"cat"}, Stdin: true}); err != nil {
+	if _, err := c.ExecStart(bg, rpc.ExecStartParams{Tag: "cat", Argv: []string{"cat"}, Stdin: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.ExecInput(bg, "cat", []byte("hello "), false); err != nil {
 		t.Fatal(err)
 	}
 	text := "world"
-	if err := c.Call(bg, MethodExecInput, ExecInputParams{Tag: "cat", Text: &text, EOF: true}, nil); err != nil {
+	if err := c.Call(bg, rpc.MethodExecInput, rpc.ExecInputParams{Tag: "cat", Text: &text, EOF: true}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if x := r.waitExit(t, "cat"); x.Code != 0 || r.output("cat", sandbox.Stdout) != "hello world" {
 		t.Fatalf("cat: %+v %q", x, r.output("cat", sandbox.Stdout))
 	}
 
-	if _, err := c.ExecStart(bg, ExecStartParams{Tag: "sl", Argv: []string{"sleep", "30"}}); err != nil {
+	if _, err := c.ExecStart(bg, rpc.ExecStartParams{Tag: "sl", Argv: []string{"sleep", "30"}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.ExecSignal(bg, "sl", "term"); err != nil {
@@ -346,7 +355,7 @@ func TestExecStdinSignalPTY(t *testing.T) {
 	}
 
 	script := `stty size; read l; stty size`
-	if _, err := c.ExecStart(bg, ExecStartParams{Tag: "tty", Argv: []string{"sh", "-c", script}, PTY: &WindowSize{Rows: 24, Cols: 80}}); err != nil {
+	if _, err := c.ExecStart(bg, rpc.ExecStartParams{Tag: "tty", Argv: []string{"sh", "-c", script}, PTY: &rpc.WindowSize{Rows: 24, Cols: 80}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return strings.Contains(r.output("tty", sandbox.Stdout), "24 80") })
@@ -379,12 +388,12 @@ func waitFor(t testing.TB, cond func() bool) {
 func TestReattachAfterDisconnect(t *testing.T) {
 	te := startExecutor(t, nil)
 	r1 := newRecorder(t)
-	c1, err := Dial(bg, te.socket, r1, ConnOptions{})
+	c1, err := rpc.Dial(bg, te.socket, r1, rpc.ConnOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	script := `i=1; while [ $i -le 300 ]; do echo "line $i"; i=$((i+1)); sleep 0.002; done; echo done >&2`
-	if _, err := c1.ExecStart(bg, ExecStartParams{Tag: "n", Argv: []string{"sh", "-c", script}}); err != nil {
+	if _, err := c1.ExecStart(bg, rpc.ExecStartParams{Tag: "n", Argv: []string{"sh", "-c", script}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return strings.Count(r1.output("n", sandbox.Stdout), "\n") >= 20 })
@@ -401,7 +410,7 @@ func TestReattachAfterDisconnect(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].Tag != "n" || list[0].Attached {
 		t.Fatalf("list %+v %v", list, err)
 	}
-	ar, err := c2.ExecAttach(bg, ExecAttachParams{Tag: "n", FromOffset: sandbox.Offsets{Stdout: int64(len(first))}})
+	ar, err := c2.ExecAttach(bg, rpc.ExecAttachParams{Tag: "n", FromOffset: sandbox.Offsets{Stdout: int64(len(first))}})
 	if err != nil || ar.First.Stdout != 0 {
 		t.Fatalf("attach %+v %v", ar, err)
 	}
@@ -423,7 +432,7 @@ func TestReattachAfterDisconnect(t *testing.T) {
 	// Attaching again replays from any offset still spooled.
 	r3 := newRecorder(t)
 	c3 := dialTest(t, te.socket, r3)
-	if _, err := c3.ExecAttach(bg, ExecAttachParams{Tag: "n", FromOffset: sandbox.Offsets{Stdout: 7}}); err != nil {
+	if _, err := c3.ExecAttach(bg, rpc.ExecAttachParams{Tag: "n", FromOffset: sandbox.Offsets{Stdout: 7}}); err != nil {
 		t.Fatal(err)
 	}
 	r3.waitExit(t, "n")
@@ -439,7 +448,7 @@ func TestSpoolFullDropsOldest(t *testing.T) {
 	const spool = 64 << 10
 	te := startExecutor(t, func(c *Config) { c.SpoolBytes = spool })
 	r1 := newRecorder(t)
-	c1, err := Dial(bg, te.socket, r1, ConnOptions{})
+	c1, err := rpc.Dial(bg, te.socket, r1, rpc.ConnOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,12 +457,12 @@ func TestSpoolFullDropsOldest(t *testing.T) {
 	r := newRecorder(t)
 	c := dialTest(t, te.socket, r)
 	// Start on a connection that goes away at once.
-	c2, err := Dial(bg, te.socket, newRecorder(t), ConnOptions{})
+	c2, err := rpc.Dial(bg, te.socket, newRecorder(t), rpc.ConnOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const total = 1 << 20
-	if _, err := c2.ExecStart(bg, ExecStartParams{Tag: "z", Argv: []string{"head", "-c", strconv.Itoa(total), "/dev/zero"}}); err != nil {
+	if _, err := c2.ExecStart(bg, rpc.ExecStartParams{Tag: "z", Argv: []string{"head", "-c", strconv.Itoa(total), "/dev/zero"}}); err != nil {
 		t.Fatal(err)
 	}
 	c2.Close()
@@ -462,7 +471,7 @@ func TestSpoolFullDropsOldest(t *testing.T) {
 		l, _ := c.ExecList(bg)
 		return len(l) == 1 && !l[0].Running
 	})
-	ar, err := c.ExecAttach(bg, ExecAttachParams{Tag: "z"})
+	ar, err := c.ExecAttach(bg, rpc.ExecAttachParams{Tag: "z"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +489,7 @@ func TestFlowControlWindow(t *testing.T) {
 	r := newRecorder(t)
 	c := dialTest(t, te.socket, r)
 	const total = 1 << 20
-	if _, err := c.ExecStart(bg, ExecStartParams{Tag: "w", Argv: []string{"head", "-c", strconv.Itoa(total), "/dev/zero"}, Window: minWindow}); err != nil {
+	if _, err := c.ExecStart(bg, rpc.ExecStartParams{Tag: "w", Argv: []string{"head", "-c", strconv.Itoa(total), "/dev/zero"}, Window: minWindow}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool {
@@ -537,7 +546,7 @@ func TestGarbageAndHugeMessages(t *testing.T) {
 		_, _ = nc.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"fs.read","params":{"path":"../etc/passwd"}}` + "\n"))
 		_, _ = nc.Write([]byte(`{"jsonrpc":"2.0","id":2,"method":"ping"}` + "\n"))
 	}()
-	for _, want := range []int{CodeParseError, CodeTooLarge} {
+	for _, want := range []int{rpc.CodeParseError, rpc.CodeTooLarge} {
 		if r := read(); r.Error == nil || r.Error.Code != want || string(r.ID) != "null" {
 			t.Fatalf("want %d, got %+v", want, r)
 		}
@@ -548,7 +557,7 @@ func TestGarbageAndHugeMessages(t *testing.T) {
 		r := read()
 		byID[string(r.ID)] = r
 	}
-	if r := byID["1"]; r.Error == nil || r.Error.Code != CodeInvalidPath {
+	if r := byID["1"]; r.Error == nil || r.Error.Code != rpc.CodeInvalidPath {
 		t.Fatalf("fs.read outside: %+v", r)
 	}
 	if r := byID["2"]; r.Error != nil || r.Result == nil {
@@ -569,10 +578,10 @@ func TestFileOperations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.WriteFile(bg, FSFile{Path: "a/b.txt", Data: []byte("hi"), Mode: 0o600}); err != nil {
+	if err := c.WriteFile(bg, rpc.FSFile{Path: "a/b.txt", Data: []byte("hi"), Mode: 0o600}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.WriteFiles(bg, []FSFile{{Path: "c.txt", Data: []byte("")}, {Path: "d/e.txt", Data: []byte("e")}}); err != nil {
+	if err := c.WriteFiles(bg, []rpc.FSFile{{Path: "c.txt", Data: []byte("")}, {Path: "d/e.txt", Data: []byte("e")}}); err != nil {
 		t.Fatal(err)
 	}
 	data, err := c.ReadFile(bg, "a/b.txt")
@@ -583,16 +592,16 @@ func TestFileOperations(t *testing.T) {
 		t.Fatalf("empty file %q %v", data, err)
 	}
 	_, err = c.ReadFile(bg, "nope")
-	wantCode(t, err, CodeNotFound)
+	wantCode(t, err, rpc.CodeNotFound)
 	if !errors.Is(err, sandbox.ErrNotFound) || !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("not found does not map to the sentinels: %v", err)
 	}
 	_, err = c.ReadFile(bg, "/etc/passwd")
-	wantCode(t, err, CodeInvalidPath)
+	wantCode(t, err, rpc.CodeInvalidPath)
 	if !errors.Is(err, sandbox.ErrInvalidPath) {
 		t.Fatal("invalid path does not map")
 	}
-	wantCode(t, c.WriteFile(bg, FSFile{Path: "../x", Data: nil}), CodeInvalidPath)
+	wantCode(t, c.WriteFile(bg, rpc.FSFile{Path: "../x", Data: nil}), rpc.CodeInvalidPath)
 	list, err := c.List(bg, "", true)
 	if err != nil {
 		t.Fatal(err)
@@ -634,33 +643,33 @@ func TestFileOperations(t *testing.T) {
 	if err := c.Unwatch(bg, id); err != nil {
 		t.Fatal(err)
 	}
-	wantCode(t, c.Unwatch(bg, id), CodeNotFound)
+	wantCode(t, c.Unwatch(bg, id), rpc.CodeNotFound)
 }
 
 func TestSecretsAndPermissionCallbacks(t *testing.T) {
 	te := startExecutor(t, nil)
 	// No server connected yet: callbacks cannot be answered.
 	_, err := te.e.RequestSecret(bg, "x")
-	wantCode(t, err, CodeUnavailable)
+	wantCode(t, err, rpc.CodeUnavailable)
 
 	r := newRecorder(t)
 	r.secrets["api"] = "s3cret"
 	c := dialTest(t, te.socket, r)
-	if _, err := c.ExecStart(bg, ExecStartParams{Tag: "s", Argv: []string{"sh", "-c", `printf %s "$TOKEN"`}, SecretEnv: map[string]string{"TOKEN": "api"}}); err != nil {
+	if _, err := c.ExecStart(bg, rpc.ExecStartParams{Tag: "s", Argv: []string{"sh", "-c", `printf %s "$TOKEN"`}, SecretEnv: map[string]string{"TOKEN": "api"}}); err != nil {
 		t.Fatal(err)
 	}
 	r.waitExit(t, "s")
 	if got := r.output("s", sandbox.Stdout); got != "s3cret" {
 		t.Fatalf("secret env %q", got)
 	}
-	_, err = c.ExecStart(bg, ExecStartParams{Tag: "s2", Argv: []string{"true"}, SecretEnv: map[string]string{"TOKEN": "missing"}})
-	wantCode(t, err, CodeSecretDenied)
+	_, err = c.ExecStart(bg, rpc.ExecStartParams{Tag: "s2", Argv: []string{"true"}, SecretEnv: map[string]string{"TOKEN": "missing"}})
+	wantCode(t, err, rpc.CodeSecretDenied)
 
 	v, err := te.e.RequestSecret(bg, "api")
 	if err != nil || v != "s3cret" {
 		t.Fatalf("secret %q %v", v, err)
 	}
-	pr, err := te.e.RequestPermission(bg, PermissionParams{ToolName: "Bash", Input: json.RawMessage(`{"command":"ls"}`)})
+	pr, err := te.e.RequestPermission(bg, rpc.PermissionParams{ToolName: "Bash", Input: json.RawMessage(`{"command":"ls"}`)})
 	if err != nil || pr.Behavior != "deny" || pr.Message != "no Bash" {
 		t.Fatalf("permission %+v %v", pr, err)
 	}
@@ -670,7 +679,7 @@ func TestShutdownKillsEverything(t *testing.T) {
 	te := startExecutor(t, nil)
 	r := newRecorder(t)
 	c := dialTest(t, te.socket, r)
-	if _, err := c.ExecStart(bg, ExecStartParams{Tag: "s", Argv: []string{"sh", "-c", "echo $$ > pid; exec sleep 60"}}); err != nil {
+	if _, err := c.ExecStart(bg, rpc.ExecStartParams{Tag: "s", Argv: []string{"sh", "-c", "echo $$ > pid; exec sleep 60"}}); err != nil {
 		t.Fatal(err)
 	}
 	var pid int
@@ -702,7 +711,7 @@ func TestShutdownKillsEverything(t *testing.T) {
 
 func TestOrphanTimeout(t *testing.T) {
 	te := startExecutor(t, func(c *Config) { c.OrphanTimeout = 300 * time.Millisecond })
-	c, err := Dial(bg, te.socket, newRecorder(t), ConnOptions{})
+	c, err := rpc.Dial(bg, te.socket, newRecorder(t), rpc.ConnOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -745,7 +754,7 @@ func TestPeerUIDRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	var r rawResponse
-	if err := json.Unmarshal(line, &r); err != nil || r.Error == nil || r.Error.Code != CodeDenied {
+	if err := json.Unmarshal(line, &r); err != nil || r.Error == nil || r.Error.Code != rpc.CodeDenied {
 		t.Fatalf("refusal %q", line)
 	}
 	if _, err := br.ReadBytes('\n'); err == nil {
@@ -778,7 +787,7 @@ func TestPeerUIDRefusedOtherUser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("client as nobody: %v: %s", err, out)
 	}
-	if !strings.Contains(string(out), fmt.Sprintf(`"code":%d`, CodeDenied)) || !strings.Contains(string(out), "uid 65534") {
+	if !strings.Contains(string(out), fmt.Sprintf(`"code":%d`, rpc.CodeDenied)) || !strings.Contains(string(out), "uid 65534") {
 		t.Fatalf("client as nobody got %s", out)
 	}
 }
@@ -814,7 +823,7 @@ func TestBackpressureWhileAttached(t *testing.T) {
 	r := newRecorder(t)
 	c := dialTest(t, te.socket, r)
 	const total = 4 << 20
-	if _, err := c.ExecStart(bg, ExecStartParams{Tag: "b", Argv: []string{"head", "-c", strconv.Itoa(total), "/dev/zero"}, Window: minWindow}); err != nil {
+	if _, err := c.ExecStart(bg, rpc.ExecStartParams{Tag: "b", Argv: []string{"head", "-c", strconv.Itoa(total), "/dev/zero"}, Window: minWindow}); err != nil {
 		t.Fatal(err)
 	}
 	// Without acks the sender stops at the window and the pump at the
@@ -855,10 +864,10 @@ func TestFSSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.WriteFiles(bg, []FSFile{{Path: "x.txt", Data: []byte("x")}, {Path: "d/y.txt", Data: []byte("y")}}); err != nil {
+	if err := c.WriteFiles(bg, []rpc.FSFile{{Path: "x.txt", Data: []byte("x")}, {Path: "d/y.txt", Data: []byte("y")}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Call(bg, MethodFSSync, FSSyncParams{Marker: "m1"}, nil); err != nil {
+	if err := c.Call(bg, rpc.MethodFSSync, rpc.FSSyncParams{Marker: "m1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	before := untilSync(t, r, id, "m1")
@@ -866,11 +875,11 @@ func TestFSSync(t *testing.T) {
 	if want := []string{"created d/y.txt", "created x.txt"}; !slices.Equal(before, want) {
 		t.Fatalf("before the marker %q, want %q", before, want)
 	}
-	wantCode(t, c.Call(bg, MethodFSSync, FSSyncParams{}, nil), CodeInvalidParams)
+	wantCode(t, c.Call(bg, rpc.MethodFSSync, rpc.FSSyncParams{}, nil), rpc.CodeInvalidParams)
 
 	plain := startExecutor(t, func(cfg *Config) { cfg.Env = noSync{cfg.Env} })
 	c2 := dialTest(t, plain.socket, newRecorder(t))
-	wantCode(t, c2.Call(bg, MethodFSSync, FSSyncParams{Marker: "m"}, nil), CodeUnsupported)
+	wantCode(t, c2.Call(bg, rpc.MethodFSSync, rpc.FSSyncParams{Marker: "m"}, nil), rpc.CodeUnsupported)
 }
 
 // noSync hides the environment's SyncWatch, as a backend without one.

@@ -8,11 +8,9 @@ import (
 	"net"
 	"sync"
 	"time"
-)
 
-// TunnelHeader is what the executor writes on a tunnel when it hands it a
-// connection to relay: the server dials the model proxy on reading it.
-const TunnelHeader = "\x01"
+	"github.com/agentd/agentd/internal/executor/rpc"
+)
 
 // ErrTunnelsClosed: the pool was closed.
 var ErrTunnelsClosed = errors.New("executor: tunnel pool closed")
@@ -22,13 +20,14 @@ var ErrTunnelsClosed = errors.New("executor: tunnel pool closed")
 // where nothing inside can dial it: in a Kubernetes pod, the server reaches
 // the executor only through the API server's port-forward streams, which
 // go one way. Each idle tunnel carries one relayed connection: Take hands
-// one out (the executor writes TunnelHeader on it, and the server, which
-// waits for that byte, then dials the model proxy and relays both ways).
-// The server opens a new tunnel for each one used.
+// one out (the executor writes rpc.TunnelHeader on it, and the server,
+// which waits for that byte, then dials the model proxy and relays both
+// ways). The server opens a new tunnel for each one used.
 //
-// Only connections whose peer is PeerUID (checked as the RPC listener
-// does) are kept. An idle tunnel that ends or sends anything before it is
-// taken is dropped. Safe for concurrent use.
+// Only connections whose peer runs as the uid given to NewTunnelPool
+// (checked as the RPC listener does) are kept. An idle tunnel that ends
+// or sends anything before it is taken is dropped. Safe for concurrent
+// use.
 type TunnelPool struct {
 	ln      net.Listener
 	peerUID int
@@ -203,7 +202,7 @@ func (p *TunnelPool) Take(ctx context.Context) (net.Conn, error) {
 		}
 		_ = t.c.SetReadDeadline(time.Time{})
 		_ = t.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		if _, err := t.c.Write([]byte(TunnelHeader)); err != nil {
+		if _, err := t.c.Write([]byte(rpc.TunnelHeader)); err != nil {
 			t.c.Close()
 			p.log.Debug("idle tunnel unusable", "err", err)
 			continue

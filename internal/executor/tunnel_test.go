@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/executor/rpc"
 )
 
 // The socket table's spelling of addresses (Linux's /proc/net/tcp, tcp6).
@@ -84,7 +86,7 @@ func TestLoopbackPeerUID(t *testing.T) {
 			t.Fatal(err)
 		}
 		sc := <-accepted
-		pid, uid, err := PeerCred(sc)
+		pid, uid, err := peerCred(sc)
 		if err != nil || uid != os.Getuid() || pid != -1 {
 			t.Errorf("%s: peer pid %d uid %d %v, want -1 %d", addr, pid, uid, err, os.Getuid())
 		}
@@ -139,7 +141,7 @@ func serverTunnel(t *testing.T, addr, tag string) (net.Conn, chan error) {
 	done := make(chan error, 1)
 	go func() {
 		var b [1]byte
-		if _, err := io.ReadFull(c, b[:]); err != nil || string(b[:]) != TunnelHeader {
+		if _, err := io.ReadFull(c, b[:]); err != nil || string(b[:]) != rpc.TunnelHeader {
 			done <- fmt.Errorf("header %q %v", b, err)
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/agentd/agentd/internal/executor/rpc"
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
@@ -22,8 +23,8 @@ func (w *watch) stop() {
 }
 
 // watch starts a watch; events flow once the reply went out.
-func (e *Executor) watch(c *Conn, id string, req *Request) (any, error) {
-	ctx, cancel := context.WithCancel(c.ctx)
+func (e *Executor) watch(c *rpc.Conn, id string, req *rpc.Request) (any, error) {
+	ctx, cancel := context.WithCancel(c.Context())
 	ch, err := e.cfg.Env.Watch(ctx)
 	if err != nil {
 		cancel()
@@ -36,7 +37,7 @@ func (e *Executor) watch(c *Conn, id string, req *Request) (any, error) {
 		cancel()
 		for range ch {
 		}
-		return nil, Errorf(CodeTerminated, "fs.watch: connection closing")
+		return nil, rpc.Errorf(rpc.CodeTerminated, "fs.watch: connection closing")
 	}
 	if id == "" {
 		e.seq++
@@ -47,33 +48,33 @@ func (e *Executor) watch(c *Conn, id string, req *Request) (any, error) {
 		cancel()
 		for range ch {
 		}
-		return nil, Errorf(CodeExists, "fs.watch: watch %q exists", id)
+		return nil, rpc.Errorf(rpc.CodeExists, "fs.watch: watch %q exists", id)
 	}
 	w := &watch{id: id, cancel: cancel, done: make(chan struct{})}
 	cs.watches[w.id] = w
 	e.bg.Add(1)
 	e.mu.Unlock()
 	req.AfterReply(func() { go w.forward(e, c, ctx, ch) })
-	return FSWatchResult{WatchID: w.id}, nil
+	return rpc.FSWatchResult{WatchID: w.id}, nil
 }
 
 // forward sends the environment's events as fs.event notifications until
 // the environment closes ch (after ctx ended).
-func (w *watch) forward(e *Executor, c *Conn, ctx context.Context, ch <-chan sandbox.FileEvent) {
+func (w *watch) forward(e *Executor, c *rpc.Conn, ctx context.Context, ch <-chan sandbox.FileEvent) {
 	defer e.bg.Done()
 	defer close(w.done)
 	for ev := range ch {
 		if ctx.Err() != nil {
 			continue
 		}
-		if err := c.Notify(MethodFSEvent, fsEvent(w.id, ev)); err != nil {
+		if err := c.Notify(rpc.MethodFSEvent, fsEvent(w.id, ev)); err != nil {
 			w.cancel()
 		}
 	}
 }
 
-func fsEvent(id string, ev sandbox.FileEvent) FSEventParams {
-	return FSEventParams{WatchID: id, Op: ev.Op, Path: ev.Path, Size: ev.Size, SHA256: ev.SHA256}
+func fsEvent(id string, ev sandbox.FileEvent) rpc.FSEventParams {
+	return rpc.FSEventParams{WatchID: id, Op: ev.Op, Path: ev.Path, Size: ev.Size, SHA256: ev.SHA256}
 }
 
 // sync has every watch report the changes made so far, then the marker
@@ -81,19 +82,19 @@ func fsEvent(id string, ev sandbox.FileEvent) FSEventParams {
 // in order.
 func (e *Executor) sync(ctx context.Context, marker string) (any, error) {
 	if marker == "" {
-		return nil, Errorf(CodeInvalidParams, "fs.sync: marker is required")
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "fs.sync: marker is required")
 	}
 	ws, ok := e.cfg.Env.(sandbox.WatchSyncer)
 	if !ok {
-		return nil, Errorf(CodeUnsupported, "fs.sync: the environment cannot flush its watch")
+		return nil, rpc.Errorf(rpc.CodeUnsupported, "fs.sync: the environment cannot flush its watch")
 	}
 	if err := ws.SyncWatch(ctx, marker); err != nil {
 		return nil, errorFor(err)
 	}
-	return OKResult{OK: true}, nil
+	return rpc.OKResult{OK: true}, nil
 }
 
-func (e *Executor) unwatch(c *Conn, id string) (any, error) {
+func (e *Executor) unwatch(c *rpc.Conn, id string) (any, error) {
 	e.mu.Lock()
 	var w *watch
 	if cs := e.conns[c]; cs != nil {
@@ -102,8 +103,8 @@ func (e *Executor) unwatch(c *Conn, id string) (any, error) {
 	}
 	e.mu.Unlock()
 	if w == nil {
-		return nil, Errorf(CodeNotFound, "fs.unwatch: no watch %q", id)
+		return nil, rpc.Errorf(rpc.CodeNotFound, "fs.unwatch: no watch %q", id)
 	}
 	w.stop()
-	return OKResult{OK: true}, nil
+	return rpc.OKResult{OK: true}, nil
 }

@@ -338,3 +338,73 @@ export async function axeViolations(page) {
 export function fatalErrors(page) {
   return (page.consoleLog ?? []).filter((l) => l.startsWith("[pageerror]") || /Minified React error|Maximum update depth/.test(l));
 }
+
+// ---- an OpenID Connect provider ----------------------------------------------
+
+const repoRoot = path.resolve(here, "../..");
+let testopBuilt;
+
+/**
+ * The test OP's binary (internal/auth/oidctest/testop: zitadel's OP with a
+ * login form): OIDC_TESTOP_BIN, else built once per run with `go build`.
+ */
+async function testopBin() {
+  if (process.env.OIDC_TESTOP_BIN) return process.env.OIDC_TESTOP_BIN;
+  testopBuilt ??= new Promise((resolve, reject) => {
+    const out = path.join(mkdtempSync(path.join(tmpdir(), "agentd-testop-")), "testop");
+    const p = spawn("go", ["build", "-o", out, "./internal/auth/oidctest/testop"], { cwd: repoRoot, stdio: ["ignore", "inherit", "inherit"] });
+    p.on("error", reject);
+    p.on("exit", (code) => (code === 0 ? resolve(out) : reject(new Error(`go build testop: exit ${code}`))));
+  });
+  return testopBuilt;
+}
+
+/**
+ * A real OpenID Connect provider on a loopback port, as its own process.
+ * clients: {id: redirectUri}; users: [{username, password, subject, name}].
+ * stop() ends it (closing its stdin ends it too, if this process dies).
+ */
+export class TestOP {
+  constructor({ clients, users, idTokenTTL = "1h" }) {
+    this.clients = clients;
+    this.users = users;
+    this.ttl = idTokenTTL;
+    this.log = [];
+  }
+  async start() {
+    const args = ["--id-token-ttl", this.ttl];
+    for (const [id, uri] of Object.entries(this.clients)) args.push("--client", `${id}=${uri}`);
+    for (const u of this.users) args.push("--user", `${u.username}:${u.password}:${u.subject}:${u.name}`);
+    const proc = spawn(await testopBin(), args, { stdio: ["pipe", "pipe", "pipe"] });
+    this.proc = proc;
+    proc.stderr.on("data", (d) => this.log.push(String(d)));
+    this.issuer = await new Promise((resolve, reject) => {
+      let buf = "";
+      const timer = setTimeout(() => reject(new Error(`testop did not start:\n${this.log.join("")}`)), 30_000);
+      proc.stdout.on("data", (d) => {
+        buf += String(d);
+        const nl = buf.indexOf("\n");
+        if (nl < 0) return;
+        clearTimeout(timer);
+        try {
+          resolve(JSON.parse(buf.slice(0, nl)).issuer);
+        } catch (e) {
+          reject(e);
+        }
+      });
+      proc.once("exit", (code) => {
+        clearTimeout(timer);
+        reject(new Error(`testop exited (${code}):\n${this.log.join("")}`));
+      });
+    });
+    return this;
+  }
+  async stop() {
+    const p = this.proc;
+    this.proc = null;
+    if (!p || p.exitCode !== null || p.signalCode !== null) return;
+    const exited = new Promise((r) => p.once("exit", r));
+    p.kill("SIGTERM");
+    await exited;
+  }
+}

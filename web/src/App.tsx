@@ -1,5 +1,5 @@
 import { useCallback, useEffect, useRef, useState, useSyncExternalStore } from "react";
-import { AgentdClient, EventSocket } from "@agentd/client";
+import { AgentdClient, AgentdError, EventSocket, type Me } from "@agentd/client";
 import { AppContext, stats, useConnectionState, type App as AppT } from "./app-context";
 import { NewSessionDialog, prefetchArchitectures } from "./NewSessionDialog";
 import { SessionList, useSessions } from "./SessionList";
@@ -69,13 +69,22 @@ export function App() {
   return (
     <Connected
       apiKey={auth.key}
-      onUnauthorized={() => {
+      onUnauthorized={(why) => {
         localStorage.removeItem(KEY_STORAGE);
-        setAuth({ state: "need-key", error: "The server refused the API key." });
+        setAuth({ state: "need-key", error: why });
+      }}
+      onSignOut={() => {
+        localStorage.removeItem(KEY_STORAGE);
+        setAuth({ state: "need-key" });
       }}
     />
   );
 }
+
+const REFUSED = "The server no longer accepts this sign-in (it expired or was revoked). Sign in again.";
+const EXPIRED = "Your sign-in expired. Sign in again.";
+// setTimeout's longest delay (about 24.8 days); later expiries need no timer yet.
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 function KeyPrompt({ error, onSubmit }: { error?: string | undefined; onSubmit: (key: string) => void }) {
   const [key, setKey] = useState("");
@@ -114,16 +123,36 @@ function KeyPrompt({ error, onSubmit }: { error?: string | undefined; onSubmit: 
 
 // ---- the app once connected -------------------------------------------------
 
-function Connected({ apiKey, onUnauthorized }: { apiKey: string | undefined; onUnauthorized: () => void }) {
+function Connected({ apiKey, onUnauthorized, onSignOut }: { apiKey: string | undefined; onUnauthorized: (why: string) => void; onSignOut: () => void }) {
   // The socket lives in an effect so that its cleanup (closing it) pairs
   // with its creation, also under StrictMode's double effects.
   const [app, setApp] = useState<AppT | null>(null);
+  const [me, setMe] = useState<Me | null>(null);
   const unauthorized = useRef(onUnauthorized);
   unauthorized.current = onUnauthorized;
   useEffect(() => {
     const client = new AgentdClient(apiKey ? { apiKey } : {});
-    const socket = EventSocket.forClient(client);
-    setApp({ client, socket, unauthorized: () => unauthorized.current() });
+    // A credential that stops being valid (expired, revoked) closes the
+    // socket with 4001: ask to sign in again instead of retrying.
+    const socket = EventSocket.forClient(client, { onUnauthorized: () => unauthorized.current(REFUSED) });
+    setApp({ client, socket, unauthorized: () => unauthorized.current(REFUSED) });
+    // Who is signed in, and until when: at expiry the UI asks to sign in
+    // again rather than failing request by request.
+    let expiry: ReturnType<typeof setTimeout> | undefined;
+    let live = true;
+    if (apiKey) {
+      client.me().then(
+        (m) => {
+          if (!live) return;
+          setMe(m);
+          const left = m.expiresAt ? Date.parse(m.expiresAt) - Date.now() : NaN;
+          if (left <= MAX_TIMER_MS) expiry = setTimeout(() => unauthorized.current(EXPIRED), Math.max(0, left));
+        },
+        (e: unknown) => {
+          if (live && e instanceof AgentdError && e.status === 401) unauthorized.current(REFUSED);
+        },
+      );
+    }
     window.__agentd = {
       socket,
       dropConnection: () => socket.dropConnection(),
@@ -134,15 +163,17 @@ function Connected({ apiKey, onUnauthorized }: { apiKey: string | undefined; onU
     const online = () => socket.reconnectNow();
     window.addEventListener("online", online);
     return () => {
+      live = false;
+      clearTimeout(expiry);
       window.removeEventListener("online", online);
       socket.close();
     };
   }, [apiKey]);
   if (!app) return null;
-  return <Shell app={app} />;
+  return <Shell app={app} user={apiKey ? me : null} onSignOut={apiKey ? onSignOut : undefined} />;
 }
 
-function Shell({ app }: { app: AppT }) {
+function Shell({ app, user, onSignOut }: { app: AppT; user: Me | null; onSignOut: (() => void) | undefined }) {
   const [unavailable, setUnavailable] = useState<ReadonlySet<string>>(new Set());
   useEffect(() => {
     prefetchArchitectures(app.client)
@@ -155,7 +186,7 @@ function Shell({ app }: { app: AppT }) {
 
   return (
     <AppContext.Provider value={app}>
-      <Body sessionId={sessionId} conn={conn} unavailable={unavailable} onNew={() => setDialog(true)} />
+      <Body sessionId={sessionId} conn={conn} unavailable={unavailable} onNew={() => setDialog(true)} user={user} onSignOut={onSignOut} />
       {dialog && (
         <NewSessionDialog
           onClose={() => setDialog(false)}
@@ -169,7 +200,21 @@ function Shell({ app }: { app: AppT }) {
   );
 }
 
-function Body({ sessionId, conn, unavailable, onNew }: { sessionId: string | null; conn: string; unavailable: ReadonlySet<string>; onNew: () => void }) {
+function Body({
+  sessionId,
+  conn,
+  unavailable,
+  onNew,
+  user,
+  onSignOut,
+}: {
+  sessionId: string | null;
+  conn: string;
+  unavailable: ReadonlySet<string>;
+  onNew: () => void;
+  user: Me | null;
+  onSignOut: (() => void) | undefined;
+}) {
   const { sessions, error } = useSessions();
   const summary = sessionId ? sessions.find((s) => s.sessionId === sessionId) : undefined;
   return (
@@ -188,9 +233,21 @@ function Body({ sessionId, conn, unavailable, onNew }: { sessionId: string | nul
         >
           agentd
         </a>
-        <span className={`conn conn-${conn}`} role="status" data-testid="connection-state" data-state={conn}>
-          {conn === "connected" ? "live" : conn === "reconnecting" ? "reconnecting…" : conn === "connecting" ? "connecting…" : "offline"}
-        </span>
+        <div className="topbar-right">
+          <span className={`conn conn-${conn}`} role="status" data-testid="connection-state" data-state={conn}>
+            {conn === "connected" ? "live" : conn === "reconnecting" ? "reconnecting…" : conn === "connecting" ? "connecting…" : "offline"}
+          </span>
+          {user && (
+            <span className="current-user" data-testid="current-user" data-user-id={user.user.id} title={`${user.user.id} (${user.user.role}, ${user.user.tenant})`}>
+              {user.user.name || user.user.id}
+            </span>
+          )}
+          {onSignOut && (
+            <button type="button" className="small-btn" data-testid="sign-out" onClick={onSignOut}>
+              Sign out
+            </button>
+          )}
+        </div>
       </header>
       <ErrorBoundary name="session list">
         <SessionList

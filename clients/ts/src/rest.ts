@@ -1,8 +1,24 @@
 // REST client for every route in docs/api.md. Uses the platform fetch.
 
 import type {
+  AccessPage,
   AgentProfileSummary,
+  APIToken,
   Architecture,
+  AuthInfo,
+  Budget,
+  BudgetReport,
+  CreatedToken,
+  Me,
+  NewToken,
+  NewUser,
+  OwnerScope,
+  ProviderKey,
+  Share,
+  ShareAccess,
+  SignIn,
+  User,
+  UserUpdate,
   CreateSessionRequest,
   CreateSessionResponse,
   EventsPage,
@@ -110,8 +126,8 @@ export class AgentdClient {
   health(): Promise<{ status: string }> {
     return this.json("GET", "/health");
   }
-  /** Whether the server needs an API key. Needs no key itself. */
-  auth(): Promise<{ required: boolean }> {
+  /** Whether and how to authenticate (token, OIDC provider). Needs no key itself. */
+  auth(): Promise<AuthInfo> {
     return this.json("GET", "/api/auth");
   }
   async listProfiles(): Promise<AgentProfileSummary[]> {
@@ -217,6 +233,96 @@ export class AgentdClient {
   }
   deleteSession(id: string, opts: { purge?: boolean } = {}): Promise<SessionSuccess> {
     return this.json("DELETE", `/api/sessions/${encodeURIComponent(id)}${opts.purge ? "?purge=true" : ""}`);
+  }
+  // ---- identity (docs/api.md, Auth) ----------------------------------------
+
+  /** The authenticated user, its credential (scopes, expiry) and budgets. */
+  me(): Promise<Me> {
+    return this.json("GET", "/api/me");
+  }
+  /** Every user (admins). */
+  async listUsers(): Promise<User[]> {
+    return (await this.json<{ users: User[] }>("GET", "/api/users")).users;
+  }
+  /** Makes a user (admins). */
+  createUser(user: NewUser): Promise<User> {
+    return this.json("POST", "/api/users", user);
+  }
+  /** A user: yourself, or any for admins. */
+  getUser(id: string): Promise<User> {
+    return this.json("GET", `/api/users/${encodeURIComponent(id)}`);
+  }
+  /** Changes a user (admins); disabling one closes its open connections. */
+  updateUser(id: string, update: UserUpdate): Promise<User> {
+    return this.json("PATCH", `/api/users/${encodeURIComponent(id)}`, update);
+  }
+  /** Makes an API token; the answer's `token` is the only copy of the secret. */
+  createToken(req: NewToken = {}): Promise<CreatedToken> {
+    return this.json("POST", "/api/tokens", req);
+  }
+  /** Your tokens; admins: {user: id} for a user's, {user: "*"} for all. */
+  async listTokens(opts: { user?: string } = {}): Promise<APIToken[]> {
+    const q = opts.user !== undefined ? `?${new URLSearchParams({ user: opts.user }).toString()}` : "";
+    return (await this.json<{ tokens: APIToken[] }>("GET", `/api/tokens${q}`)).tokens;
+  }
+  /** Revokes a token: it stops working at once, its open connections too. */
+  revokeToken(id: string): Promise<APIToken> {
+    return this.json("DELETE", `/api/tokens/${encodeURIComponent(id)}`);
+  }
+  /** Who a session is shared with (its owner, admins). */
+  async listShares(sessionId: string): Promise<Share[]> {
+    return (await this.json<{ shares: Share[] }>("GET", `/api/sessions/${encodeURIComponent(sessionId)}/shares`)).shares;
+  }
+  /** Shares a session with a user, to read or to control. */
+  putShare(sessionId: string, userId: string, access: ShareAccess): Promise<Share> {
+    return this.json("PUT", `/api/sessions/${encodeURIComponent(sessionId)}/shares/${encodeURIComponent(userId)}`, { access });
+  }
+  /** Stops sharing a session with a user. */
+  deleteShare(sessionId: string, userId: string): Promise<{ success: boolean }> {
+    return this.json("DELETE", `/api/sessions/${encodeURIComponent(sessionId)}/shares/${encodeURIComponent(userId)}`);
+  }
+  /** The provider keys a user or tenant stored (never the keys themselves). */
+  async listProviderKeys(scope: OwnerScope, owner: string): Promise<ProviderKey[]> {
+    return (await this.json<{ keys: ProviderKey[] }>("GET", `/api/keys/${scope}/${encodeURIComponent(owner)}`)).keys;
+  }
+  /** Stores a provider key (sealed with the server key; write-only). */
+  putProviderKey(scope: OwnerScope, owner: string, provider: string, key: string): Promise<ProviderKey> {
+    return this.json("PUT", `/api/keys/${scope}/${encodeURIComponent(owner)}/${encodeURIComponent(provider)}`, { key });
+  }
+  deleteProviderKey(scope: OwnerScope, owner: string, provider: string): Promise<{ success: boolean }> {
+    return this.json("DELETE", `/api/keys/${scope}/${encodeURIComponent(owner)}/${encodeURIComponent(provider)}`);
+  }
+  /** The budgets set for users and tenants (admins). */
+  async listBudgets(): Promise<Budget[]> {
+    return (await this.json<{ budgets: Budget[] }>("GET", "/api/budgets")).budgets;
+  }
+  /** A user's or tenant's budget and use today and this month. */
+  getBudget(scope: OwnerScope, owner: string): Promise<BudgetReport> {
+    return this.json("GET", `/api/budgets/${scope}/${encodeURIComponent(owner)}`);
+  }
+  /** Sets a user's or tenant's budget (admins); limits left out are none. */
+  putBudget(scope: OwnerScope, owner: string, limits: Omit<Budget, "scope" | "owner">): Promise<Budget> {
+    return this.json("PUT", `/api/budgets/${scope}/${encodeURIComponent(owner)}`, { ...limits, scope, owner });
+  }
+  /** Removes a budget: the server's default applies again (admins). */
+  deleteBudget(scope: OwnerScope, owner: string): Promise<{ success: boolean }> {
+    return this.json("DELETE", `/api/budgets/${scope}/${encodeURIComponent(owner)}`);
+  }
+  /** Access records (refusals, identity changes) with id > after (admins). */
+  accessLog(opts: { after?: number; limit?: number } = {}): Promise<AccessPage> {
+    const q = new URLSearchParams();
+    if (opts.after !== undefined) q.set("after", String(opts.after));
+    if (opts.limit !== undefined) q.set("limit", String(opts.limit));
+    const qs = q.toString();
+    return this.json("GET", `/api/access-log${qs ? "?" + qs : ""}`);
+  }
+  /** Exchanges an OIDC authorization code (PKCE) for a bearer token. Needs no key. */
+  oidcToken(code: string, codeVerifier: string, redirectUri: string): Promise<SignIn> {
+    return this.json("POST", "/api/auth/oidc/token", { code, codeVerifier, redirectUri });
+  }
+  /** Trades an OIDC refresh token for a new bearer token. Needs no key. */
+  oidcRefresh(refreshToken: string): Promise<SignIn> {
+    return this.json("POST", "/api/auth/oidc/refresh", { refreshToken });
   }
   openapi(): Promise<{ [key: string]: Json }> {
     return this.json("GET", "/api/openapi.json");

@@ -47,7 +47,17 @@ export interface EventSocketOptions {
   pongTimeoutMs?: number;
   /** Connect right away (default true). */
   autoConnect?: boolean;
+  /**
+   * The server closed the connection because its credential stopped being
+   * valid (close code 4001: revoked or expired token, disabled user). The
+   * socket does not reconnect with that credential: it is closed, and the
+   * caller signs in again (and makes a new socket).
+   */
+  onUnauthorized?: () => void;
 }
+
+/** The close code of a connection whose credential stopped being valid. */
+export const CLOSE_UNAUTHORIZED = 4001;
 
 export interface ServerError {
   code: string;
@@ -268,6 +278,11 @@ export class EventSocket {
     ws.onclose = (ev) => {
       if (this.ws !== ws) return;
       this.detach(ws);
+      if (ev.code === CLOSE_UNAUTHORIZED) {
+        this.close();
+        this.opts.onUnauthorized?.();
+        return;
+      }
       this.scheduleReconnect(ev.code === 4008);
     };
     ws.onerror = () => {

@@ -622,3 +622,163 @@ export interface EventsPage {
   events: AgentEvent[];
   lastSeq: number;
 }
+
+// ---- identity (docs/api.md, Auth) -------------------------------------------
+
+/** GET /api/auth: whether and how to authenticate. */
+export interface AuthInfo {
+  required: boolean;
+  /** "token" (an API token or the server's --api-key) and "oidc" (sign in at the provider). */
+  methods?: string[];
+  oidc?: OIDCInfo;
+  /** The server keeps users (tokens, ownership, shares, per-user keys and budgets). */
+  multiUser?: boolean;
+}
+
+/** The OpenID Connect provider a UI signs in at (authorization code with PKCE). */
+export interface OIDCInfo {
+  issuer: string;
+  clientId: string;
+  /** Absent when the server could not reach the provider. */
+  authorizationEndpoint?: string;
+  scopes: string[];
+}
+
+export type Role = "admin" | "member";
+
+export interface User {
+  id: string;
+  name?: string;
+  tenant: string;
+  role: Role;
+  /** The OIDC identity of a user made on first sign-in. */
+  issuer?: string;
+  subject?: string;
+  disabled?: boolean;
+  createdAt: string;
+}
+
+/** POST /api/users (admins). */
+export interface NewUser {
+  id: string;
+  name?: string;
+  tenant?: string;
+  role?: Role;
+}
+
+/** PATCH /api/users/{id} (admins): the fields set change. */
+export interface UserUpdate {
+  name?: string;
+  tenant?: string;
+  role?: Role;
+  /** Disabling cuts off the user's open connections. */
+  disabled?: boolean;
+}
+
+export interface APIToken {
+  id: string;
+  userId: string;
+  name?: string;
+  scopes: string[];
+  createdAt: string;
+  expiresAt?: string;
+  lastUsedAt?: string;
+  revokedAt?: string;
+}
+
+/** POST /api/tokens. */
+export interface NewToken {
+  /** Whose token (default: the caller; others: admins only). */
+  userId?: string;
+  name?: string;
+  scopes?: string[];
+  /** Lifetime in seconds (absent or 0: never expires). */
+  expiresIn?: number;
+}
+
+/** A new token: `token` is the secret, shown in this answer only. */
+export interface CreatedToken extends APIToken {
+  token: string;
+}
+
+export type ShareAccess = "read" | "control";
+
+export interface Share {
+  sessionId: string;
+  userId: string;
+  access: ShareAccess;
+  createdAt: string;
+}
+
+export type OwnerScope = "user" | "tenant";
+
+/** A stored provider key, without the key (never returned). */
+export interface ProviderKey {
+  scope: OwnerScope;
+  owner: string;
+  provider: string;
+  /** The key's last characters. */
+  hint?: string;
+  createdAt: string;
+}
+
+/** A user's or tenant's limits; absent or 0: no limit. */
+export interface Budget {
+  scope: OwnerScope;
+  owner: string;
+  tokensPerDay?: number;
+  tokensPerMonth?: number;
+  costPerDayMicros?: number;
+  costPerMonthMicros?: number;
+}
+
+export interface BudgetUsage {
+  tokens: number;
+  costMicros: number;
+}
+
+/** A budget and the use against it today and this month (UTC). */
+export interface BudgetReport {
+  budget: Budget;
+  day: BudgetUsage;
+  month: BudgetUsage;
+}
+
+/** GET /api/me. */
+export interface Me {
+  user: User;
+  /** How the caller authenticated: "token", "api-key", "oidc", "none"… */
+  method: string;
+  tokenId?: string;
+  scopes: string[];
+  admin: boolean;
+  /** When the credential stops working (absent: never). */
+  expiresAt?: string;
+  budget?: BudgetReport;
+  tenantBudget?: BudgetReport;
+}
+
+/** A refusal or identity change (GET /api/access-log, admins). */
+export interface AccessRecord {
+  id: number;
+  time: string;
+  kind: string;
+  actor?: string;
+  tokenId?: string;
+  subject?: string;
+  detail?: string;
+}
+
+export interface AccessPage {
+  records: AccessRecord[];
+  /** The last record's id: pass it as `after` for the next page. */
+  last: number;
+}
+
+/** POST /api/auth/oidc/token and /refresh: a bearer token for the UI. */
+export interface SignIn {
+  token: string;
+  expiresAt: string;
+  refreshToken?: string;
+  user: User;
+}

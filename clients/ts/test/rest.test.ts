@@ -74,6 +74,61 @@ describe("AgentdClient", () => {
     ]);
   });
 
+  it("builds the identity routes, escaping ids", async () => {
+    const { c, calls } = client(() => json({ users: [], tokens: [], shares: [], keys: [], budgets: [], records: [], last: 0, success: true }));
+    await c.me();
+    await c.listUsers();
+    await c.createUser({ id: "a/b" });
+    await c.getUser("a/b");
+    await c.updateUser("a/b", { disabled: true });
+    await c.createToken({ name: "ci" });
+    await c.listTokens();
+    await c.listTokens({ user: "*" });
+    await c.revokeToken("t 1");
+    await c.listShares("s");
+    await c.putShare("s", "u#1", "control");
+    await c.deleteShare("s", "u#1");
+    await c.listProviderKeys("tenant", "team a");
+    await c.putProviderKey("user", "u", "anthropic", "sk");
+    await c.deleteProviderKey("user", "u", "anthropic");
+    await c.listBudgets();
+    await c.getBudget("user", "u");
+    await c.putBudget("tenant", "t", { tokensPerDay: 5 });
+    await c.deleteBudget("tenant", "t");
+    await c.accessLog({ after: 7, limit: 2 });
+    await c.oidcToken("c", "v", "http://x/auth/callback");
+    await c.oidcRefresh("r");
+    expect(calls.map((x) => `${x.init!.method} ${x.url.replace("http://127.0.0.1:1", "")}`)).toEqual([
+      "GET /api/me",
+      "GET /api/users",
+      "POST /api/users",
+      "GET /api/users/a%2Fb",
+      "PATCH /api/users/a%2Fb",
+      "POST /api/tokens",
+      "GET /api/tokens",
+      "GET /api/tokens?user=*",
+      "DELETE /api/tokens/t%201",
+      "GET /api/sessions/s/shares",
+      "PUT /api/sessions/s/shares/u%231",
+      "DELETE /api/sessions/s/shares/u%231",
+      "GET /api/keys/tenant/team%20a",
+      "PUT /api/keys/user/u/anthropic",
+      "DELETE /api/keys/user/u/anthropic",
+      "GET /api/budgets",
+      "GET /api/budgets/user/u",
+      "PUT /api/budgets/tenant/t",
+      "DELETE /api/budgets/tenant/t",
+      "GET /api/access-log?after=7&limit=2",
+      "POST /api/auth/oidc/token",
+      "POST /api/auth/oidc/refresh",
+    ]);
+    const body = (i: number) => JSON.parse(calls[i]!.init!.body as string) as unknown;
+    expect(body(10)).toEqual({ access: "control" });
+    expect(body(13)).toEqual({ key: "sk" });
+    expect(body(17)).toEqual({ tokensPerDay: 5, scope: "tenant", owner: "t" });
+    expect(body(20)).toEqual({ code: "c", codeVerifier: "v", redirectUri: "http://x/auth/callback" });
+  });
+
   it("builds the queue, rename, changes and archive routes, each write with a JSON Content-Type", async () => {
     const { c, calls } = client((call) => {
       if (call.url.includes("/content/")) return new Response("old");

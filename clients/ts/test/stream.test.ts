@@ -103,6 +103,18 @@ describe("EventSocket", () => {
     expect(FakeWS.all).toHaveLength(2);
   });
 
+  it("stops and reports close code 4001 (credential no longer valid) instead of retrying", () => {
+    let told = 0;
+    const s = socket({ onUnauthorized: () => told++ });
+    s.subscribe("s1", { onEvent: () => {} });
+    last().open();
+    last().drop(4001);
+    expect(told).toBe(1);
+    expect(s.state).toBe("closed");
+    vi.advanceTimersByTime(60_000);
+    expect(FakeWS.all).toHaveLength(1);
+  });
+
   it("backs off exponentially while the server is away, and resets after a good join", () => {
     const s = socket({ backoff: { initialMs: 100, factor: 2, maxMs: 1000, jitter: 0 } });
     s.subscribe("s1", { onEvent: () => {} });

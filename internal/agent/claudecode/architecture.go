@@ -1,3 +1,9 @@
+// Package claudecode drives Claude Code: the claude-code architecture
+// (architecture.go), the runner and its CLI process (runner.go, process.go,
+// pipe.go), the control protocol (control.go), the CLI's config folder
+// (profile.go), live subagent transcripts (subagents_live.go), and turns
+// that survive a server restart (restart.go, resume.go). What the CLI
+// writes is turned into events by package claudeconv.
 package claudecode
 
 import (

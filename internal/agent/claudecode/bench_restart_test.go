@@ -50,7 +50,7 @@ func BenchmarkReaderLines(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				p := newProcess(r, &stubProc{}, "t", false, mode.resumable)
-				p.turnQuery = "q1"
+				p.shared.turnQuery = "q1"
 				for i, l := range lines {
 					p.handleLine(cliLine{Data: l, End: int64(i)})
 					p.flush()
@@ -72,7 +72,7 @@ func BenchmarkReplayFilter(b *testing.B) {
 	lines := benchStream(b)
 	h, r := benchRunner(b)
 	p := newProcess(r, &stubProc{}, "t", false, true)
-	p.turnQuery = "q1"
+	p.shared.turnQuery = "q1"
 	for i, l := range lines {
 		p.handleLine(cliLine{Data: l, End: int64(i)})
 		p.flush()
@@ -86,8 +86,8 @@ func BenchmarkReplayFilter(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		p := newProcess(r, &stubProc{}, "t", false, true)
-		p.turnQuery = "q1"
-		p.filter = newReplayFilter(st, "q1")
+		p.shared.turnQuery = "q1"
+		p.rd.filter = newReplayFilter(st, "q1")
 		for i, l := range lines {
 			p.handleLine(cliLine{Data: l, End: int64(i)})
 			p.flush()

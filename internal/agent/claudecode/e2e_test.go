@@ -18,6 +18,7 @@ import (
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/internal/agent/claudecode"
+	"github.com/agentd/agentd/internal/agent/claudecode/claudeconv"
 	"github.com/agentd/agentd/internal/mockllm"
 	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
@@ -543,17 +544,17 @@ func convertSavedTranscript(t *testing.T, ws, claudeSession string) conversation
 		t.Fatalf("transcript of %s: %v", claudeSession, mains)
 	}
 	subs, _ := filepath.Glob(filepath.Join(filepath.Dir(mains[0]), claudeSession, "subagents", "agent-*.jsonl"))
-	var inputs []claudecode.Input
+	var inputs []claudeconv.Input
 	for _, p := range append(mains, subs...) {
 		f, err := os.Open(p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		inputs = append(inputs, claudecode.Input{Name: p, R: f})
+		inputs = append(inputs, claudeconv.Input{Name: p, R: f})
 	}
 	sink := &collect{}
-	if err := claudecode.ConvertTranscripts(inputs, sink); err != nil {
+	if err := claudeconv.ConvertTranscripts(inputs, sink); err != nil {
 		t.Fatal(err)
 	}
 	st, err := conversation.Reduce(sink.events)

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd/internal/agent/agenttest"
-	rpc "github.com/agentd/agentd/internal/executor"
+	"github.com/agentd/agentd/internal/executor"
 )
 
 // TestMain runs the tests under goleak, or, when the binary was started as
@@ -19,7 +19,7 @@ func TestMain(m *testing.M) {
 	}
 	if os.Getenv(executorEnv) == "1" && len(os.Args) > 1 && os.Args[1] == "executor" {
 		// The executor of the restart tests' sandbox (executor_test.go).
-		if err := rpc.Main(context.Background(), os.Args[2:]); err != nil {
+		if err := executor.Main(context.Background(), os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "executor:", err)
 			os.Exit(1)
 		}

@@ -18,14 +18,27 @@ import (
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/internal/agent/agentproc"
+	"github.com/agentd/agentd/internal/agent/claudecode/claudeconv"
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
-// process is one running Claude Code CLI. Its reader goroutine owns the
-// stream converter and the fields after "reader goroutine only"; mu guards
-// the fields shared with Turn, Interrupt, the saver and the permission
-// goroutines. Events reach the session's log only from the reader (in line
-// order, batched) and from Host.RequestPermission.
+// process is one running Claude Code CLI. Its goroutines: the reader
+// (read: converts stdout, answers control requests, follows subagent
+// transcripts), the transcript saver (saver), and one per permission
+// request being answered (answerPermission); Turn's (or Resume's) job
+// goroutine, Interrupt, UpdateOptions, Detach and Close call in from
+// outside. Its state is split by owner:
+//
+//   - the fields up to mu are set before begin and only read after, but
+//     closing (atomic); the channels are closed once (detachCh through
+//     detachOnce) and ctx is canceled once, so any goroutine may wait on
+//     them;
+//   - shared, guarded by mu, is what the reader shares with the others;
+//   - ctl is the control-request bookkeeping, safe for concurrent use;
+//   - rd is the reader goroutine's own.
+//
+// Events reach the session's log only from the reader (in line order,
+// batched) and from Host.RequestPermission.
 type process struct {
 	r       *runner
 	proc    cliProc
@@ -44,32 +57,45 @@ type process struct {
 	ctx    context.Context // ends when the CLI exited; bounds permission waits
 	cancel context.CancelFunc
 
-	exitedCh chan struct{} // closed when the CLI exited and its output was converted
-	done     chan struct{} // closed when everything of the process finished
-	closing  atomic.Bool   // Close asked it to exit: an exit is no news
-	perms    sync.WaitGroup
+	exitedCh  chan struct{} // closed when the CLI exited and its output was converted
+	done      chan struct{} // closed when everything of the process finished
+	closing   atomic.Bool   // Close asked it to exit: an exit is no news
+	saveCh    chan struct{} // reader → saver: the transcript changed; closed by the reader at its end
+	saverDone chan struct{}
 
-	mu        sync.Mutex // guards the fields up to saveCh
-	turn      *turnWait
+	// mu guards shared, and nothing else; it is never held across a call
+	// that blocks (a write to the CLI, a Host call).
+	mu     sync.Mutex
+	shared sharedState
+
+	ctl controlRequests
+	rd  readerState
+}
+
+// sharedState is the part of a process the reader shares with Turn's job
+// goroutine, UpdateOptions, the saver and Resume. Guarded by process.mu
+// (…Locked methods need it held); before begin the starter sets it freely.
+type sharedState struct {
+	turn      *turnWait // the Turn waiting for its end
 	exited    bool
-	exitEnd   turnEnd              // how a turn waiting at the exit ended
-	inflight  map[string]*inflight // the CLI's control requests being answered
-	reqSeq    int
-	saveUUID  string // the saver waits for this line in the transcript
-	sessionID string // the CLI's session id, once its init line came
+	exitEnd   turnEnd // how a turn waiting at the exit ended
+	saveUUID  string  // the saver waits for this line in the transcript
+	sessionID string  // the CLI's session id, once its init line came
 	projDir   string
 	turnQuery string    // the turn being run ("" between turns)
 	idle      turnStart // where the next turn's output starts
-	reqPrefix string    // request ids of agentd's control requests
 	// model and mode are the model and permission mode the CLI runs with
-	// (what it started with, or was told since); guarded by mu.
+	// (what it started with, or was told since).
 	model, mode string
+}
 
-	saveCh    chan struct{} // reader → saver: the transcript changed
-	saverDone chan struct{}
-
-	// reader goroutine only
-	conv   *StreamConverter
+// readerState is the part of a process only its reader goroutine uses:
+// read and what it calls (handleLine, flush, control, pollSubagents,
+// onResult, finish). Resume seeds conv, filter and answered before begin
+// starts the reader; tests that call handleLine directly act as the
+// reader.
+type readerState struct {
+	conv   *claudeconv.StreamConverter
 	out    []outEvent
 	track  *blockTracker // resumable only: the turn sequence's blocks
 	seqNo  int           // events of the turn sequence so far
@@ -121,12 +147,6 @@ type turnEnd struct {
 	notSent bool
 }
 
-// inflight is a control request of the CLI agentd is answering.
-type inflight struct {
-	cancel   context.CancelFunc
-	canceled bool // withdrawn (by the CLI, or the turn ended): send no answer
-}
-
 // resultInfo is what the converter said about a result line.
 type resultInfo struct {
 	completed *conversation.QueryCompleted
@@ -139,12 +159,12 @@ func newProcess(r *runner, pr cliProc, tag string, resumed, resumable bool) *pro
 		r: r, proc: pr, tag: tag, resumed: resumed, resumable: resumable, ctx: ctx, cancel: cancel,
 		exitedCh: make(chan struct{}), done: make(chan struct{}),
 		detachCh: make(chan struct{}), firstLine: make(chan struct{}),
-		inflight: make(map[string]*inflight), reqPrefix: "agentd-",
 		saveCh: make(chan struct{}, 1), saverDone: make(chan struct{}),
-		conv: NewStreamConverter(), subs: make(map[string]*liveSubagent),
+		ctl: controlRequests{prefix: "agentd-"},
+		rd:  readerState{conv: claudeconv.NewStreamConverter(), subs: make(map[string]*liveSubagent)},
 	}
 	if resumable {
-		p.track = newBlockTracker()
+		p.rd.track = newBlockTracker()
 	}
 	return p
 }
@@ -199,10 +219,7 @@ func (p *process) sendControl(subtype string) error {
 // (set_model, set_permission_mode). The answer is only logged when it is
 // an error.
 func (p *process) sendControlWith(subtype string, fields map[string]any) error {
-	p.mu.Lock()
-	p.reqSeq++
-	id := p.reqPrefix + strconv.Itoa(p.reqSeq)
-	p.mu.Unlock()
+	id := p.ctl.nextID()
 	body := map[string]any{"subtype": subtype}
 	for k, v := range fields {
 		body[k] = v
@@ -222,15 +239,15 @@ func (p *process) sendControlWith(subtype string, fields map[string]any) error {
 func (p *process) runTurn(ctx context.Context, t agent.Turn) turnEnd {
 	w := &turnWait{done: make(chan turnEnd, 1)}
 	p.mu.Lock()
-	if p.exited {
-		end := p.exitEnd
+	if p.shared.exited {
+		end := p.shared.exitEnd
 		p.mu.Unlock()
 		end.notSent = true
 		return end
 	}
-	p.turn = w
-	p.turnQuery = t.QueryID
-	start := p.idle
+	p.shared.turn = w
+	p.shared.turnQuery = t.QueryID
+	start := p.shared.idle
 	p.mu.Unlock()
 	if p.resumable {
 		p.r.markTurn(ctx, turnMark{QueryID: t.QueryID, Tag: p.tag, Offset: start.offset, Seed: start.seed})
@@ -280,14 +297,21 @@ func (p *process) waitTurn(ctx context.Context, w *turnWait) turnEnd {
 // endTurn hands the end to the waiting Turn, if any.
 func (p *process) endTurn(end turnEnd) bool {
 	p.mu.Lock()
-	w := p.turn
-	p.turn = nil
+	w := p.takeTurnLocked()
 	p.mu.Unlock()
 	if w == nil {
 		return false
 	}
 	w.done <- end
 	return true
+}
+
+// takeTurnLocked takes the waiting Turn, if any, so that only one end is
+// reported to it. p.mu must be held.
+func (p *process) takeTurnLocked() *turnWait {
+	w := p.shared.turn
+	p.shared.turn = nil
+	return w
 }
 
 // deferLimit bounds how long events whose presence the log's reduced
@@ -321,7 +345,7 @@ func (p *process) read() {
 			}
 			p.handleLine(ln)
 		drain:
-			for len(p.out) < 1024 && !p.detached() {
+			for len(p.rd.out) < 1024 && !p.detached() {
 				select {
 				case ln, ok := <-lines:
 					if !ok {
@@ -339,7 +363,7 @@ func (p *process) read() {
 			stale, staleC = nil, nil
 			// Not while a resumed turn still skips what the log holds:
 			// a later line decides whether these are stored.
-			if p.filter == nil || p.filter.live {
+			if p.rd.filter == nil || p.rd.filter.live {
 				p.flushAll()
 			}
 		case <-p.detachCh:
@@ -360,10 +384,10 @@ func (p *process) read() {
 			ticker, tick = nil, nil
 		}
 		switch {
-		case len(p.out) > 0 && staleC == nil:
+		case len(p.rd.out) > 0 && staleC == nil:
 			stale = time.NewTimer(deferLimit)
 			staleC = stale.C
-		case len(p.out) == 0 && stale != nil:
+		case len(p.rd.out) == 0 && stale != nil:
 			stale.Stop()
 			stale, staleC = nil, nil
 		}
@@ -375,7 +399,7 @@ func (p *process) read() {
 // answered; the CLI, its pending permission requests and its output stay
 // with the environment for a later server.
 func (p *process) endDetached() {
-	p.out = nil
+	p.rd.out = nil
 	p.proc.Abandon()
 	close(p.saveCh)
 	<-p.saverDone
@@ -384,37 +408,36 @@ func (p *process) endDetached() {
 
 // finish runs when stdout ended: the CLI exited.
 func (p *process) finish() {
-	for _, sa := range p.subOrder {
+	for _, sa := range p.rd.subOrder {
 		if !sa.done {
 			p.finalizeSubagent(sa, false) // the CLI exited: its files are complete
 		}
 	}
 	p.flushAll()
 	err := p.exitError()
-	if p.resumeKill != nil {
-		p.resumeKill.Stop()
+	if p.rd.resumeKill != nil {
+		p.rd.resumeKill.Stop()
 	}
 	end := turnEnd{err: err}
-	if p.resumed && !p.sawInit && !p.r.wasInterrupted() &&
-		(p.resumeFailure != "" || strings.Contains(p.proc.Stderr(), "No conversation found")) {
+	if p.resumed && !p.rd.sawInit && !p.r.wasInterrupted() &&
+		(p.rd.resumeFailure != "" || strings.Contains(p.proc.Stderr(), "No conversation found")) {
 		end.retryFresh = true
 	}
 	p.mu.Lock()
-	p.exited, p.exitEnd = true, end
-	w := p.turn
-	p.turn = nil
-	p.turnQuery = ""
+	p.shared.exited, p.shared.exitEnd = true, end
+	w := p.takeTurnLocked()
+	p.shared.turnQuery = ""
 	p.mu.Unlock()
 	close(p.exitedCh)
 	p.cancel()
-	p.perms.Wait() // open permission requests are resolved before the turn ends
+	p.ctl.wait() // open permission requests are resolved before the turn ends
 	if w != nil {
 		w.done <- end
 	} else if !p.closing.Load() {
 		p.r.emitLog(context.Background(), conversation.LevelWarn, "Claude Code exited between turns: "+err.Error()+"; the next message starts it again", nil)
 	}
 	close(p.saveCh)
-	p.perms.Wait()
+	p.ctl.wait()
 	<-p.saverDone
 	close(p.done)
 }
@@ -425,16 +448,16 @@ func (p *process) exitError() error {
 	switch {
 	case p.r.wasInterrupted():
 		return agent.ErrInterrupted
-	case p.protoErr != nil:
-		return p.protoErr
-	case !p.anyGood && p.firstBad != "":
+	case p.rd.protoErr != nil:
+		return p.rd.protoErr
+	case !p.rd.anyGood && p.rd.firstBad != "":
 		how := fmt.Sprintf("exited with code %d", st.Code)
 		if werr != nil {
 			how = werr.Error()
 		} else if st.Signal != "" {
 			how = "was killed by " + st.Signal
 		}
-		return agent.Fail(agent.CodeAgentProtocol, "%s does not speak stream-json: it printed %q and %s", p.r.opts.Command, p.firstBad, how)
+		return agent.Fail(agent.CodeAgentProtocol, "%s does not speak stream-json: it printed %q and %s", p.r.opts.Command, p.rd.firstBad, how)
 	}
 	return p.proc.ExitError()
 }
@@ -444,20 +467,20 @@ func (p *process) exitError() error {
 func (p *process) addSeq(e conversation.Event) {
 	o := outEvent{ev: e}
 	if p.resumable {
-		p.seqNo++
-		o.seq = p.seqNo
-		o.key, o.after, o.evident, o.isBlock = p.track.apply(e)
+		p.rd.seqNo++
+		o.seq = p.rd.seqNo
+		o.key, o.after, o.evident, o.isBlock = p.rd.track.apply(e)
 	}
-	p.out = append(p.out, o)
+	p.rd.out = append(p.rd.out, o)
 }
 
 // addPolled queues a subagent block the transcript poller found.
 func (p *process) addPolled(e conversation.Event) {
 	o := outEvent{ev: e, poll: true}
 	if p.resumable {
-		o.key, o.after, _, o.isBlock = p.track.apply(e)
+		o.key, o.after, _, o.isBlock = p.rd.track.apply(e)
 	}
-	p.out = append(p.out, o)
+	p.rd.out = append(p.rd.out, o)
 }
 
 // flush emits the pending events. In a resumable environment the turn
@@ -470,15 +493,15 @@ func (p *process) flush() { p.store(false) }
 func (p *process) flushAll() { p.store(true) }
 
 func (p *process) store(all bool) {
-	if len(p.out) == 0 {
+	if len(p.rd.out) == 0 {
 		return
 	}
 	if p.detached() {
-		p.out = nil
+		p.rd.out = nil
 		return
 	}
-	batch := p.out
-	p.out = nil
+	batch := p.rd.out
+	p.rd.out = nil
 	if p.resumable {
 		cut := len(batch)
 		if !all {
@@ -495,12 +518,12 @@ func (p *process) store(all bool) {
 			if o.poll {
 				now = append(now, o)
 			} else {
-				p.out = append(p.out, o)
+				p.rd.out = append(p.rd.out, o)
 			}
 		}
 		batch = now
-		if p.filter != nil {
-			batch = p.filter.pass(batch, all)
+		if p.rd.filter != nil {
+			batch = p.rd.filter.pass(batch, all)
 		}
 	}
 	evs := make([]conversation.Event, 0, len(batch)+1)
@@ -516,10 +539,10 @@ func (p *process) store(all bool) {
 			}
 		}
 		p.mu.Lock()
-		q := p.turnQuery
+		q := p.shared.turnQuery
 		p.mu.Unlock()
 		if last >= 0 && !batch[last].evident && q != "" {
-			evs = append(evs, checkpoint(q, p.seqNo))
+			evs = append(evs, checkpoint(q, p.rd.seqNo))
 		}
 	}
 	if len(evs) == 0 {
@@ -532,7 +555,7 @@ func (p *process) store(all bool) {
 
 // handleLine converts one stdout line.
 func (p *process) handleLine(ln cliLine) {
-	p.lineEnd = ln.End
+	p.rd.lineEnd = ln.End
 	data := bytes.TrimSpace(ln.Data)
 	if len(data) == 0 {
 		return
@@ -541,16 +564,16 @@ func (p *process) handleLine(ln cliLine) {
 		p.badLine(data, fmt.Sprintf("a line longer than %d bytes (cut)", agentproc.MaxLine))
 		return
 	}
-	evs, err := p.conv.Convert(data)
-	l := &p.conv.l
-	if err != nil && !errors.Is(err, ErrIgnored) {
+	evs, err := p.rd.conv.Convert(data)
+	if err != nil && !errors.Is(err, claudeconv.ErrIgnored) {
 		p.badLine(data, "")
 		return
 	}
-	p.badRun, p.anyGood = 0, true
-	if !p.gotLine && l.Type != "keep_alive" && !strings.HasPrefix(l.Type, "control_") {
+	l := p.rd.conv.Line()
+	p.rd.badRun, p.rd.anyGood = 0, true
+	if !p.rd.gotLine && l.Type != "keep_alive" && !strings.HasPrefix(l.Type, "control_") {
 		// The CLI is working on a message (Resume: it got the turn's).
-		p.gotLine = true
+		p.rd.gotLine = true
 		close(p.firstLine)
 	}
 	if strings.HasPrefix(l.Type, "control_") {
@@ -558,7 +581,7 @@ func (p *process) handleLine(ln cliLine) {
 		return
 	}
 	if l.Type == "system" && l.Subtype == "init" {
-		if in, ok := ParseInit(data); ok {
+		if in, ok := claudeconv.ParseInit(data); ok {
 			p.onInit(in)
 		}
 	}
@@ -568,13 +591,13 @@ func (p *process) handleLine(ln cliLine) {
 		if e.Type == conversation.TypeSubagentCompleted {
 			var c conversation.SubagentCompleted
 			if json.Unmarshal(e.Payload, &c) == nil {
-				if sa := p.subs[c.ToolUseID]; sa != nil && !sa.done {
+				if sa := p.rd.subs[c.ToolUseID]; sa != nil && !sa.done {
 					p.finalizeSubagent(sa, c.Status != conversation.StatusError)
 				}
 			}
 		}
 	}
-	if sa := p.subs[l.ParentToolUseID]; sa != nil && l.UUID != "" && (l.Type == "user" || l.Type == "assistant") {
+	if sa := p.rd.subs[l.ParentToolUseID]; sa != nil && l.UUID != "" && (l.Type == "user" || l.Type == "assistant") {
 		sa.streamUUID(l.UUID)
 	}
 	for _, e := range evs {
@@ -584,12 +607,12 @@ func (p *process) handleLine(ln cliLine) {
 		case conversation.TypeQueryCompleted:
 			var c conversation.QueryCompleted
 			_ = json.Unmarshal(e.Payload, &c)
-			p.result = &resultInfo{completed: &c}
+			p.rd.result = &resultInfo{completed: &c}
 			continue
 		case conversation.TypeQueryFailed:
 			var f conversation.QueryFailed
 			_ = json.Unmarshal(e.Payload, &f)
-			p.result = &resultInfo{failed: &f}
+			p.rd.result = &resultInfo{failed: &f}
 			continue
 		case conversation.TypeSubagentSpawned:
 			var s conversation.SubagentSpawned
@@ -597,14 +620,14 @@ func (p *process) handleLine(ln cliLine) {
 				p.trackSubagent(s.ToolUseID)
 			}
 		}
-		if sa := p.subs[e.Context.ConversationID]; sa != nil && sa.hold(e) {
+		if sa := p.rd.subs[e.Context.ConversationID]; sa != nil && sa.hold(e) {
 			continue
 		}
 		p.addSeq(e)
 	}
 	if l.ParentToolUseID == "" && l.UUID != "" && (l.Type == "user" || l.Type == "assistant") {
 		p.mu.Lock()
-		p.saveUUID = l.UUID
+		p.shared.saveUUID = l.UUID
 		p.mu.Unlock()
 	}
 	if l.Type == "result" {
@@ -615,12 +638,12 @@ func (p *process) handleLine(ln cliLine) {
 // badLine reports a line that is not stream-json; too many in a row end
 // the turn with AGENT_PROTOCOL.
 func (p *process) badLine(data []byte, why string) {
-	p.badRun++
+	p.rd.badRun++
 	shown := clip(data, 300)
-	if p.firstBad == "" {
-		p.firstBad = shown
+	if p.rd.firstBad == "" {
+		p.rd.firstBad = shown
 	}
-	if p.protoErr != nil {
+	if p.rd.protoErr != nil {
 		return
 	}
 	if why == "" {
@@ -628,9 +651,9 @@ func (p *process) badLine(data []byte, why string) {
 	}
 	p.addSeq(conversation.NewEvent(conversation.LogEvent{Level: conversation.LevelWarn,
 		Message: "Claude Code printed a line that is not stream-json: " + why}).From(conversation.SourceServer))
-	if p.badRun >= p.r.opts.MaxBadLines {
-		p.protoErr = agent.Fail(agent.CodeAgentProtocol, "%s printed %d lines in a row that are not stream-json (the first: %q)",
-			p.r.opts.Command, p.badRun, p.firstBad)
+	if p.rd.badRun >= p.r.opts.MaxBadLines {
+		p.rd.protoErr = agent.Fail(agent.CodeAgentProtocol, "%s printed %d lines in a row that are not stream-json (the first: %q)",
+			p.r.opts.Command, p.rd.badRun, p.rd.firstBad)
 		p.flush()
 		_ = p.proc.Kill()
 	}
@@ -648,14 +671,14 @@ func clip(b []byte, n int) string {
 	return strings.ToValidUTF8(string(b), "\uFFFD")
 }
 
-func (p *process) onInit(in Init) {
-	p.sawInit = true
+func (p *process) onInit(in claudeconv.Init) {
+	p.rd.sawInit = true
 	p.mu.Lock()
 	if in.SessionID != "" {
-		p.sessionID = in.SessionID
+		p.shared.sessionID = in.SessionID
 	}
 	if in.Cwd != "" {
-		p.projDir = projectDirName(in.Cwd)
+		p.shared.projDir = projectDirName(in.Cwd)
 	}
 	p.mu.Unlock()
 	p.r.recordSession(p.ctx, in)
@@ -665,8 +688,8 @@ func (p *process) onInit(in Init) {
 // last events, notes where the next turn's output starts, and reports the
 // end.
 func (p *process) onResult() {
-	res := p.result
-	p.result = nil
+	res := p.rd.result
+	p.rd.result = nil
 	end := turnEnd{}
 	switch {
 	case res == nil:
@@ -675,13 +698,13 @@ func (p *process) onResult() {
 	case res.failed != nil:
 		f := res.failed
 		switch {
-		case p.resumed && !p.sawInit && !p.r.wasInterrupted():
+		case p.resumed && !p.rd.sawInit && !p.r.wasInterrupted():
 			// The CLI refused to resume (it answers a session it cannot
 			// find with this result, then exits): finish decides, with the
 			// CLI's stderr at hand. A CLI that lingers is stopped.
 			p.flush()
-			p.resumeFailure = orElse(f.Error, "resume failed")
-			p.resumeKill = time.AfterFunc(p.r.opts.FlushTimeout, func() { _ = p.proc.Kill() })
+			p.rd.resumeFailure = orElse(f.Error, "resume failed")
+			p.rd.resumeKill = time.AfterFunc(p.r.opts.FlushTimeout, func() { _ = p.proc.Kill() })
 			return
 		case p.r.wasInterrupted():
 			end.err = agent.ErrInterrupted
@@ -700,14 +723,14 @@ func (p *process) onResult() {
 	// The next turn's output starts after this line, with the converter as
 	// it is now.
 	p.mu.Lock()
-	p.idle = turnStart{offset: p.lineEnd, seed: p.conv.seed()}
-	p.turnQuery = ""
+	p.shared.idle = turnStart{offset: p.rd.lineEnd, seed: p.rd.conv.Seed()}
+	p.shared.turnQuery = ""
 	p.mu.Unlock()
-	p.seqNo = 0
+	p.rd.seqNo = 0
 	if p.resumable {
-		p.track = newBlockTracker()
+		p.rd.track = newBlockTracker()
 	}
-	p.filter = nil
+	p.rd.filter = nil
 	p.requestSave()
 	p.endTurn(end)
 }
@@ -716,13 +739,7 @@ func (p *process) onResult() {
 // turn ends (the CLI moved on: no answer is sent) and waits until the
 // session has resolved them, before the turn's end is reported.
 func (p *process) abandonPermissions() {
-	p.mu.Lock()
-	for _, in := range p.inflight {
-		in.canceled = true
-		in.cancel()
-	}
-	p.mu.Unlock()
-	p.perms.Wait()
+	p.ctl.withdrawAll()
 }
 
 // control handles a control protocol line.
@@ -730,7 +747,7 @@ func (p *process) control(line []byte) {
 	m, err := parseControl(line)
 	if err != nil {
 		p.addSeq(conversation.NewEvent(conversation.LogEvent{Level: conversation.LevelWarn,
-			Message: "unusable control message from Claude Code: " + err.Error(), Data: json.RawMessage(compactJSON(line))}).From(conversation.SourceServer))
+			Message: "unusable control message from Claude Code: " + err.Error(), Data: jsonOrNil(line)}).From(conversation.SourceServer))
 		return
 	}
 	switch m.Type {
@@ -742,14 +759,11 @@ func (p *process) control(line []byte) {
 				Message: "Claude Code refused control request " + r.RequestID + ": " + r.Error}).From(conversation.SourceServer))
 		}
 	case typeControlCancel:
+		withdrawn := p.ctl.withdraw(m.RequestID)
 		p.mu.Lock()
-		in, q := p.inflight[m.RequestID], p.turnQuery
-		if in != nil {
-			in.canceled = true
-			in.cancel()
-		}
+		q := p.shared.turnQuery
 		p.mu.Unlock()
-		if in != nil && p.resumable {
+		if withdrawn && p.resumable {
 			// A later server replaying this turn must not ask again.
 			p.r.recordPerm(p.ctx, q, m.RequestID, permAnswer{})
 		}
@@ -769,7 +783,7 @@ func (p *process) control(line []byte) {
 		}
 		// The tool call's block goes out before the permission request.
 		p.flush()
-		if a, ok := p.answered[m.RequestID]; ok {
+		if a, ok := p.rd.answered[m.RequestID]; ok {
 			// Decided before the restart: the same answer again (the CLI
 			// ignores it if it got the first), or nothing for a request it
 			// withdrew.
@@ -781,12 +795,10 @@ func (p *process) control(line []byte) {
 			return
 		}
 		ctx, cancel := context.WithCancel(p.ctx)
-		in := &inflight{cancel: cancel}
 		p.mu.Lock()
-		p.inflight[m.RequestID] = in
-		q := p.turnQuery
+		q := p.shared.turnQuery
 		p.mu.Unlock()
-		p.perms.Add(1)
+		in := p.ctl.start(m.RequestID, cancel)
 		go p.answerPermission(ctx, q, m.RequestID, in, req)
 	}
 }
@@ -809,19 +821,10 @@ func permInput(req canUseTool) json.RawMessage {
 // answerPermission asks the session (policy, clients, timeout) and answers
 // the CLI.
 func (p *process) answerPermission(ctx context.Context, queryID, id string, in *inflight, req canUseTool) {
-	defer p.perms.Done()
-	defer func() {
-		in.cancel()
-		p.mu.Lock()
-		delete(p.inflight, id)
-		p.mu.Unlock()
-	}()
+	defer p.ctl.finish(id, in)
 	input := permInput(req)
 	d, err := p.r.host.RequestPermission(ctx, agent.PermissionRequest{ToolName: req.ToolName, Input: input, ToolUseID: req.ToolUseID})
-	p.mu.Lock()
-	withdrawn := in.canceled
-	p.mu.Unlock()
-	if withdrawn || p.detached() {
+	if p.ctl.withdrawn(in) || p.detached() {
 		// Withdrawn; or this server let go of the CLI, and the next one
 		// asks again.
 		return
@@ -852,6 +855,23 @@ func (p *process) answerPermission(ctx context.Context, queryID, id string, in *
 		p.r.recordPerm(ctx, queryID, id, a)
 	}
 	_ = p.write(line)
+}
+
+// jsonOrNil returns line for a log's data, nil when it is not valid JSON
+// (the event's encoding compacts it).
+func jsonOrNil(line []byte) json.RawMessage {
+	if !json.Valid(line) {
+		return nil
+	}
+	return line
+}
+
+// orElse returns a, or b when a is empty.
+func orElse(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 func isJSONObject(raw json.RawMessage) bool {
@@ -888,7 +908,7 @@ func (p *process) saver() {
 // stream showed.
 func (p *process) saveTranscript(wait bool) {
 	p.mu.Lock()
-	id, dir, want := p.sessionID, p.projDir, p.saveUUID
+	id, dir, want := p.shared.sessionID, p.shared.projDir, p.shared.saveUUID
 	p.mu.Unlock()
 	if id == "" || dir == "" {
 		return

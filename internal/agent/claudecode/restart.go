@@ -75,16 +75,16 @@ func (r *runner) Resume(ctx context.Context, t agent.Turn, st conversation.State
 	p.attached = true
 	// What it was started with is not known here: the session's options
 	// now are the best guess (a later change is compared with them).
-	p.model, p.mode = r.host.Options().Model, permissionMode(r.host.Options().Extra)
+	p.shared.model, p.shared.mode = r.host.Options().Model, permissionMode(r.host.Options().Extra)
 	// Request ids of our control requests must not repeat the earlier
 	// server's.
-	p.reqPrefix = fmt.Sprintf("agentd-%x-", time.Now().UnixNano())
-	p.conv.restore(m.Seed)
-	p.filter = newReplayFilter(st, t.QueryID)
-	p.answered = m.Perms
-	p.idle = turnStart{offset: m.Offset, seed: m.Seed}
+	p.ctl.prefix = fmt.Sprintf("agentd-%x-", time.Now().UnixNano())
+	p.rd.conv.Restore(m.Seed)
+	p.rd.filter = newReplayFilter(st, t.QueryID)
+	p.rd.answered = m.Perms
+	p.shared.idle = turnStart{offset: m.Offset, seed: m.Seed}
 	w := &turnWait{done: make(chan turnEnd, 1)}
-	p.turn, p.turnQuery = w, t.QueryID
+	p.shared.turn, p.shared.turnQuery = w, t.QueryID
 	r.mu.Lock()
 	r.proc = p
 	detached := r.detached

@@ -651,7 +651,7 @@ func TestResumeSendsAMessageTheCLINeverGot(t *testing.T) {
 	p := r.proc
 	r.mu.Unlock()
 	p.mu.Lock()
-	idle := p.idle
+	idle := p.shared.idle
 	p.mu.Unlock()
 	r.Detach()
 	r.markTurn(context.Background(), turnMark{QueryID: "q2", Tag: r.tag, Offset: idle.offset, Seed: idle.seed})

@@ -6,6 +6,7 @@ import (
 	"maps"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/claudecode/claudeconv"
 )
 
 // Turns that survive a server restart (environments that are a
@@ -14,7 +15,7 @@ import (
 // The CLI runs under a stable tag (cliTag). Before a turn's message is sent
 // the runner records in its agent state where the turn's output starts: the
 // stdout offset just after the previous turn's result line, and the
-// converter's carried state at that point (turnMark). A later runner
+// converter's carried state at that point (turnMark, claudeconv.Seed). A later runner
 // re-attaches to the CLI from that offset (the executor spools stdout) and
 // converts the turn's output again with a fresh converter seeded from the
 // mark: the same lines give the same events in the same order (the "turn
@@ -63,8 +64,8 @@ type turnMark struct {
 	// Tag is the CLI process's sandbox tag.
 	Tag string `json:"tag"`
 	// Offset is the stdout byte at which the turn's output starts.
-	Offset int64    `json:"stdoutOffset"`
-	Seed   convSeed `json:"seed"`
+	Offset int64           `json:"stdoutOffset"`
+	Seed   claudeconv.Seed `json:"seed"`
 	// Sent: the message was written to the CLI (recorded after the write;
 	// when false the write may or may not have happened).
 	Sent bool `json:"sent,omitempty"`
@@ -73,29 +74,10 @@ type turnMark struct {
 	Perms map[string]permAnswer `json:"perms,omitempty"`
 }
 
-// convSeed is the part of the stream converter's state that carries from
-// one turn to the next and changes what the turn's lines convert to.
-type convSeed struct {
-	Cost      float64 `json:"cost,omitempty"`
-	MainModel string  `json:"mainModel,omitempty"`
-	InitModel string  `json:"initModel,omitempty"`
-	Lines     int     `json:"lines,omitempty"`
-}
-
-func (sc *StreamConverter) seed() convSeed {
-	c := sc.c
-	return convSeed{Cost: c.lastCost, MainModel: c.mainModel, InitModel: c.initModel, Lines: c.lineNo}
-}
-
-func (sc *StreamConverter) restore(s convSeed) {
-	c := sc.c
-	c.lastCost, c.mainModel, c.initModel, c.lineNo = s.Cost, s.MainModel, s.InitModel, s.Lines
-}
-
 // turnStart is where the next turn of a process starts.
 type turnStart struct {
 	offset int64
-	seed   convSeed
+	seed   claudeconv.Seed
 }
 
 // checkpointKey is the user_message metadata key of a turn's checkpoint.
@@ -142,7 +124,7 @@ func (st blockFacts) covers(f blockFacts) bool {
 // process's reader goroutine.
 type blockTracker struct {
 	m  map[blockKey]blockFacts
-	sc scanner
+	rd claudeconv.PayloadReader
 }
 
 func newBlockTracker() *blockTracker { return &blockTracker{m: make(map[blockKey]blockFacts)} }
@@ -157,30 +139,30 @@ func (t *blockTracker) apply(e conversation.Event) (key blockKey, after blockFac
 	}
 	switch e.Type {
 	case conversation.TypeBlockUpsert:
-		f, good := parseUpsertFields(&t.sc, e.Payload)
+		f, good := t.rd.Upsert(e.Payload)
 		if !good {
 			return key, after, false, false
 		}
-		key = blockKey{conv, f.id}
+		key = blockKey{conv, f.ID}
 		before, existed := t.m[key]
 		after = before
-		if f.typ != "" {
-			after.typ = conversation.BlockType(f.typ)
+		if f.Type != "" {
+			after.typ = conversation.BlockType(f.Type)
 		}
-		if f.hasStatus {
-			after.rank = statusRank(conversation.BlockStatus(f.status))
+		if f.HasStatus {
+			after.rank = statusRank(conversation.BlockStatus(f.Status))
 		}
-		if f.hasContent {
-			after.content = f.content
+		if f.HasContent {
+			after.content = f.Content
 		}
-		if f.hasOutput {
-			after.output = f.output
+		if f.HasOutput {
+			after.output = f.Output
 		}
 		t.m[key] = after
 		evident = !existed || after.rank > before.rank || after.content > before.content || after.output > before.output
 		return key, after, evident, true
 	case conversation.TypeBlockDelta:
-		id, n, good := parseDeltaFields(&t.sc, e.Payload)
+		id, n, good := t.rd.Delta(e.Payload)
 		if !good {
 			return key, after, false, false
 		}
@@ -199,66 +181,6 @@ func (t *blockTracker) apply(e conversation.Event) (key blockKey, after blockFac
 		return key, after, n > 0, true
 	}
 	return key, after, false, false
-}
-
-type upsertFields struct {
-	id, typ, status                  string
-	hasStatus, hasContent, hasOutput bool
-	content, output                  int
-}
-
-// parseUpsertFields reads the fields of a block:upsert payload the tracker
-// needs. Text lengths are of the decoded strings, as the reducer stores
-// them.
-func parseUpsertFields(s *scanner, payload []byte) (upsertFields, bool) {
-	var f upsertFields
-	s.reset(payload)
-	if !s.enter('{') {
-		return f, false
-	}
-	for first := true; s.next('}', &first); {
-		if string(s.key()) != "block" || !s.enter('{') {
-			s.skip()
-			continue
-		}
-		for first2 := true; s.next('}', &first2); {
-			switch string(s.key()) {
-			case "id":
-				f.id = s.str()
-			case "type":
-				f.typ = s.str()
-			case "status":
-				f.status, f.hasStatus = s.str(), true
-			case "content":
-				f.content, f.hasContent = len(s.strBytes()), true
-			case "output":
-				f.output, f.hasOutput = len(s.strBytes()), true
-			default:
-				s.skip()
-			}
-		}
-	}
-	return f, s.err == nil && f.id != ""
-}
-
-// parseDeltaFields reads a block:delta payload: the block and the delta's
-// length in bytes.
-func parseDeltaFields(s *scanner, payload []byte) (id string, n int, ok bool) {
-	s.reset(payload)
-	if !s.enter('{') {
-		return "", 0, false
-	}
-	for first := true; s.next('}', &first); {
-		switch string(s.key()) {
-		case "blockId":
-			id = s.str()
-		case "delta":
-			n = len(s.strBytes())
-		default:
-			s.skip()
-		}
-	}
-	return id, n, s.err == nil && id != ""
 }
 
 // outEvent is an event waiting in the process's output batch.

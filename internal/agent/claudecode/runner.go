@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/agent/claudecode/claudeconv"
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
@@ -32,9 +33,11 @@ type agentState struct {
 // with Host.SaveTranscript.
 func transcriptName(claudeSessionID string) string { return claudeSessionID + ".jsonl" }
 
-// runner runs the turns of one session. The session calls Turn and Close
-// from its owner goroutine and Interrupt from any goroutine; the fields
-// below mu are shared with those calls and with the process's reader.
+// runner runs the turns of one session. Turn and Resume run in a job
+// goroutine of the session, Close and Detach come from its owner
+// goroutine, Interrupt, UpdateOptions and Sync from goroutines of their
+// own (see agent.Runner); the fields below mu are shared with those calls
+// and with the process's goroutines.
 type runner struct {
 	opts Options
 	host agent.Host
@@ -212,7 +215,7 @@ func (r *runner) start(ctx context.Context, fresh bool) (*process, error) {
 	r.emitLog(ctx, conversation.LevelInfo, msg, data)
 	_, resumable := r.host.Env().(sandbox.Attacher)
 	p := newProcess(r, pr, pr.Tag(), resume != "", resumable)
-	p.model, p.mode = r.host.Options().Model, permissionMode(r.host.Options().Extra)
+	p.shared.model, p.shared.mode = r.host.Options().Model, permissionMode(r.host.Options().Extra)
 	p.begin()
 	return p, nil
 }
@@ -403,7 +406,7 @@ func (r *runner) emitLog(ctx context.Context, level conversation.LogLevel, msg s
 
 // recordSession notes the CLI's version and Claude session id from its
 // init line: on the session's runtime and in the resume state.
-func (r *runner) recordSession(ctx context.Context, in Init) {
+func (r *runner) recordSession(ctx context.Context, in claudeconv.Init) {
 	changed := false
 	r.saveState(ctx, func(st *agentState) bool {
 		changed = st.ClaudeSessionID != in.SessionID || st.Version != in.Version ||

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,6 +35,33 @@ func (s *stubProc) Stderr() string                      { return "" }
 func (s *stubProc) Exit() (sandbox.ExitStatus, error)   { return sandbox.ExitStatus{}, nil }
 func (s *stubProc) ExitError() error                    { return nil }
 
+// seedLines adds every line of the shared Claude Code files (and of the
+// converter's recorded runs) as a seed.
+func seedLines(f *testing.F, add func(line []byte)) {
+	for _, dir := range []string{streamDir, sessionDir, "claudeconv/testdata/cli-2.1.197/*", "claudeconv/testdata/cli-2.1.197/*/subagents"} {
+		paths, _ := filepath.Glob(filepath.Join(dir, "*.json*"))
+		for _, p := range paths {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				continue
+			}
+			for ln := range bytes.SplitSeq(data, []byte("\n")) {
+				if ln = bytes.TrimSpace(ln); len(ln) > 0 && len(ln) < 4096 { // keep the corpus quick to mutate
+					add(ln)
+				}
+			}
+		}
+	}
+}
+
+// A Task call, its subagent's prompt and its result (as in claudeconv's
+// TestStreamSubagent).
+const (
+	lineTask      = `{"type":"assistant","message":{"id":"msg_T","content":[{"type":"tool_use","id":"toolu_task","name":"Task","input":{"subagent_type":"general-purpose","description":"Write file","prompt":"Write hello.txt"}}]},"parent_tool_use_id":null,"uuid":"t1"}`
+	lineSubPrompt = `{"type":"user","message":{"role":"user","content":[{"type":"text","text":"Write hello.txt"}]},"parent_tool_use_id":"toolu_task","uuid":"t2"}`
+	lineTaskDone  = `{"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_task","type":"tool_result","content":[{"type":"text","text":"Wrote it."},{"type":"text","text":"agentId: abc123 (for resuming to continue this agent's work if needed)"}]}]},"parent_tool_use_id":null,"uuid":"t5","tool_use_result":{"status":"completed","agentId":"abc123","content":[{"type":"text","text":"Wrote it."}],"totalDurationMs":2330}}`
+)
+
 // FuzzProcessLines feeds arbitrary stdout lines (newline-separated) to the
 // runner's line handler: whatever the CLI prints, agentd must not panic,
 // every event it emits must be valid (testHost.Emit checks), and every line
@@ -59,14 +88,14 @@ func FuzzProcessLines(f *testing.F) {
 		for _, resumable := range []bool{false, true} {
 			sp := &stubProc{}
 			p := newProcess(r, sp, "t", false, resumable)
-			p.turnQuery = "q1"
+			p.shared.turnQuery = "q1"
 			for _, ln := range strings.Split(string(data), "\n") {
 				p.handleLine(cliLine{Data: []byte(ln)})
 				p.flush()
 			}
 			p.flushAll()
 			p.cancel()
-			p.perms.Wait()
+			p.ctl.wait()
 			h.mu.Lock()
 			h.events = h.events[:0]
 			h.mu.Unlock()

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"path"
 	"time"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agent/claudecode/claudeconv"
 )
 
 // Live subagents. Claude Code's stream-json output carries a subagent's
@@ -33,9 +35,7 @@ type liveSubagent struct {
 	agentID string
 	file    string // workspace path of its transcript, once found
 	off     int    // bytes of the file converted so far (whole lines)
-	c       *core
-	sc      scanner
-	l       wireLine
+	conv    *claudeconv.SubagentConverter
 
 	fromFile map[string]bool      // block ids the transcript gave
 	held     []conversation.Event // stream events waiting for the transcript
@@ -47,17 +47,17 @@ type liveSubagent struct {
 }
 
 func (p *process) trackSubagent(toolUseID string) {
-	if toolUseID == "" || p.subs[toolUseID] != nil {
+	if toolUseID == "" || p.rd.subs[toolUseID] != nil {
 		return
 	}
-	sa := &liveSubagent{id: toolUseID, c: newCore(), fromFile: make(map[string]bool),
+	sa := &liveSubagent{id: toolUseID, conv: claudeconv.NewSubagentConverter(toolUseID), fromFile: make(map[string]bool),
 		pending: make(map[string]bool), inFile: make(map[string]bool), started: time.Now()}
-	p.subs[toolUseID] = sa
-	p.subOrder = append(p.subOrder, sa)
+	p.rd.subs[toolUseID] = sa
+	p.rd.subOrder = append(p.rd.subOrder, sa)
 }
 
 func (p *process) activeSubagents() bool {
-	for _, sa := range p.subOrder {
+	for _, sa := range p.rd.subOrder {
 		if !sa.done {
 			return true
 		}
@@ -113,7 +113,7 @@ func eventBlockID(e conversation.Event) (string, bool) {
 
 // pollSubagents converts what the running subagents' transcripts gained.
 func (p *process) pollSubagents() {
-	for _, sa := range p.subOrder {
+	for _, sa := range p.rd.subOrder {
 		if !sa.done {
 			p.pollSubagent(sa)
 		}
@@ -123,7 +123,7 @@ func (p *process) pollSubagents() {
 // transcriptCandidates are the places a subagent's transcript may be.
 func (p *process) transcriptCandidates(agentID string) []string {
 	p.mu.Lock()
-	id, dir := p.sessionID, p.projDir
+	id, dir := p.shared.sessionID, p.shared.projDir
 	p.mu.Unlock()
 	if id == "" || dir == "" || agentID == "" {
 		return nil
@@ -139,9 +139,7 @@ func (p *process) pollSubagent(sa *liveSubagent) {
 	if sa.agentID == "" {
 		// The converter learns the agent id from task_started or the Task
 		// result; it is the one place that maps subagent ids.
-		if s := p.conv.c.subs.tool(sa.id); s != nil {
-			sa.agentID = s.agentID
-		}
+		sa.agentID = p.rd.conv.AgentID(sa.id)
 		if sa.agentID == "" {
 			return
 		}
@@ -184,18 +182,18 @@ func (p *process) pollSubagent(sa *liveSubagent) {
 		if len(line) == 0 {
 			continue
 		}
-		if decodeLine(&sa.sc, line, &sa.l) != nil {
+		evs, err := sa.conv.Convert(line)
+		if errors.Is(err, claudeconv.ErrMalformed) {
 			continue // the CLI's own file; a bad line is skipped, as the transcript converter does
 		}
-		l := &sa.l
+		l := sa.conv.Line()
 		if l.UUID != "" {
 			delete(sa.pending, l.UUID)
 			sa.inFile[l.UUID] = true
 		}
 		if l.Type == "user" || l.Type == "assistant" {
-			sa.answered = l.Type == "assistant" && !hasToolUse(&l.Message)
+			sa.answered = l.Type == "assistant" && !l.ToolUse
 		}
-		evs, _ := sa.c.convert(l, line, sa.id)
 		for _, e := range evs {
 			if e.Context.ConversationID != sa.id {
 				continue
@@ -212,16 +210,6 @@ func (p *process) pollSubagent(sa *liveSubagent) {
 			p.addPolled(e)
 		}
 	}
-}
-
-func hasToolUse(m *wireMessage) bool {
-	for i := range m.Content {
-		switch m.Content[i].Type {
-		case "tool_use", "server_tool_use", "mcp_tool_use":
-			return true
-		}
-	}
-	return false
 }
 
 // finalizeSubagent reads the subagent's transcript to its end (with wait,
@@ -251,7 +239,7 @@ func (p *process) finalizeSubagent(sa *liveSubagent, wait bool) {
 		return
 	}
 	p.mu.Lock()
-	sessionID := p.sessionID
+	sessionID := p.shared.sessionID
 	p.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -38,8 +38,8 @@ func (r *runner) UpdateOptions(ctx context.Context) error {
 	opts := r.host.Options()
 	model, mode := opts.Model, permissionMode(opts.Extra)
 	p.mu.Lock()
-	oldModel, oldMode := p.model, p.mode
-	p.model, p.mode = model, mode
+	oldModel, oldMode := p.shared.model, p.shared.mode
+	p.shared.model, p.shared.mode = model, mode
 	p.mu.Unlock()
 	orDefault := func(s string) string {
 		if s == "" {

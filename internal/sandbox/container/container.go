@@ -24,7 +24,7 @@ import (
 	"strconv"
 	"strings"
 
-	rpc "github.com/agentd/agentd/internal/executor"
+	"github.com/agentd/agentd/internal/executor/rpc"
 	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor"
 )

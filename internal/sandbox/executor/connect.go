@@ -7,7 +7,7 @@ import (
 	"io"
 	"path/filepath"
 
-	rpc "github.com/agentd/agentd/internal/executor"
+	"github.com/agentd/agentd/internal/executor/rpc"
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
@@ -97,9 +97,9 @@ type Transport interface {
 // peer itself. h.StartedAt, when set, must match the executor's ping
 // (else sandbox.ErrGone). With h.Dir (a folder of RunDir) the environment
 // gets a model proxy socket in h.Dir + ".mp", which the caller relays to
-// the executor (see rpc.TunnelPool), and Terminate removes both folders.
-// Terminate shuts the executor down and waits for t.WaitGone; removing
-// what is around it (the pod) is the caller's.
+// the executor (see TunnelPool in internal/executor), and Terminate
+// removes both folders. Terminate shuts the executor down and waits for
+// t.WaitGone; removing what is around it (the pod) is the caller's.
 func (p *Provider) ConnectTransport(ctx context.Context, spec sandbox.Spec, h Handle, t Transport) (*Environment, error) {
 	if t == nil {
 		return nil, errors.New("connect executor: no transport")

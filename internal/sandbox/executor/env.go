@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	rpc "github.com/agentd/agentd/internal/executor"
+	"github.com/agentd/agentd/internal/executor/rpc"
 	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor/cgroup"
 )
@@ -196,8 +196,7 @@ func (e *Environment) watchConn(c *rpc.Client) {
 	}
 }
 
-// Handle returns the JSON Recover needs: {socket, pid, protocolVersion,
-// startedAt, dir}.
+// Handle returns the environment's Handle as JSON: what Recover reads.
 func (e *Environment) Handle() json.RawMessage {
 	b, _ := json.Marshal(e.handle)
 	return b

@@ -1,9 +1,12 @@
 // Package executor is the sandbox backend whose environments outlive the
 // API server: each environment is a detached executor process (`agentd
 // executor`, package internal/executor) that runs the session's processes
-// and serves its workspace over a Unix socket. The server records the
-// environment's Handle and, after a restart, Recover re-attaches to it and
-// Attach resumes each process's output from the offsets it had consumed.
+// and serves its workspace over a Unix socket, speaking the protocol of
+// package internal/executor/rpc. The server records the environment's
+// Handle and, after a restart, Recover re-attaches to it and Attach
+// resumes each process's output from the offsets it had consumed. Connect
+// and ConnectTransport give the same Environment for executors other
+// backends start (in a container, in a Kubernetes pod).
 package executor
 
 import (
@@ -19,7 +22,7 @@ import (
 	"strings"
 	"time"
 
-	rpc "github.com/agentd/agentd/internal/executor"
+	"github.com/agentd/agentd/internal/executor/rpc"
 	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor/cgroup"
 	"github.com/agentd/agentd/internal/sandbox/local"
@@ -79,9 +82,9 @@ type Options struct {
 	// Wrapper, when set, starts the executor inside another sandbox
 	// (bubblewrap). It takes precedence over Wrap.
 	Wrapper Wrapper
-	// Wrap, when set, rewrites the executor's command line, e.g. to run it
-	// under bubblewrap: the file descriptor 3 (the listening socket) must
-	// be passed through.
+	// Wrap, when set (and Wrapper is not), rewrites the executor's command
+	// line, as a Wrapper does without the Launch details: the file
+	// descriptor 3 (the listening socket) must be passed through.
 	Wrap func(argv []string) []string
 	// ExecutorEnv is added to the executor's environment (which is
 	// otherwise PATH, LANG and, with RunAsUser, HOME/USER/LOGNAME).

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	rpc "github.com/agentd/agentd/internal/executor"
+	"github.com/agentd/agentd/internal/executor/rpc"
 	"github.com/agentd/agentd/internal/sandbox"
 )
 

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	rpc "github.com/agentd/agentd/internal/executor"
+	"github.com/agentd/agentd/internal/executor/rpc"
 	"github.com/agentd/agentd/internal/sandbox"
 )
 
@@ -80,7 +80,8 @@ func (e *Environment) Watch(ctx context.Context) (<-chan sandbox.FileEvent, erro
 // SyncWatch implements sandbox.WatchSyncer through fs.sync: the executor
 // reports the changes made so far on every watch, then the marker (an
 // fs.event with op "sync"), which reaches the Watch channels in order. An
-// executor that predates fs.sync answers method-not-found: errors.ErrUnsupported.
+// executor that predates fs.sync (method not found) or whose environment
+// cannot flush its watch (unsupported) gives errors.ErrUnsupported.
 func (e *Environment) SyncWatch(ctx context.Context, id string) error {
 	err := e.call(ctx, rpc.MethodFSSync, rpc.FSSyncParams{Marker: id}, nil)
 	var re *rpc.Error

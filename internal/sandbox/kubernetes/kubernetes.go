@@ -12,7 +12,7 @@
 // The pod has no network: an init container takes its interfaces down
 // (only loopback is left). Agents reach the model proxy through a
 // loopback port whose connections the executor hands to tunnels, streams
-// the server opened to it ahead of need (rpc.TunnelPool); the server
+// the server opened to it ahead of need (the executor's TunnelPool); the server
 // relays each to the session's model proxy socket. The workspace is an
 // emptyDir (filled from the store by the session layer at every start) or
 // a PersistentVolumeClaim per session.

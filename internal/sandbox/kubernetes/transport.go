@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
 
-	rpc "github.com/agentd/agentd/internal/executor"
+	"github.com/agentd/agentd/internal/executor/rpc"
 	"github.com/agentd/agentd/internal/sandbox/executor"
 )
 
@@ -259,7 +259,7 @@ func executorEnded(pod *corev1.Pod) bool {
 
 // tunnels keeps a few streams open to the executor's tunnel port, ahead
 // of need: each carries one connection an agent made to the executor's
-// model relay (rpc.TunnelPool) to the session's model proxy socket here.
+// model relay (the executor's TunnelPool) to the session's model proxy socket here.
 type tunnels struct {
 	f      *forwarder
 	socket string

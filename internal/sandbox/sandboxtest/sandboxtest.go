@@ -19,7 +19,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	rpc "github.com/agentd/agentd/internal/executor"
+	"github.com/agentd/agentd/internal/executor"
 	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor/cgroup"
 )
@@ -34,7 +34,7 @@ import (
 // returns.
 func Main(m *testing.M, serverVar string, server func(dir string) int) {
 	if os.Getenv("AGENTD_TEST_EXECUTOR") == "1" && len(os.Args) > 1 && os.Args[1] == "executor" {
-		if err := rpc.Main(context.Background(), os.Args[2:]); err != nil {
+		if err := executor.Main(context.Background(), os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "executor:", err)
 			os.Exit(1)
 		}

@@ -156,8 +156,13 @@ export interface BudgetList {
 
 export interface BudgetReport {
   budget: Budget;
-  day: Usage;
-  month: Usage;
+  day: BudgetUsage;
+  month: BudgetUsage;
+}
+
+export interface BudgetUsage {
+  costMicros: number;
+  tokens: number;
 }
 
 export interface ChangedFile {
@@ -235,8 +240,15 @@ export interface CreateSessionResponse {
 }
 
 export interface CreatedToken {
-  APIToken: APIToken;
+  createdAt: string;
+  expiresAt?: string;
+  id: string;
+  lastUsedAt?: string;
+  name?: string;
+  revokedAt?: string;
+  scopes: string[];
   token: string;
+  userId: string;
 }
 
 export interface Error {

@@ -1,0 +1,9 @@
+package claudeconv
+
+import (
+	"testing"
+
+	"github.com/agentd/agentd/internal/agent/agenttest"
+)
+
+func TestMain(m *testing.M) { agenttest.VerifyTestMain(m) }
