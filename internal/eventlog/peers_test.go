@@ -401,6 +401,8 @@ func (s *concStore) AppendEvents(ctx context.Context, ev []conversation.Event, f
 		}
 	}
 	s.calls.Add(1)
+	// The point of the store: a commit that waits (a WAL flush), so that
+	// several overlap.
 	time.Sleep(s.delay)
 	return s.EventStore.AppendEvents(ctx, ev, fence...)
 }
@@ -467,8 +469,7 @@ func TestPipelinedFencing(t *testing.T) {
 	defer l.Close()
 	ctx := context.Background()
 	stale, _ := ms.AcquireLease(ctx, "lost", "old", time.Millisecond)
-	time.Sleep(3 * time.Millisecond)
-	current, _ := ms.AcquireLease(ctx, "lost", "new", time.Hour)
+	current := takeOver(t, ms, "lost", "new")
 	kept, _ := ms.AcquireLease(ctx, "kept", "old", time.Hour)
 	var wg sync.WaitGroup
 	var refused, storedStale atomic.Int64
@@ -539,7 +540,8 @@ func TestPipelinedCloseDrains(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(30 * time.Millisecond)
+	// Close while commits are in flight and appends held behind them.
+	waitUntil(t, "appends flow", func() bool { return stored.Load() >= 20 && cs.cur.Load() > 0 })
 	l.Close()
 	wg.Wait()
 	var total int64
