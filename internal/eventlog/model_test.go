@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/bus"
+	"github.com/agentd/agentd/internal/bus/natstest"
 	"github.com/agentd/agentd/store/memstore"
 )
 
@@ -283,4 +287,180 @@ func modelMsg(t *rapid.T, e conversation.Event) string {
 		t.Fatal(err)
 	}
 	return p.(*conversation.LogEvent).Message
+}
+
+// The event log in a fleet against the same model: two servers (logs with
+// a bus each to one NATS server) over one store; each session is written
+// by one server, subscribers sit on either; random appends, subscribes,
+// reads, slow consumers and restarts of either server. Delivery to the
+// other server is asynchronous, so a read is checked as a prefix (the
+// model's events after the cursor, contiguous, no repeat) and, at the end,
+// every subscriber must reach its session's tail.
+func TestLogModelFleet(t *testing.T) {
+	url := natstest.URL(t)
+	prefix := natstest.Prefix(t)
+	checks := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		checks++
+		opts := Options{
+			QueueSize:   rapid.IntRange(2, 8).Draw(rt, "queueSize"),
+			ReplayPage:  rapid.IntRange(1, 5).Draw(rt, "replayPage"),
+			CommitDepth: rapid.SampledFrom([]int{1, 3}).Draw(rt, "commitDepth"),
+		}
+		st := memstore.New()
+		f := &fleetModel{st: st, opts: opts, events: make(map[string][]string)}
+		for i := range f.nodes {
+			b, err := bus.Open(context.Background(), bus.Options{URL: url, Prefix: fmt.Sprint(prefix, "c", checks), Name: fmt.Sprint("node", i),
+				Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				rt.Fatal(err)
+			}
+			f.buses[i] = b
+			o := opts
+			o.Peers = b
+			f.nodes[i] = New(st, o)
+		}
+		defer f.close()
+		rt.Repeat(map[string]func(*rapid.T){
+			"append": func(rt *rapid.T) {
+				id := rapid.SampledFrom(modelSessions).Draw(rt, "session")
+				n := rapid.IntRange(1, 5).Draw(rt, "batch")
+				evs := make([]conversation.Event, n)
+				for i := range evs {
+					f.n++
+					evs[i] = logEvent(fmt.Sprint("m", f.n))
+				}
+				got, err := f.nodes[fleetWriter[id]].Append(context.Background(), id, evs...)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				for _, e := range got {
+					if e.Seq != int64(len(f.events[id])+1) {
+						rt.Fatalf("%s: appended seq %d after %d", id, e.Seq, len(f.events[id]))
+					}
+					f.events[id] = append(f.events[id], modelMsg(rt, e))
+				}
+			},
+			"subscribe": func(rt *rapid.T) {
+				node := rapid.IntRange(0, 1).Draw(rt, "node")
+				id := rapid.SampledFrom(modelSessions).Draw(rt, "session")
+				after := rapid.Int64Range(0, int64(len(f.events[id]))).Draw(rt, "after")
+				sub, err := f.nodes[node].Subscribe(context.Background(), id, after)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				f.subs = append(f.subs, &fleetSub{node: node, id: id, sub: sub})
+			},
+			"read": func(rt *rapid.T) {
+				if len(f.subs) == 0 {
+					rt.Skip("no subscriber")
+				}
+				f.read(rt, rapid.SampledFrom(f.subs).Draw(rt, "sub"), false)
+			},
+			"restart": func(rt *rapid.T) {
+				node := rapid.IntRange(0, 1).Draw(rt, "node")
+				f.nodes[node].Close()
+				f.nodes[node] = nil
+				for _, fs := range f.subs {
+					if fs.node == node {
+						f.read(rt, fs, false) // what was queued, then ErrClosed: resumed on the new log
+					}
+				}
+				o := opts
+				o.Peers = f.buses[node]
+				f.nodes[node] = New(st, o)
+				for _, fs := range f.subs {
+					if fs.node == node {
+						f.resume(rt, fs)
+					}
+				}
+			},
+		})
+		for _, fs := range f.subs {
+			f.read(rt, fs, true)
+		}
+	})
+}
+
+// fleetWriter is the server writing each session.
+var fleetWriter = map[string]int{"a": 0, "b": 1, "c": 0}
+
+type fleetModel struct {
+	st     *memstore.Store
+	opts   Options
+	nodes  [2]*Log
+	buses  [2]*bus.Bus
+	events map[string][]string
+	subs   []*fleetSub
+	n      int
+}
+
+type fleetSub struct {
+	node  int
+	id    string
+	sub   *Subscription
+	ended bool // the log closed under it: resume on the new one
+}
+
+func (f *fleetModel) close() {
+	for _, fs := range f.subs {
+		fs.sub.Close()
+	}
+	for i := range f.nodes {
+		f.nodes[i].Close()
+		f.buses[i].Close()
+	}
+}
+
+// read reads fs: what is ready (all: until its session's tail, waiting),
+// checking each event against the model. Cut off, it resumes.
+func (f *fleetModel) read(rt *rapid.T, fs *fleetSub, all bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		tail := int64(len(f.events[fs.id]))
+		if all && fs.sub.Last() >= tail {
+			return
+		}
+		var r Record
+		var ok bool
+		var err error
+		if all {
+			r, err = fs.sub.Next(ctx)
+			ok = err == nil
+		} else {
+			r, ok, err = fs.sub.TryNext(ctx)
+		}
+		switch {
+		case errors.Is(err, ErrSlowConsumer) && f.nodes[fs.node] != nil:
+			f.resume(rt, fs)
+			continue
+		case errors.Is(err, ErrSlowConsumer):
+			fs.ended = true // the log is closing: resumed on the new one
+			return
+		case errors.Is(err, ErrClosed) && !all:
+			fs.ended = true
+			return
+		case err != nil:
+			rt.Fatalf("%s on node %d after seq %d: %v", fs.id, fs.node, fs.sub.Last(), err)
+		case !ok:
+			return
+		}
+		want := fs.sub.Last() // TryNext moved it
+		if r.Event.Seq != want || want > tail {
+			rt.Fatalf("%s on node %d: got seq %d, cursor %d, %d appended", fs.id, fs.node, r.Event.Seq, want, tail)
+		}
+		if got := modelMsg(rt, r.Event); got != f.events[fs.id][want-1] {
+			rt.Fatalf("%s on node %d: seq %d is %q, want %q", fs.id, fs.node, want, got, f.events[fs.id][want-1])
+		}
+	}
+}
+
+func (f *fleetModel) resume(rt *rapid.T, fs *fleetSub) {
+	fs.sub.Close()
+	sub, err := f.nodes[fs.node].Subscribe(context.Background(), fs.id, fs.sub.Last())
+	if err != nil {
+		rt.Fatal(err)
+	}
+	fs.sub, fs.ended = sub, false
 }
