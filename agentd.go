@@ -258,7 +258,6 @@ type Server struct {
 	mu       sync.Mutex
 	listener net.Listener
 	closed   bool
-	lock     *os.File // the data folder's lock (datadir.go)
 }
 
 // New opens the store, loads profiles and sessions (settling the ones that

@@ -156,7 +156,19 @@ func TestKilledServerFailsRunningTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { _, err := os.Stat(marker); return err == nil })
-	time.Sleep(300 * time.Millisecond)
+	// Mid-turn: the first ticks are in the log.
+	waitFor(t, func() bool {
+		page, err := p.Client.Events(ctx, id, 0, 0)
+		if err != nil {
+			return false
+		}
+		for _, ev := range page.Events {
+			if ev.Type == conversation.TypeBlockDelta && strings.Contains(string(ev.Payload), "tick 2") {
+				return true
+			}
+		}
+		return false
+	})
 	p.Restart()
 	end := waitTurn(t, p.Client, id, sent.QueryID)
 	var f conversation.QueryFailed

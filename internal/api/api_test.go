@@ -495,8 +495,20 @@ func TestAuth(t *testing.T) {
 func TestInterruptKillsProcessGroup(t *testing.T) {
 	e := newEnv(t, "")
 	id := e.create()
-	e.do("POST", "/api/sessions/"+id+"/messages", `{"content":"sleep 30 & sleep 30; echo never"}`)
-	time.Sleep(300 * time.Millisecond)
+	e.do("POST", "/api/sessions/"+id+"/messages", `{"content":"sleep 30 & echo started; sleep 30; echo never"}`)
+	// Interrupt once the background sleep runs: the shell said so.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		started := false
+		for _, ev := range e.events(id, 0) {
+			started = started || (ev.Type == conversation.TypeBlockDelta && strings.Contains(string(ev.Payload), "started"))
+		}
+		if started {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command did not start")
+		}
+	}
 	if code, out := e.do("POST", "/api/sessions/"+id+"/interrupt", ""); code != 202 {
 		t.Fatalf("interrupt: %d %v", code, out)
 	}

@@ -3,7 +3,9 @@
 // Append assigns each event the next seq of its session when, and only when,
 // the event is stored: one writer goroutine takes every pending append, of
 // every session, and stores them in one store transaction (group commit), so
-// under load many events share one fsync. Only after the commit are the
+// under load many events share one fsync. (For a store that asks for it the
+// writer keeps several such commits in flight, each in a goroutine of its
+// own, at most one per session: pipeline.go.) Only after the commit are the
 // events published to subscribers.
 //
 // Subscribe(session, after) replays the stored events after a seq and then
@@ -91,6 +93,19 @@ type Options struct {
 }
 
 // Log is the event log. All methods are safe for concurrent use.
+//
+// Locks, in the order they may be taken (a lock is only ever taken while
+// holding those above it, never the other way):
+//
+//	Log.closeMu      read-held by Append while queueing; alone
+//	Log.mu           the sessions map; alone (nothing is taken under it)
+//	sessionLog.dmu   with Peers: follow/unfollow and the peer feed
+//	sessionLog.mu    a session's subscribers and published mark
+//	Subscription.mu  a subscription's queue
+//
+// Neither Log.mu nor sessionLog.mu nor Subscription.mu is ever held across
+// a store call or a send to a client; the writer takes sessionLog.mu (to
+// publish) and Subscription.mu (to queue), and nothing else.
 type Log struct {
 	store store.EventStore
 	opts  Options
@@ -101,11 +116,11 @@ type Log struct {
 	quit chan struct{} // closed by Close: stop accepting
 	done chan struct{} // closed when the writer has drained and exited
 
-	mu       sync.Mutex
+	mu       sync.Mutex // guards sessions and closed; no other lock is taken under it
 	sessions map[string]*sessionLog
 	closed   bool
 
-	closeMu sync.RWMutex // read-held while queueing a request; see Append
+	closeMu sync.RWMutex // read-held while queueing a request (see Append); no other lock is taken under it
 	closing bool         // guarded by closeMu
 
 	depth int // group commits in flight at most (Options.CommitDepth)
@@ -121,13 +136,20 @@ type sessionLog struct {
 	// by another server since, so nextSeq is loaded again.
 	fenceGen int64
 
-	mu        sync.Mutex // guards published, subs, followed
-	published int64
+	// mu guards published, subs, followed and each subscription's closed
+	// flag. The writer takes it to publish, so it is never held across a
+	// store call (catchUp reads the store's tail first, then takes it and
+	// reconciles). Subscription.mu may be taken inside it, never the other
+	// way.
+	mu        sync.Mutex
+	published int64 // highest seq offered to the subscribers (or known stored, see catchUp)
 	subs      map[*Subscription]struct{}
 
-	// With Peers (peers.go): dmu serialises deliveries to subscribers
-	// (local commits and other servers' alike; held across the store
-	// reads that fill a gap) and guards follows and stopFollow.
+	// With Peers (peers.go): dmu orders the peer feed's deliveries with
+	// follow and unfollow, and guards follows and stopFollow. It is held
+	// across store reads (the feed's resync and gap fills, follow's first
+	// resync) but never taken by the writer, whose deliveries take only mu
+	// (see deliver). mu may be taken inside dmu, never the other way.
 	dmu        sync.Mutex
 	follows    int    // subscriptions following the session's peer feed
 	stopFollow func() // ends the peer feed
@@ -709,7 +731,10 @@ func Encode(e conversation.Event) ([]byte, error) {
 }
 
 // checkEncodable returns why Encode would fail on e (once the writer has
-// filled in its context), or nil. Of an Event's fields only two can make
+// filled in its context), or nil. Payloads are not assumed to be valid:
+// conversation.NewEvent makes them with json.Marshal, but converters also
+// write them by hand (claudecode's jsonenc.go) or pass an agent's JSON
+// through, so each is checked here. Of an Event's fields only two can make
 // json.Marshal fail: a raw payload that is not JSON, and a timestamp that
 // RFC 3339 cannot carry (a year outside 0–9999, a zone offset of a day or
 // more); strings always encode. FuzzAppendCheck holds the two together.

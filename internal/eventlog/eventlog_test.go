@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -144,6 +145,8 @@ type slowStore struct {
 }
 
 func (s *slowStore) AppendEvents(ctx context.Context, ev []conversation.Event, fence ...store.Fence) error {
+	// The point of the store: a commit that takes a while (an fsync), so
+	// that appends queue up behind it.
 	time.Sleep(2 * time.Millisecond)
 	s.mu.Lock()
 	s.batches = append(s.batches, len(ev))
@@ -205,21 +208,35 @@ func TestSubscribeSeam(t *testing.T) {
 	defer cancel()
 	const total = 1500
 	appended := make(chan struct{})
+	// Subscriber k joins once k*50 events are appended (join[k] closed):
+	// the joins are spread over the appends.
+	const subs = 24
+	join := make([]chan struct{}, subs)
+	for k := range join {
+		join[k] = make(chan struct{})
+	}
+	close(join[0])
 	go func() {
 		defer close(appended)
 		for i := 1; i <= total; i++ {
 			if _, err := l.Append(ctx, "s", logEvent(fmt.Sprint(i))); err != nil {
 				t.Error(err)
+				for _, c := range join[min((i+49)/50, subs):] {
+					close(c)
+				}
 				return
+			}
+			if i%50 == 0 && i/50 < subs {
+				close(join[i/50])
 			}
 		}
 	}()
 	var wg sync.WaitGroup
-	for k := range 24 {
+	for k := range subs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			time.Sleep(time.Duration(k) * 200 * time.Microsecond)
+			<-join[k]
 			after := int64(k * 37 % 500)
 			sub, err := l.Subscribe(ctx, "s", after)
 			if err != nil {
@@ -259,9 +276,7 @@ func TestSlowConsumerIsCutOffWithoutStallingOthers(t *testing.T) {
 		primed.Add(1)
 		go func() { defer primed.Done(); s.Next(ctx) }()
 	}
-	for subscribers(l, "s") < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(t, "both subscribers are live", func() bool { return subscribers(l, "s") == 2 })
 	l.Append(ctx, "s", logEvent("0"))
 	primed.Wait()
 	// The fast subscriber keeps up (the appender waits for it); the slow one
@@ -328,18 +343,26 @@ func TestCloseDrainsAndEndsSubscribers(t *testing.T) {
 	sub.Close()
 }
 
+// Forget wakes a subscriber waiting for live events. synctest: the log
+// and its store (memstore) do no I/O, so synctest.Wait returns once Next
+// is blocked.
 func TestForgetEndsSubscribers(t *testing.T) {
-	l := New(memstore.New(), Options{})
-	defer l.Close()
-	ctx := context.Background()
-	l.Append(ctx, "s", logEvent("1"))
-	sub, _ := l.Subscribe(ctx, "s", 0)
-	defer sub.Close()
-	sub.Next(ctx)
-	go func() { time.Sleep(10 * time.Millisecond); l.Forget("s") }()
-	if _, err := sub.Next(ctx); !errors.Is(err, ErrSessionDeleted) {
-		t.Fatalf("got %v, want ErrSessionDeleted", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		l := New(memstore.New(), Options{})
+		defer l.Close()
+		ctx := context.Background()
+		l.Append(ctx, "s", logEvent("1"))
+		sub, _ := l.Subscribe(ctx, "s", 0)
+		defer sub.Close()
+		sub.Next(ctx)
+		got := make(chan error, 1)
+		go func() { _, err := sub.Next(ctx); got <- err }()
+		synctest.Wait() // Next waits for a live event
+		l.Forget("s")
+		if err := <-got; !errors.Is(err, ErrSessionDeleted) {
+			t.Fatalf("got %v, want ErrSessionDeleted", err)
+		}
+	})
 }
 
 func TestCanceledAppendIsNotStored(t *testing.T) {

@@ -70,8 +70,7 @@ func TestFencedAppendInGroupCommit(t *testing.T) {
 		return g
 	}
 	stale := lease("lost", "old-node", time.Millisecond)
-	time.Sleep(5 * time.Millisecond)
-	current := lease("lost", "new-node", time.Hour)
+	current := takeOver(t, ms, "lost", "new-node")
 	if current <= stale {
 		t.Fatalf("generations %d then %d", stale, current)
 	}
@@ -153,8 +152,7 @@ func TestLowerFenceInSameBatchRefused(t *testing.T) {
 	defer l.Close()
 	ctx := context.Background()
 	g1, _ := ms.AcquireLease(ctx, "s", "a", time.Millisecond)
-	time.Sleep(5 * time.Millisecond)
-	g2, _ := ms.AcquireLease(ctx, "s", "b", time.Hour)
+	g2 := takeOver(t, ms, "s", "b")
 	first := make(chan error, 1)
 	go func() { _, err := l.Append(ctx, "x", logEvent("first")); first <- err }()
 	<-gs.entered
@@ -195,6 +193,23 @@ func seqsOf(evs []conversation.Event) []int64 {
 	return out
 }
 
+// takeOver takes session id's lease for holder (an hour) as soon as the
+// current holder's (a short one) has expired, and returns its generation.
+func takeOver(t *testing.T, ms *memstore.Store, id, holder string) int64 {
+	t.Helper()
+	var g int64
+	waitUntil(t, "the old lease expires", func() bool {
+		var err error
+		g, err = ms.AcquireLease(context.Background(), id, holder, time.Hour)
+		if err != nil && !errors.Is(err, store.ErrLeaseHeld) {
+			t.Fatal(err)
+		}
+		return err == nil
+	})
+	return g
+}
+
+// waitUntil polls cond (every millisecond) for up to 10 s.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {

@@ -55,18 +55,24 @@ func (l *Log) publishPeers(sl *sessionLog, events []conversation.Event) {
 		// Followers on other servers see the gap with the next message.
 		l.log.Warn("publish to peers", "session", sl.id, "seq", first, "err", err)
 	}
-	sl.dmu.Lock()
-	l.deliverLocked(sl, recs, first, last)
-	sl.dmu.Unlock()
+	l.deliver(sl, recs, first, last)
 }
 
-// deliverLocked (sl.dmu held) brings the session's subscribers up to last
-// (at least): recs (events first..last, or nil for a notice) when they
-// continue what was published, else the stored events after what was
-// published (a gap: a message missed, a notice) followed by what of recs is
-// newer. Without subscribers it only moves the published mark: a new
-// subscriber replays from the store up to it.
-func (l *Log) deliverLocked(sl *sessionLog, recs []*Record, first, last int64) {
+// deliver brings the session's subscribers up to last (at least): recs
+// (events first..last, or nil for a notice) when they continue what was
+// published, else the stored events after what was published (a gap: a
+// message missed, a notice) followed by what of recs is newer. Without
+// subscribers it only moves the published mark: a new subscriber replays
+// from the store up to it.
+//
+// It takes only sl.mu, and never holds it across the store read that fills
+// a gap, so the writer (which delivers its own commits here) never waits on
+// a store read made for another delivery. Deliveries may therefore run
+// concurrently (the writer's and the peer feed's): published only grows,
+// and each delivery publishes only records that continue it (a gap is read
+// from a mark at or below the current one, through last at least), so the
+// subscribers' stream stays contiguous and without repeats.
+func (l *Log) deliver(sl *sessionLog, recs []*Record, first, last int64) {
 	sl.mu.Lock()
 	p := sl.published
 	if last <= p {
@@ -78,22 +84,25 @@ func (l *Log) deliverLocked(sl *sessionLog, recs []*Record, first, last int64) {
 		sl.mu.Unlock()
 		return
 	}
-	if recs != nil && first == p+1 {
+	if recs != nil && first <= p+1 {
 		sl.publishRecordsLocked(l, recs)
 		sl.mu.Unlock()
 		return
 	}
 	sl.mu.Unlock()
 	fill, err := l.readStored(sl.id, p, last)
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
 	if err != nil {
+		if sl.published >= last {
+			return // another delivery got there meanwhile
+		}
 		// Subscribers cannot get a contiguous stream from here: cut them
 		// off, as slow consumers, to resume from their last seq.
 		l.log.Error("fill a gap in a session's stream from the store", "session", sl.id, "after", p, "err", err)
-		sl.mu.Lock()
 		for s := range sl.subs {
 			sl.dropLocked(s, ErrSlowConsumer)
 		}
-		sl.mu.Unlock()
 		return
 	}
 	if n := len(fill); n > 0 {
@@ -107,9 +116,7 @@ func (l *Log) deliverLocked(sl *sessionLog, recs []*Record, first, last int64) {
 		fill = recs
 	}
 	l.m.gapFills.Inc()
-	sl.mu.Lock()
 	sl.publishRecordsLocked(l, fill)
-	sl.mu.Unlock()
 }
 
 // readStored reads the session's stored events after seq after, through
@@ -139,13 +146,23 @@ func (l *Log) readStored(id string, after, last int64) ([]*Record, error) {
 
 // publishRecordsLocked (sl.mu held) queues recs after what was published
 // for every subscriber, cutting off those whose queue is full. recs follow
-// each other; those at or below published are passed over.
+// each other; those at or below published are passed over, and the first
+// above it must be published+1 (else, a bug, the subscribers are cut off
+// rather than given a stream with a hole).
 func (sl *sessionLog) publishRecordsLocked(l *Log, recs []*Record) {
 	max, m := l.opts.QueueSize, l.m
 	var cut []*Subscription
 	for _, rec := range recs {
 		if rec.Event.Seq <= sl.published {
 			continue
+		}
+		if rec.Event.Seq != sl.published+1 {
+			l.log.Error("delivery would leave a gap; subscribers cut off", "session", sl.id, "published", sl.published, "seq", rec.Event.Seq)
+			for s := range sl.subs {
+				sl.dropLocked(s, ErrSlowConsumer)
+			}
+			sl.published = recs[len(recs)-1].Event.Seq
+			return
 		}
 		sl.published = rec.Event.Seq
 		for s := range sl.subs {
@@ -165,7 +182,11 @@ func (sl *sessionLog) publishRecordsLocked(l *Log, recs []*Record) {
 }
 
 // fromPeer handles a message another server published for the session
-// (nil: messages may have been lost).
+// (nil: messages may have been lost). It runs on the Peers' delivery
+// goroutine and holds sl.dmu, so it is ordered with follow and unfollow;
+// the writer never takes sl.dmu, so a store read made here (a gap, a
+// resync) delays this session's feed and its Subscribe and Close calls,
+// never the writer.
 func (l *Log) fromPeer(sl *sessionLog, msg []byte) {
 	sl.dmu.Lock()
 	defer sl.dmu.Unlock()
@@ -183,11 +204,12 @@ func (l *Log) fromPeer(sl *sessionLog, msg []byte) {
 		l.resyncLocked(sl)
 		return
 	}
-	l.deliverLocked(sl, recs, first, last)
+	l.deliver(sl, recs, first, last)
 }
 
 // resyncLocked (sl.dmu held) brings the subscribers up to the store's
-// tail: when the feed starts and when messages may have been lost.
+// tail: when the feed starts and when messages may have been lost. It reads
+// the store with sl.dmu held (never sl.mu).
 func (l *Log) resyncLocked(sl *sessionLog) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	last, err := l.store.LastSeq(ctx, sl.id)
@@ -201,7 +223,7 @@ func (l *Log) resyncLocked(sl *sessionLog) {
 		sl.mu.Unlock()
 		return
 	}
-	l.deliverLocked(sl, nil, 0, last)
+	l.deliver(sl, nil, 0, last)
 }
 
 // follow starts (or counts one more user of) the session's peer feed. It

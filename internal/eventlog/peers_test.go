@@ -401,6 +401,8 @@ func (s *concStore) AppendEvents(ctx context.Context, ev []conversation.Event, f
 		}
 	}
 	s.calls.Add(1)
+	// The point of the store: a commit that waits (a WAL flush), so that
+	// several overlap.
 	time.Sleep(s.delay)
 	return s.EventStore.AppendEvents(ctx, ev, fence...)
 }
@@ -467,8 +469,7 @@ func TestPipelinedFencing(t *testing.T) {
 	defer l.Close()
 	ctx := context.Background()
 	stale, _ := ms.AcquireLease(ctx, "lost", "old", time.Millisecond)
-	time.Sleep(3 * time.Millisecond)
-	current, _ := ms.AcquireLease(ctx, "lost", "new", time.Hour)
+	current := takeOver(t, ms, "lost", "new")
 	kept, _ := ms.AcquireLease(ctx, "kept", "old", time.Hour)
 	var wg sync.WaitGroup
 	var refused, storedStale atomic.Int64
@@ -539,7 +540,8 @@ func TestPipelinedCloseDrains(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(30 * time.Millisecond)
+	// Close while commits are in flight and appends held behind them.
+	waitUntil(t, "appends flow", func() bool { return stored.Load() >= 20 && cs.cur.Load() > 0 })
 	l.Close()
 	wg.Wait()
 	var total int64
@@ -549,5 +551,68 @@ func TestPipelinedCloseDrains(t *testing.T) {
 	}
 	if total != stored.Load() {
 		t.Fatalf("appenders were told %d events were stored; the store has %d", stored.Load(), total)
+	}
+}
+
+// gatedPublish holds a server's next Publish until released: its commit
+// is then stored but not yet delivered to the server's own subscribers.
+type gatedPublish struct {
+	Peers
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedPublish) Publish(session string, msg []byte) error {
+	if g.armed.CompareAndSwap(true, false) {
+		close(g.entered)
+		<-g.release
+	}
+	return g.Peers.Publish(session, msg)
+}
+
+// A subscriber catching up while a commit is stored but not yet delivered
+// must not hide that commit from the subscribers already live. Regression:
+// catching up, a subscription set the session's published mark to the
+// store's tail, and the delivery that followed was then taken for one
+// already made, so the live subscriber never got those events.
+func TestPeersCatchUpDuringDelivery(t *testing.T) {
+	st := memstore.New()
+	g := &gatedPublish{entered: make(chan struct{}), release: make(chan struct{})}
+	l := fleetLogs(t, st, 1, Options{}, func(_ int, p Peers) Peers { g.Peers = p; return g })[0]
+	ctx := context.Background()
+	live, err := l.Subscribe(ctx, "s", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	if _, ok, err := live.TryNext(ctx); ok || err != nil { // live from here
+		t.Fatal(ok, err)
+	}
+	g.armed.Store(true)
+	appended := make(chan error, 1)
+	go func() {
+		_, err := l.Append(ctx, "s", logEvent("1"), logEvent("2"), logEvent("3"))
+		appended <- err
+	}()
+	<-g.entered // stored, not delivered
+	late, err := l.Subscribe(ctx, "s", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close()
+	// Catching up (from the store, or live: either is right here).
+	if _, _, err := late.TryNext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+	follow(t, live, 0, 3)
+	if late.Last() == 0 {
+		follow(t, late, 0, 3)
+	} else {
+		follow(t, late, 1, 3)
 	}
 }

@@ -211,50 +211,63 @@ func (s *Subscription) end(err error) {
 
 // catchUp either registers the subscription for live events (when it has
 // seen everything published) or loads the next page of stored events.
+//
+// It never reads the store while holding sl.mu, which the writer takes to
+// publish: the store's tail is read first, then the lock is taken again
+// and the two reconciled (see goLive).
 func (s *Subscription) catchUp(ctx context.Context) error {
-	s.sl.mu.Lock()
+	sl := s.sl
+	sl.mu.Lock()
 	if s.closed {
-		s.sl.mu.Unlock()
+		sl.mu.Unlock()
 		return ErrClosed
 	}
-	if s.last >= s.sl.published {
-		// Published seqs are contiguous and everything up to s.last was
-		// returned, so from here the live queue continues without a gap.
-		// An empty session (published 0) also lands here: a LastSeq check
-		// against the store covers a tail published by an earlier process.
-		stored, err := s.storedTailLocked(ctx)
+	if s.last >= sl.published {
+		if sl.published > 0 || s.log.opts.Peers != nil {
+			// The tail is known here (with Peers, follow made the
+			// published mark the store's tail before this subscription
+			// looked at it, and every commit since is delivered).
+			return s.goLiveLocked()
+		}
+		sl.mu.Unlock()
+		// Nothing was published in this process: the store may hold an
+		// earlier process's events. Read its tail without the lock.
+		stored, err := s.log.store.LastSeq(ctx, sl.id)
 		if err != nil {
-			s.sl.mu.Unlock()
 			return err
 		}
-		if s.last >= stored {
-			select {
-			case <-s.log.quit:
-				s.sl.mu.Unlock()
-				return ErrClosed
-			default:
-			}
-			s.live = true
-			s.sl.subs[s] = struct{}{}
-			s.sl.mu.Unlock()
-			return nil
+		sl.mu.Lock()
+		if s.closed {
+			sl.mu.Unlock()
+			return ErrClosed
+		}
+		// Record the tail so later checks stay in memory. Without Peers
+		// this is safe even if the writer stored events meanwhile that it
+		// has not published yet (stored may count them): publish offers
+		// every event to every live subscriber whatever the mark says,
+		// and those that replayed them pass them over as already seen.
+		// (With Peers a delivery at or below the mark is taken as made, so
+		// the mark is never moved from here; Peers is handled above.)
+		sl.published = max(sl.published, stored)
+		if s.last >= sl.published {
+			return s.goLiveLocked()
 		}
 	}
-	s.sl.mu.Unlock()
+	sl.mu.Unlock()
 
-	events, err := s.log.store.ReadEvents(ctx, s.sl.id, s.last, s.log.opts.ReplayPage)
+	events, err := s.log.store.ReadEvents(ctx, sl.id, s.last, s.log.opts.ReplayPage)
 	if err != nil {
 		return err
 	}
 	if len(events) == 0 {
 		// The store has nothing after s.last yet publication is ahead: the
 		// events are being published right now; retry via the live path.
-		s.sl.mu.Lock()
-		if s.last >= s.sl.published {
-			s.sl.mu.Unlock()
+		sl.mu.Lock()
+		if s.last >= sl.published {
+			sl.mu.Unlock()
 			return nil
 		}
-		s.sl.mu.Unlock()
+		sl.mu.Unlock()
 		return ErrClosed
 	}
 	recs := make([]Record, len(events))
@@ -262,7 +275,7 @@ func (s *Subscription) catchUp(ctx context.Context) error {
 	for i, e := range events {
 		b, err := Encode(e)
 		if err != nil {
-			s.log.log.Warn("stored event cannot be encoded; skipped", "session", s.sl.id, "seq", e.Seq, "err", err)
+			s.log.log.Warn("stored event cannot be encoded; skipped", "session", sl.id, "seq", e.Seq, "err", err)
 		}
 		recs[i] = Record{Event: e, JSON: b, unencodable: err != nil}
 		s.pending = append(s.pending, &recs[i])
@@ -270,23 +283,22 @@ func (s *Subscription) catchUp(ctx context.Context) error {
 	return nil
 }
 
-// storedTailLocked returns the highest seq that is stored or published.
-// When nothing was published in this process it asks the store, so a
-// subscriber after a restart replays the history before going live.
-func (s *Subscription) storedTailLocked(ctx context.Context) (int64, error) {
-	if s.sl.published > 0 {
-		return s.sl.published, nil
+// goLiveLocked (sl.mu held, released on return) registers the subscription
+// for live events. The caller checked that it has returned every published
+// seq: published seqs are contiguous and everything up to s.last was
+// returned, so from here the live queue continues without a gap, and what
+// is published later but was stored earlier (at or below s.last) is passed
+// over by TryNext.
+func (s *Subscription) goLiveLocked() error {
+	defer s.sl.mu.Unlock()
+	select {
+	case <-s.log.quit:
+		return ErrClosed
+	default:
 	}
-	last, err := s.log.store.LastSeq(ctx, s.sl.id)
-	if err != nil {
-		return 0, err
-	}
-	if last > s.sl.published {
-		// Nothing was appended by this process yet, so the store's tail is
-		// the published tail: record it so later checks are in memory.
-		s.sl.published = last
-	}
-	return last, nil
+	s.live = true
+	s.sl.subs[s] = struct{}{}
+	return nil
 }
 
 // Close ends the subscription. Next then returns ErrClosed.

@@ -162,6 +162,7 @@ func closeRace(t *testing.T, iter int) {
 	}
 	workers.Wait()
 	// Nothing may start now; give a late owner the chance to show itself.
+	// A sleep on purpose: an absence can only be watched over a window.
 	for range 20 {
 		runtime.Gosched()
 		time.Sleep(100 * time.Microsecond)

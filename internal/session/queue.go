@@ -41,7 +41,7 @@ func (s *Session) Submit(ctx context.Context, content, actor string) (SubmitResu
 // submitHere is Submit on this server.
 func (s *Session) submitHere(ctx context.Context, content, actor string) (SubmitResult, error) {
 	return doSync(ctx, s, func(o *owner, done func(SubmitResult, error)) {
-		done(o.submit(ctx, content, actor))
+		o.whenRecovered(func() { done(o.submit(ctx, content, actor)) })
 	})
 }
 

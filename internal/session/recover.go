@@ -78,6 +78,7 @@ func (o *owner) recover(rc sandbox.Recoverer, why, statusWhy string) {
 		}
 		st, stErr := m.states.get(context.Background(), s.id)
 		return func(o *owner) {
+			defer o.runAfterRecover()
 			o.starting, o.recovering = false, false
 			waiters := o.readyWait
 			o.readyWait = nil

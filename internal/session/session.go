@@ -68,7 +68,10 @@ type owner struct {
 	// recovering: the start in progress re-attaches to an environment a
 	// previous server left (recover.go); a turn it ran may be resumed.
 	recovering bool
-	readyWait  []func(error) // run when the environment start finishes
+	// afterRecover: commands that came while recovering, run when it ends
+	// (whenRecovered).
+	afterRecover []func()
+	readyWait    []func(error) // run when the environment start finishes
 
 	turn *turnState
 
@@ -194,8 +197,29 @@ func (s *Session) Send(ctx context.Context, content, actor string) (string, erro
 // sendHere is Send on this server.
 func (s *Session) sendHere(ctx context.Context, content, actor string) (string, error) {
 	return doSync(ctx, s, func(o *owner, done func(string, error)) {
-		done(o.send(ctx, content, actor))
+		o.whenRecovered(func() { done(o.send(ctx, content, actor)) })
 	})
+}
+
+// whenRecovered runs f now, or, while the environment of a previous
+// server is being re-attached, once that has ended (a message sent right
+// after a restart waits for it, then finds the session as the re-attach
+// left it: idle, or running the resumed turn). Owner goroutine.
+func (o *owner) whenRecovered(f func()) {
+	if o.recovering {
+		o.afterRecover = append(o.afterRecover, f)
+		return
+	}
+	f()
+}
+
+// runAfterRecover runs what waited for the re-attach. Owner goroutine.
+func (o *owner) runAfterRecover() {
+	fs := o.afterRecover
+	o.afterRecover = nil
+	for _, f := range fs {
+		f()
+	}
 }
 
 // Interrupt stops the running turn (on the server running it).

@@ -142,6 +142,8 @@ func TestCompactorRunsAtThreshold(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// An absence, so a window: a compactor kicked below the threshold
+	// (it is not: appended kicks only on crossing it) would run in it.
 	time.Sleep(50 * time.Millisecond)
 	if n := sqlite.TailRows(t, s); n != 99 {
 		t.Fatalf("tail holds %d rows below the threshold, want 99", n)

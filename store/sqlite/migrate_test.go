@@ -255,8 +255,15 @@ func TestLeaseGenerationMigration(t *testing.T) {
 	if err := s.AppendEvents(ctx, []conversation.Event{e}, store.Fence{SessionID: "old", Generation: 1}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond)
-	genB, err := s.AcquireLease(ctx, "old", "node-b", time.Minute)
+	// node-a's 10 ms lease expires: node-b takes it over.
+	var genB int64
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		genB, err = s.AcquireLease(ctx, "old", "node-b", time.Minute)
+		if !errors.Is(err, store.ErrLeaseHeld) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond) // polling, with the deadline above
+	}
 	if err != nil || genB != 2 {
 		t.Fatalf("take-over = %d, %v; want generation 2", genB, err)
 	}

@@ -302,7 +302,7 @@ loop:
 	if env.Running() {
 		t.Fatal("running without a connection")
 	}
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // on purpose: output while no server is connected
 
 	env2, err := p.Recover(bg, spec, env.Handle())
 	if err != nil {

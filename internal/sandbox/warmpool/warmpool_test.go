@@ -266,9 +266,12 @@ func TestItemMadeAfterCloseIsDiscarded(t *testing.T) {
 
 func TestCloseTimesOut(t *testing.T) {
 	release := make(chan struct{})
+	started := make(chan struct{})
+	var once sync.Once
 	p, err := New(Options[string, string]{
 		Size: 1, Logger: quiet(),
 		Start: func(ctx context.Context, key string) (string, error) {
+			once.Do(func() { close(started) })
 			<-release
 			return "", errors.New("never mind")
 		},
@@ -278,7 +281,7 @@ func TestCloseTimesOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Warm("k")
-	time.Sleep(10 * time.Millisecond)
+	<-started // Close finds a start in progress
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if err := p.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {

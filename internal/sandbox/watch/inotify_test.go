@@ -131,8 +131,20 @@ func TestOverlappingRoots(t *testing.T) {
 	write(t, outer, "sub/keep", "1")
 	opts := Options{Debounce: 10 * time.Millisecond}
 	a, chA := start(t, outer, opts)
-	_, chB := start(t, inner, opts)
+	b, chB := start(t, inner, opts)
 	c, chC := start(t, outer, opts)
+	// settle returns once every watcher has handled the events of the
+	// changes made before (Sync: a barrier through the shared inotify
+	// queue, then the worker handles what came before it): a new folder
+	// is then watched.
+	settle := func(id string) {
+		t.Helper()
+		for _, w := range []*Watcher{a, b, c} {
+			if err := w.Sync(t.Context(), id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 
 	write(t, outer, "sub/f", "x")
 	for name, ch := range map[string]<-chan sandbox.FileEvent{"outer": chA, "same": chC} {
@@ -153,11 +165,11 @@ func TestOverlappingRoots(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(inner, "d"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // let the new folder be watched
+	settle("mkdir") // the new folder is watched
 	if err := os.Rename(filepath.Join(inner, "d"), filepath.Join(inner, "e")); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	settle("rename")
 	write(t, inner, "e/g", "x")
 	until(t, chA, sandbox.Created, "sub/e/g")
 	until(t, chB, sandbox.Created, "e/g")

@@ -294,7 +294,7 @@ func TestKillForkingGroup(t *testing.T) {
 	}
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // on purpose: the bomb spreads up to its limit before Remove
 	if err := g.Remove(ctx); err != nil {
 		t.Fatal(err)
 	}
