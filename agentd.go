@@ -25,9 +25,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/agent/shell"
 	"github.com/agentd/agentd/internal/api"
 	"github.com/agentd/agentd/internal/audit"
 	"github.com/agentd/agentd/internal/auth"
@@ -35,12 +34,13 @@ import (
 	"github.com/agentd/agentd/internal/datadir"
 	"github.com/agentd/agentd/internal/eventlog"
 	"github.com/agentd/agentd/internal/modelproxy"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/bwrap"
 	"github.com/agentd/agentd/internal/sandbox/executor"
 	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/wiring"
 	"github.com/agentd/agentd/profile"
+	"github.com/agentd/agentd/sandbox"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/store/postgres"
 	"github.com/agentd/agentd/store/sqlite"
@@ -77,8 +77,15 @@ type Config struct {
 	// docs/sandboxes.md). Other backends register through Sandboxes. What
 	// each protects against: docs/security.md.
 	Sandbox string
-	// Sandboxes adds sandbox backends by name, for embedding programs.
+	// Sandboxes adds sandbox backends by name, for embedding programs
+	// (docs/embedding.md); sandbox/sandboxtest is their conformance suite.
+	// A name of a built-in backend replaces it.
 	Sandboxes map[string]sandbox.Provider
+	// Architectures adds agent architectures, for embedding programs
+	// (docs/embedding.md); agent/agenttest is their conformance suite.
+	// Their names must differ from the built-ins' (shell, claude-code,
+	// codex, gemini-cli, opencode and their aliases).
+	Architectures []agent.Architecture
 	// RunAsUser runs the executor and bwrap sandboxes' processes as this
 	// Unix user (needs root). All sessions share it.
 	RunAsUser string
@@ -410,8 +417,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// Agent configuration written into workspaces lives under .agentd/; it
 	// is not the user's work, so it is not watched.
 	cfg.WatchIgnore = append(append([]string(nil), cfg.WatchIgnore...), ".agentd")
-	archs := agent.NewRegistry()
-	RegisterArchitectures(archs)
+	archs, err := wiring.Registry(cfg.Architectures)
+	if err != nil {
+		return nil, err
+	}
 
 	holder := cfg.NodeID
 	if holder == "" {
@@ -559,12 +568,6 @@ func nodeID(dataDir string) (string, error) {
 		return "", fmt.Errorf("write node id: %w", err)
 	}
 	return id, nil
-}
-
-// RegisterArchitectures adds every built-in architecture to r.
-func RegisterArchitectures(r *agent.Registry) {
-	r.Register(shell.Architecture{})
-	registerAgentArchitectures(r)
 }
 
 // OpenStore opens a store by URL scheme: sqlite://path (or a plain path)

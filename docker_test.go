@@ -17,9 +17,9 @@ import (
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent/agenttest/e2etest"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/restapi"
+	"github.com/agentd/agentd/sandbox"
 	"github.com/agentd/agentd/store/sqlite"
 )
 

@@ -7,8 +7,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/internal/auth"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/store"

@@ -11,9 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/kubernetes"
 	"github.com/agentd/agentd/internal/sandbox/storefiles"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // KubernetesConfig configures the kubernetes sandbox (docs/kubernetes.md).

@@ -15,8 +15,8 @@ import (
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/api"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
+	"github.com/agentd/agentd/sandbox"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/store/memstore"
 )

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/docker"
 	"github.com/agentd/agentd/restapi"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // dockerSandbox builds the docker backend (docs/sandboxes.md).

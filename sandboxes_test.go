@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // GET /api/sandboxes for the built-in backends: the executor sandbox with

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/internal/api"
 	"github.com/agentd/agentd/internal/audit"
 	"github.com/agentd/agentd/internal/modelproxy"

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/internal/agent/shell"
 	"github.com/agentd/agentd/internal/api"
 	"github.com/agentd/agentd/internal/eventlog"

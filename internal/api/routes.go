@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/internal/auth"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/profile"

@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/restapi"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Session routes beyond the contract's first set: rename, the message

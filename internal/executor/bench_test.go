@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // counter is a server side that only counts output and acknowledges it.

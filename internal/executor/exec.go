@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 const (

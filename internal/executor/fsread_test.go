@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // TestFSReadBounded: fs.read checks a file's size on the open file before

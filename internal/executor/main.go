@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Main runs `agentd executor` with its flags (args excludes the

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // errShutdown: the executor is stopping.

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // testExecutor is an executor served in-process on a local environment.

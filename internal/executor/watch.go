@@ -4,7 +4,7 @@ import (
 	"context"
 	"strconv"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // watch forwards the environment's file events to one connection as

@@ -20,16 +20,16 @@ import (
 	"time"
 
 	"github.com/agentd/agentd"
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/internal/api"
 	"github.com/agentd/agentd/internal/mockllm"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/profile"
 	"github.com/agentd/agentd/restapi"
+	"github.com/agentd/agentd/sandbox"
 	"github.com/agentd/agentd/store"
 )
 

@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/profile"
+	"github.com/agentd/agentd/sandbox"
 	"github.com/agentd/agentd/store"
 )
 

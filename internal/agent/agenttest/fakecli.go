@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/internal/sandbox/local"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // The runner tests play the agent's CLI with the test binary itself: the

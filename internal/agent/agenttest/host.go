@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/profile"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // FakeHost is an agent.Host for runner tests: it records the events, the

@@ -16,10 +16,10 @@ import (
 	"github.com/agentd/agentd"
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent/claudecode"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/restapi"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // BenchmarkTurnOverhead measures, side by side on the same mock-llm

@@ -14,11 +14,11 @@ import (
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/mockllm"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor"
 	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/profile"
 	"github.com/agentd/agentd/restapi"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Server restarts in the middle of a real Claude Code turn, with the

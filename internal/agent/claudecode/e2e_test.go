@@ -19,11 +19,11 @@ import (
 	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/internal/agent/claudecode"
 	"github.com/agentd/agentd/internal/mockllm"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/profile"
 	"github.com/agentd/agentd/restapi"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // End-to-end tests: agentd in this process, the pinned Claude Code CLI

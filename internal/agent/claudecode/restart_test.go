@@ -17,11 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/internal/agent/agenttest"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Restart tests: the runner in the executor sandbox (the test binary is

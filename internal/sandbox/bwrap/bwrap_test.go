@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
+	"github.com/agentd/agentd/sandbox"
 )
 
 func TestWrapCommandLine(t *testing.T) {

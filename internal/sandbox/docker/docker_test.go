@@ -20,10 +20,10 @@ import (
 	"github.com/moby/moby/client"
 	"go.uber.org/goleak"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/docker"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
 	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // These tests run real containers on a real Docker daemon (DOCKER_HOST):

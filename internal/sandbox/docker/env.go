@@ -12,8 +12,8 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Environment is a session's container: the executor backend's

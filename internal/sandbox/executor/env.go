@@ -20,8 +20,8 @@ import (
 	"time"
 
 	rpc "github.com/agentd/agentd/internal/executor"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor/cgroup"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Environment is one session's environment, served by its executor over

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // The test binary doubles as the agentd binary (an executor) and, with

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	rpc "github.com/agentd/agentd/internal/executor"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // maxQueuedEvents bounds the events waiting for a slow Watch reader; beyond

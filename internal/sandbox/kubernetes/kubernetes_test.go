@@ -19,10 +19,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/kubernetes"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
 	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // These tests run real pods on the test cluster (scripts/kube.sh; see

@@ -1,8 +1,12 @@
 // Package sandbox defines the execution environment a session's agent runs
 // in, as a few small primitives (exec, files, watch, terminate) that every
-// backend implements: local/ (a folder and process groups on this host),
+// backend implements, and the optional abilities a backend may add as
+// separate interfaces. It is public so that a program embedding agentd can
+// add a backend of its own (agentd.Config.Sandboxes; sandbox/sandboxtest is
+// the conformance suite every backend passes). The built-in backends live
+// in internal/sandbox/: local/ (a folder and process groups on this host),
 // executor/ (a detached executor process over JSON-RPC), bwrap/ (Linux
-// namespaces), and fleet backends later.
+// namespaces), docker/ and kubernetes/.
 //
 // Paths given to an Environment are relative to its workspace root and must
 // stay inside it; CleanPath is the one place that decides.

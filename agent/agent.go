@@ -1,8 +1,11 @@
 // Package agent defines how agentd drives an agent: an Architecture starts a
 // Runner for a session inside its sandbox, and the Runner turns user messages
-// into conversation events through the Host the session gives it. Each
-// architecture lives in its own sub-package (shell/, claudecode/, codex/,
-// gemini/, opencode/) with its command line and its converter.
+// into conversation events through the Host the session gives it. It is
+// public so that a program embedding agentd can add architectures of its
+// own (agentd.Config.Architectures; agent/agenttest is their conformance
+// suite). The built-in architectures live in internal/agent/, one
+// sub-package each (shell/, claudecode/, codex/, gemini/, opencode/) with
+// its command line and its converter.
 package agent
 
 import (
@@ -13,8 +16,8 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/profile"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // ErrInterrupted is returned by Runner.Turn when the turn ended because of
@@ -32,9 +35,11 @@ type Architecture interface {
 	Start(ctx context.Context, host Host) (Runner, error)
 }
 
-// Runner runs turns of one session. The session calls Turn, Interrupt and
-// Close from its owner goroutine, except Interrupt, which may come while a
-// Turn is running.
+// Runner runs turns of one session. The session runs one Turn at a time,
+// each in a goroutine of its own (not the session's owner goroutine);
+// Interrupt comes from another goroutine while a Turn runs, and Close may
+// come while a Turn whose context was cancelled is still returning (a
+// shutdown), so a runner guards what those share.
 type Runner interface {
 	// Turn sends one user message and emits the agent's events through the
 	// host until the turn ends. It returns ErrInterrupted (possibly wrapped)
