@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/agentd/agentd"
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/internal/agent/claudecode"
 	"github.com/agentd/agentd/internal/mockllm"
 	"github.com/agentd/agentd/internal/sandbox/local"

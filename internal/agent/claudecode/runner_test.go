@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/agent"
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent/agenttest"
 )
 
 // Runner tests against the fake CLI (fakecli_test.go): the control

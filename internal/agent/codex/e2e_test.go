@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd"
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/internal/agent/agenttest/e2etest"
 	"github.com/agentd/agentd/internal/agent/codex"
 	"github.com/agentd/agentd/internal/testenv"

@@ -13,8 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentd/agentd/agent"
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/profile"
 )
 

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/agent"
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/profile"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd"
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/internal/agent/agenttest/e2etest"
 	"github.com/agentd/agentd/internal/agent/opencode"
 	"github.com/agentd/agentd/internal/mockllm"

@@ -1,12 +1,15 @@
-// Package agenttest holds what the tests of the agent architectures
-// (codex, gemini, opencode, claudecode) share: the event invariants every
-// converter keeps, fuzz and benchmark bodies for line converters, a fake
-// agent.Host and the set-up of a runner whose CLI is the test binary.
+// Package agenttest checks agent architectures. Run is the conformance
+// suite an architecture passes, built-in or an embedding program's own
+// (agentd.Config.Architectures): its runner driven through turns,
+// interrupts and Close against FakeHost, a fake agent.Host.
 //
-// It is imported only by tests. It imports no architecture and no server,
-// so in-package tests (package codex) may use it; the format harness is in
-// agenttest/formattest and the server end-to-end helpers in
-// agenttest/e2etest, both for external test packages only.
+// It also holds what the tests of the built-in architectures (codex,
+// gemini, opencode, claudecode) share: the event invariants every
+// converter keeps, fuzz and benchmark bodies for line converters and the
+// set-up of a runner whose CLI is the test binary. It imports no
+// architecture and no server, so in-package tests (package codex) may use
+// it; the format harness is in internal/agent/agenttest/formattest and the
+// server end-to-end helpers in internal/agent/agenttest/e2etest.
 package agenttest
 
 import (
