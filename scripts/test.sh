@@ -84,6 +84,9 @@ go mod tidy -diff
 step "staticcheck"
 go run "$STATICCHECK" ./...
 
+step "examples/custom-backend (its own module: a backend and an architecture added through the public API)"
+(cd examples/custom-backend && go mod tidy -diff && go vet ./... && go run "$STATICCHECK" ./... && go test -count=1 ./...)
+
 step "govulncheck"
 # It needs the vulnerability database at vuln.go.dev (or a copy named by
 # AGENTD_VULNDB, e.g. file:///srv/vulndb); where that cannot be reached
