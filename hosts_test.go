@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd"
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/internal/agentdtest"
 )
 
 func TestAllowedHostsFollowTheListenAddress(t *testing.T) {
@@ -20,7 +20,7 @@ func TestAllowedHostsFollowTheListenAddress(t *testing.T) {
 		}
 	}
 
-	srv := testenv.Start(t, agentd.Config{AllowedHosts: []string{"box.lan"}})
+	srv := agentdtest.Start(t, agentd.Config{AllowedHosts: []string{"box.lan"}})
 	port := srv.URL[strings.LastIndex(srv.URL, ":")+1:]
 	for host, want := range map[string]int{
 		"127.0.0.1:" + port: 200, "localhost:" + port: 200, "box.lan:" + port: 200,

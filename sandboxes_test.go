@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd"
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/sandbox"
 )
 
@@ -13,7 +13,7 @@ import (
 // a model proxy is the default, survives restarts and protects the key;
 // local protects nothing. Every backend lists every threat once.
 func TestSandboxesListed(t *testing.T) {
-	srv := testenv.Start(t, agentd.Config{Sandbox: "executor", SandboxLimitMode: "off",
+	srv := agentdtest.Start(t, agentd.Config{Sandbox: "executor", SandboxLimitMode: "off",
 		Env: map[string]string{"ANTHROPIC_API_KEY": "sk-ant-test-not-a-real-key"}})
 	sbs, err := srv.Client.Sandboxes(context.Background())
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 // httptest server, wired like agentd.New but keeping hold of the event log,
 // so a benchmark can append events at a controlled rate. agentd.Server does
 // not expose its log; benchmarks that only drive the public API use
-// testenv.Start (agentd.New) instead.
+// agentdtest.Start (agentd.New) instead.
 type wired struct {
 	URL   string
 	Log   *eventlog.Log

@@ -8,7 +8,7 @@ import (
 // Collector is implemented by providers whose environments are resources
 // outside the server's process tree (containers): Collect removes every
 // environment of this provider that the server no longer records — keep
-// are the handles (Handler.Handle) the store still holds — such as those
+// are the handles (HandleReporter.Handle) the store still holds — such as those
 // of sessions deleted while the server was down. The server calls it once
 // at start, after loading its sessions and before serving requests.
 type Collector interface {

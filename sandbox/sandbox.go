@@ -172,9 +172,10 @@ func ReadFileLimit(ctx context.Context, env Environment, path string, limit int6
 	return b.Bytes(), nil
 }
 
-// Handler is implemented by environments that can be re-attached after a
-// server restart: Handle is what the server records for Recoverer.Recover.
-type Handler interface {
+// HandleReporter is implemented by environments that can be re-attached
+// after a server restart: Handle reports what the server records for
+// Recoverer.Recover.
+type HandleReporter interface {
 	Handle() json.RawMessage
 }
 

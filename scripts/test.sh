@@ -129,7 +129,7 @@ go test -count=1 -timeout 30m "${pkgs[@]}"
 
 step "go test -race"
 # Every package: the agentd processes tests start are built with -race too
-# (internal/testenv), and a race they report fails the test.
+# (internal/agentdtest), and a race they report fails the test.
 go test -count=1 -race -timeout 40m "${pkgs[@]}"
 
 step "chaos (short run, -race)"

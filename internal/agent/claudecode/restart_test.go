@@ -78,7 +78,7 @@ func newExecWorld(t testing.TB, mod func(*executor.Options)) *execWorld {
 // recover connects to the executor again, as a restarted server does.
 func (w *execWorld) recover() sandbox.Environment {
 	w.t.Helper()
-	env, err := w.prov.Recover(context.Background(), w.spec, w.env.(sandbox.Handler).Handle())
+	env, err := w.prov.Recover(context.Background(), w.spec, w.env.(sandbox.HandleReporter).Handle())
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -29,9 +29,9 @@ type Environment struct {
 }
 
 var (
-	_ sandbox.Environment = (*Environment)(nil)
-	_ sandbox.Handler     = (*Environment)(nil)
-	_ sandbox.Attacher    = (*Environment)(nil)
+	_ sandbox.Environment    = (*Environment)(nil)
+	_ sandbox.HandleReporter = (*Environment)(nil)
+	_ sandbox.Attacher       = (*Environment)(nil)
 )
 
 // removeTimeout bounds a container's removal (docker rm -f: kill, unmount,

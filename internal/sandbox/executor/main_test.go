@@ -111,7 +111,7 @@ loop:
 		}
 	}
 	out, _ := json.Marshal(serverReport{
-		Handle: env.(sandbox.Handler).Handle(), Spec: spec, Tag: "count",
+		Handle: env.(sandbox.HandleReporter).Handle(), Spec: spec, Tag: "count",
 		Consumed: string(consumed), Offsets: sandbox.Offsets{Stdout: int64(len(consumed))},
 	})
 	fmt.Println(string(out))

@@ -33,10 +33,10 @@ type Environment struct {
 }
 
 var (
-	_ sandbox.Environment = (*Environment)(nil)
-	_ sandbox.Handler     = (*Environment)(nil)
-	_ sandbox.Attacher    = (*Environment)(nil)
-	_ sandbox.WatchSyncer = (*Environment)(nil)
+	_ sandbox.Environment    = (*Environment)(nil)
+	_ sandbox.HandleReporter = (*Environment)(nil)
+	_ sandbox.Attacher       = (*Environment)(nil)
+	_ sandbox.WatchSyncer    = (*Environment)(nil)
 )
 
 // Handle is what Environment.Handle records and Recover reads.

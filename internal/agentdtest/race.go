@@ -1,6 +1,6 @@
 //go:build race
 
-package testenv
+package agentdtest
 
 // raceEnabled: this test binary was built with -race, and so is the agentd
 // binary that Binary builds.

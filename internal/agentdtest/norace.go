@@ -1,5 +1,5 @@
 //go:build !race
 
-package testenv
+package agentdtest
 
 const raceEnabled = false

@@ -1,6 +1,6 @@
-// Package testenv starts real agentd servers, mock model servers and agent
+// Package agentdtest starts real agentd servers, mock model servers and agent
 // CLIs for end-to-end tests. It is imported by tests only.
-package testenv
+package agentdtest
 
 import (
 	"bufio"
@@ -36,7 +36,7 @@ func RepoRoot(t testing.TB) string {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			t.Fatal("testenv: go.mod not found")
+			t.Fatal("agentdtest: go.mod not found")
 		}
 		dir = parent
 	}
@@ -50,9 +50,9 @@ func AgentBin(t testing.TB, name string) string {
 	bin := filepath.Join(RepoRoot(t), "tools", "agents", "node_modules", ".bin")
 	if _, err := os.Stat(filepath.Join(bin, name)); err != nil {
 		if os.Getenv("AGENTD_REQUIRE_AGENTS") != "" {
-			t.Fatalf("testenv: %s not installed in %s (run scripts/setup.sh)", name, bin)
+			t.Fatalf("agentdtest: %s not installed in %s (run scripts/setup.sh)", name, bin)
 		}
-		t.Skipf("testenv: %s not installed in %s (run scripts/setup.sh)", name, bin)
+		t.Skipf("agentdtest: %s not installed in %s (run scripts/setup.sh)", name, bin)
 	}
 	return bin
 }
@@ -74,7 +74,7 @@ func MockLLM(t testing.TB, script string) (*mockllm.Server, string) {
 	}
 	sc, err := mockllm.Load(f)
 	if err != nil {
-		t.Fatalf("testenv: mock-llm script: %v", err)
+		t.Fatalf("agentdtest: mock-llm script: %v", err)
 	}
 	srv := mockllm.New(sc, mockllm.WithLogger(quietLogger()))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -131,7 +131,7 @@ func (s *Server) start() {
 	ctx := context.Background()
 	srv, err := agentd.New(ctx, s.Config)
 	if err != nil {
-		s.t.Fatalf("testenv: start agentd: %v", err)
+		s.t.Fatalf("agentdtest: start agentd: %v", err)
 	}
 	if err := srv.Listen(); err != nil {
 		s.t.Fatal(err)
@@ -155,7 +155,7 @@ func (s *Server) Stop() {
 	}
 	s.cancel()
 	if err := <-s.done; err != nil {
-		s.t.Logf("testenv: agentd stopped: %v", err)
+		s.t.Logf("agentdtest: agentd stopped: %v", err)
 	}
 	s.cancel = nil
 }
@@ -240,7 +240,7 @@ func StartProcess(t testing.TB, env []string, args ...string) *Process {
 	t.Cleanup(func() {
 		p.Kill()
 		if races := p.Races(); races != "" {
-			t.Errorf("testenv: the agentd server reported data races:\n%s", races)
+			t.Errorf("agentdtest: the agentd server reported data races:\n%s", races)
 		}
 		if t.Failed() {
 			t.Logf("agentd log:\n%s", p.Logs())
@@ -316,9 +316,9 @@ func (p *Process) start(addr string) {
 	case u := <-ready:
 		p.URL = u
 	case err := <-p.waitErr:
-		p.t.Fatalf("testenv: agentd exited at start: %v\n%s", err, p.Logs())
+		p.t.Fatalf("agentdtest: agentd exited at start: %v\n%s", err, p.Logs())
 	case <-time.After(30 * time.Second):
-		p.t.Fatalf("testenv: agentd did not start\n%s", p.Logs())
+		p.t.Fatalf("agentdtest: agentd did not start\n%s", p.Logs())
 	}
 	p.Client, _ = client.New(p.URL)
 }

@@ -1,4 +1,4 @@
-package testenv
+package agentdtest
 
 import "github.com/agentd/agentd/profile"
 

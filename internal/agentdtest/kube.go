@@ -1,4 +1,4 @@
-package testenv
+package agentdtest
 
 import (
 	"bytes"
@@ -46,9 +46,9 @@ const KubeNamespace = "agentd-test"
 func kubeSkip(t testing.TB, format string, args ...any) {
 	t.Helper()
 	if os.Getenv("AGENTD_REQUIRE_KUBERNETES") != "" {
-		t.Fatalf("testenv: "+format, args...)
+		t.Fatalf("agentdtest: "+format, args...)
 	}
-	t.Skipf("testenv: "+format+" (scripts/kube.sh start; AGENTD_REQUIRE_KUBERNETES=1 fails instead)", args...)
+	t.Skipf("agentdtest: "+format+" (scripts/kube.sh start; AGENTD_REQUIRE_KUBERNETES=1 fails instead)", args...)
 }
 
 // KubeCluster is the test cluster as the tests see it.
@@ -117,7 +117,7 @@ func Kube(t testing.TB) *KubeCluster {
 		t.Fatal(err)
 	}
 	if err := applyRBAC(ctx, cs, filepath.Join(RepoRoot(t), "deploy", "kubernetes", "rbac.yaml"), KubeNamespace); err != nil {
-		t.Fatalf("testenv: apply rbac.yaml: %v", err)
+		t.Fatalf("agentdtest: apply rbac.yaml: %v", err)
 	}
 	// The namespace's default service account (the pods') is made by the
 	// controller manager.
@@ -127,7 +127,7 @@ func Kube(t testing.TB) *KubeCluster {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("testenv: no default service account in %s: %v", KubeNamespace, err)
+			t.Fatalf("agentdtest: no default service account in %s: %v", KubeNamespace, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -135,7 +135,7 @@ func Kube(t testing.TB) *KubeCluster {
 		Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(24 * 3600))},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("testenv: token of the agentd service account: %v", err)
+		t.Fatalf("agentdtest: token of the agentd service account: %v", err)
 	}
 	sa := rest.AnonymousClientConfig(admin)
 	sa.BearerToken = tok.Status.Token
@@ -268,10 +268,10 @@ func KubeImage(t testing.TB) string {
 		cmd := exec.CommandContext(ctx, filepath.Join(RepoRoot(t), "scripts", "sandbox-image.sh"),
 			"--no-docker", "--agents", "claude", "--agentd", bin, "--oci", out, "--tag", ref)
 		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("testenv: sandbox-image.sh: %v\n%s", err, b)
+			t.Fatalf("agentdtest: sandbox-image.sh: %v\n%s", err, b)
 		}
 		if b, err := exec.CommandContext(ctx, "ctr", "-a", sock, "-n", "k8s.io", "images", "import", out).CombinedOutput(); err != nil {
-			t.Fatalf("testenv: ctr images import: %v\n%s", err, b)
+			t.Fatalf("agentdtest: ctr images import: %v\n%s", err, b)
 		}
 		os.Remove(out)
 	}

@@ -1,4 +1,4 @@
-package testenv
+package agentdtest
 
 import (
 	"archive/tar"
@@ -36,9 +36,9 @@ func SandboxImage() string {
 func dockerSkip(t testing.TB, format string, args ...any) {
 	t.Helper()
 	if os.Getenv("AGENTD_REQUIRE_DOCKER") != "" {
-		t.Fatalf("testenv: "+format, args...)
+		t.Fatalf("agentdtest: "+format, args...)
 	}
-	t.Skipf("testenv: "+format+" (scripts/dockerd.sh and scripts/sandbox-image.sh; AGENTD_REQUIRE_DOCKER=1 fails instead)", args...)
+	t.Skipf("agentdtest: "+format+" (scripts/dockerd.sh and scripts/sandbox-image.sh; AGENTD_REQUIRE_DOCKER=1 fails instead)", args...)
 }
 
 // Docker returns a client of the test daemon, skipping the test when none
@@ -113,11 +113,11 @@ func DockerImage(t testing.TB) string {
 		Labels: map[string]string{"agentd.test": "true"},
 	})
 	if err != nil {
-		t.Fatalf("testenv: build %s: %v", img, err)
+		t.Fatalf("agentdtest: build %s: %v", img, err)
 	}
 	defer res.Body.Close()
 	if err := readBuild(res.Body); err != nil {
-		t.Fatalf("testenv: build %s: %v", img, err)
+		t.Fatalf("agentdtest: build %s: %v", img, err)
 	}
 	imageBuilt[bin] = img
 	return img
