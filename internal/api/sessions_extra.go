@@ -35,7 +35,7 @@ func (s *Server) handleRename(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, restapi.SessionSummary(sum))
+	writeJSON(w, http.StatusOK, sum)
 }
 
 func (s *Server) handleQueue(w http.ResponseWriter, r *http.Request) {
