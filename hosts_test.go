@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentd/agentd"
 	"github.com/agentd/agentd/internal/agentdtest"
+	"github.com/agentd/agentd/internal/wiring"
 )
 
 func TestAllowedHostsFollowTheListenAddress(t *testing.T) {
@@ -15,8 +16,8 @@ func TestAllowedHostsFollowTheListenAddress(t *testing.T) {
 		"127.0.0.1:8080": true, "127.0.0.2:1": true, "[::1]:8080": true, "localhost:8080": true,
 		"0.0.0.0:8080": false, ":8080": false, "[::]:8080": false, "192.168.1.5:8080": false, "box.lan:8080": false,
 	} {
-		if got := agentd.LoopbackAddr(addr); got != want {
-			t.Errorf("loopbackAddr(%q) = %v, want %v", addr, got, want)
+		if got := wiring.LoopbackAddr(addr); got != want {
+			t.Errorf("LoopbackAddr(%q) = %v, want %v", addr, got, want)
 		}
 	}
 

@@ -6,6 +6,8 @@ package wiring
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/internal/agent/claudecode"
@@ -13,6 +15,9 @@ import (
 	"github.com/agentd/agentd/internal/agent/gemini"
 	"github.com/agentd/agentd/internal/agent/opencode"
 	"github.com/agentd/agentd/internal/agent/shell"
+	"github.com/agentd/agentd/internal/sandbox/bwrap"
+	"github.com/agentd/agentd/internal/sandbox/executor"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Builtin is a built-in architecture and the other names it answers to.
@@ -51,4 +56,80 @@ func Registry(extra []agent.Architecture) (*agent.Registry, error) {
 		r.Register(a)
 	}
 	return r, nil
+}
+
+// SandboxBackend is a built-in sandbox backend.
+type SandboxBackend struct {
+	Name string
+	// Host: its agents run from this host's PATH (where the server probes
+	// the agent CLIs).
+	Host bool
+	// build makes the backend as configured; nil for local, which every
+	// server has.
+	build func(s *Server, dataDir string) (sandbox.Provider, error)
+}
+
+// Sandboxes lists the built-in sandbox backends: the one place they are
+// named.
+func Sandboxes() []SandboxBackend {
+	return []SandboxBackend{
+		{Name: "local", Host: true},
+		{Name: "executor", Host: true, build: (*Server).executorSandbox},
+		{Name: "bwrap", Host: true, build: (*Server).executorSandbox},
+		{Name: "docker", build: (*Server).dockerSandbox},
+		{Name: "kubernetes", build: (*Server).kubernetesSandbox},
+	}
+}
+
+// hostSandbox reports whether name is a built-in backend whose agents run
+// from this host's PATH.
+func hostSandbox(name string) bool {
+	i := slices.IndexFunc(Sandboxes(), func(b SandboxBackend) bool { return b.Name == name })
+	return i >= 0 && Sandboxes()[i].Host
+}
+
+// builtinSandbox builds the built-in backend name.
+func (s *Server) builtinSandbox(name, dataDir string) (sandbox.Provider, error) {
+	var names []string
+	for _, b := range Sandboxes() {
+		if b.Name == name && b.build != nil {
+			return b.build(s, dataDir)
+		}
+		names = append(names, b.Name)
+	}
+	return nil, fmt.Errorf("unknown sandbox %q (%s)", name, strings.Join(names, ", "))
+}
+
+// executorSandbox builds the executor backend, or bwrap (the executor in
+// bubblewrap namespaces).
+func (s *Server) executorSandbox(string) (sandbox.Provider, error) {
+	name := s.cfg.Sandbox
+	mode, err := executor.ParseLimitMode(s.cfg.SandboxLimitMode)
+	if err != nil {
+		return nil, fmt.Errorf("%s sandbox: %w", name, err)
+	}
+	opts := executor.Options{
+		RunAsUser: s.cfg.RunAsUser, UserPool: s.cfg.RunAsUserPool,
+		Limits: s.cfg.SandboxLimits, LimitMode: mode, Nice: s.cfg.AgentNice,
+		OnCall: s.audit.ExecutorCall,
+		// Each environment reaches the model through a socket of its
+		// own, relayed to a loopback port inside (docs/security.md).
+		ModelProxy: s.executorModelProxy(),
+		Logger:     s.log,
+	}
+	var p interface {
+		sandbox.Provider
+		LimitsEnforcement() string
+	}
+	if name == "bwrap" {
+		p, err = bwrap.New(bwrap.Options{Options: opts, ReadOnly: s.cfg.SandboxReadOnly, SandboxUID: s.cfg.SandboxUID})
+	} else {
+		p, err = executor.New(opts)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s sandbox: %w", name, err)
+	}
+	s.log.Info("sandbox", "backend", name, "limits", p.LimitsEnforcement(), "user", s.cfg.RunAsUser,
+		"userPool", len(s.cfg.RunAsUserPool) > 0, "modelProxy", opts.ModelProxy != nil)
+	return p, nil
 }

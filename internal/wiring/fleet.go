@@ -1,4 +1,4 @@
-package agentd
+package wiring
 
 import (
 	"context"
@@ -25,14 +25,11 @@ func (c busCluster) Request(ctx context.Context, sessionID string, req []byte) (
 	return rep, err
 }
 
-// NodeID returns the name this server holds session leases under.
-func (s *Server) NodeID() string { return s.node }
-
 // health answers GET /health: this node, its store and its bus. The
 // status is "degraded" when the store does not answer or the bus (in a
 // fleet) is disconnected.
 func (s *Server) health(ctx context.Context) restapi.Health {
-	h := restapi.Health{Status: "ok", Version: Version, Node: s.node}
+	h := restapi.Health{Status: "ok", Version: s.cfg.Version, Node: s.node}
 	st := &restapi.ComponentHealth{Kind: storeKind(s.store), Status: "ok"}
 	if p, ok := s.store.(store.Pinger); ok {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -1,4 +1,4 @@
-package agentd
+package wiring
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package agentd
+package wiring
 
 import (
 	"context"
@@ -19,9 +19,9 @@ import (
 	"github.com/agentd/agentd/store"
 )
 
-// startSecurity starts the audit recorder and, unless disabled or there
+// startModelProxy starts the audit recorder and, unless disabled or there
 // is no provider key to protect, the model proxy (docs/security.md).
-func (s *Server) startSecurity(dataDir string) error {
+func (s *Server) startModelProxy(dataDir string) error {
 	cfg := s.cfg
 	auditStore, _ := s.store.(store.AuditStore)
 	if auditStore == nil {
@@ -98,9 +98,9 @@ func (s *Server) startSecurity(dataDir string) error {
 	return nil
 }
 
-// closeSecurity stops the proxy (requests in flight get a few seconds)
+// closeModelProxy stops the proxy (requests in flight get a few seconds)
 // and stores the audit records still queued. Safe to call twice.
-func (s *Server) closeSecurity(ctx context.Context) error {
+func (s *Server) closeModelProxy(ctx context.Context) error {
 	var errs []error
 	if s.proxy != nil {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)

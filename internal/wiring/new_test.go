@@ -1,4 +1,4 @@
-package agentd
+package wiring
 
 import (
 	"context"
@@ -92,6 +92,7 @@ func TestNewClosesWhatItStartedWhenTheAPIFails(t *testing.T) {
 	srv, err := New(ctx, Config{
 		DataDir: t.TempDir(), Store: st, Sandbox: "reattach", Sandboxes: map[string]sandbox.Provider{"reattach": sb},
 		DisableUI: true, DisableModelProxy: true, Env: map[string]string{},
+		Registerer: prometheus.NewRegistry(), LeaseTTL: 15 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err == nil {
@@ -125,7 +126,11 @@ func TestNewClosesWhatItStartedWhenItPanics(t *testing.T) {
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	first, err := New(ctx, Config{DataDir: t.TempDir(), Registerer: reg, DisableUI: true, Env: map[string]string{}, Logger: quiet})
+	config := func() Config {
+		return Config{DataDir: t.TempDir(), Sandbox: "local", Registerer: reg, DisableUI: true, Env: map[string]string{},
+			LeaseTTL: 15 * time.Second, Logger: quiet}
+	}
+	first, err := New(ctx, config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +142,7 @@ func TestNewClosesWhatItStartedWhenItPanics(t *testing.T) {
 				t.Error("New with a registry in use did not panic")
 			}
 		}()
-		srv, err := New(ctx, Config{DataDir: t.TempDir(), Registerer: reg, DisableUI: true, Env: map[string]string{}, Logger: quiet})
+		srv, err := New(ctx, config())
 		if err == nil {
 			srv.Close(ctx)
 		}
