@@ -1,6 +1,10 @@
 // Package agentd is the API for running agentd inside a Go program: build a
 // Config (with any store.Store that passes store/storetest), call New, then
-// Serve. cmd/agentd is a thin wrapper around it.
+// Serve. cmd/agentd is a thin wrapper around it. A program adds sandbox
+// backends (Config.Sandboxes, package sandbox, checked by
+// sandbox/sandboxtest) and agent architectures (Config.Architectures,
+// package agent, checked by agent/agenttest) of its own; docs/embedding.md
+// and examples/custom-backend show how.
 //
 //	srv, err := agentd.New(ctx, agentd.Config{DataDir: "/var/lib/agentd", Store: myStore})
 //	...
