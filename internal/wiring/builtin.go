@@ -84,8 +84,9 @@ func Sandboxes() []SandboxBackend {
 // hostSandbox reports whether name is a built-in backend whose agents run
 // from this host's PATH.
 func hostSandbox(name string) bool {
-	i := slices.IndexFunc(Sandboxes(), func(b SandboxBackend) bool { return b.Name == name })
-	return i >= 0 && Sandboxes()[i].Host
+	bs := Sandboxes()
+	i := slices.IndexFunc(bs, func(b SandboxBackend) bool { return b.Name == name })
+	return i >= 0 && bs[i].Host
 }
 
 // builtinSandbox builds the built-in backend name.

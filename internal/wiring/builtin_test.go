@@ -3,6 +3,7 @@ package wiring
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -54,5 +55,17 @@ func TestRegistryTakesExtraArchitectures(t *testing.T) {
 	}
 	if _, err := Registry([]agent.Architecture{named("x"), named("x")}); err == nil {
 		t.Error("x twice: no error")
+	}
+}
+
+func TestBuiltinSandboxes(t *testing.T) {
+	for name, host := range map[string]bool{"local": true, "executor": true, "bwrap": true, "docker": false, "kubernetes": false, "mine": false} {
+		if hostSandbox(name) != host {
+			t.Errorf("hostSandbox(%q) = %v", name, !host)
+		}
+	}
+	_, err := (&Server{}).builtinSandbox("nope", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), `unknown sandbox "nope" (local, executor, bwrap, docker, kubernetes)`) {
+		t.Fatalf("unknown sandbox: %v", err)
 	}
 }
