@@ -469,7 +469,8 @@ func (e *Environment) Terminate(ctx context.Context) error {
 	return e.root.Close()
 }
 
-// process is a started command.
+// process is a started command. It is reaped once its output has been
+// read to the end (as the server always does): Output must be drained.
 type process struct {
 	tag    string
 	cmd    *exec.Cmd
