@@ -16,16 +16,16 @@ import (
 	agentdclient "github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent/agenttest/e2etest"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
-	"github.com/agentd/agentd/internal/sandbox"
-	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/restapi"
+	"github.com/agentd/agentd/sandbox"
 	"github.com/agentd/agentd/store/sqlite"
 )
 
 // The docker sandbox end to end: real servers, a real Docker daemon
 // (DOCKER_HOST), the sandbox image with this source's agentd
-// (testenv.DockerImage). They skip without a daemon or image unless
+// (agentdtest.DockerImage). They skip without a daemon or image unless
 // AGENTD_REQUIRE_DOCKER is set.
 
 func dockerSetup(t *testing.T) (*client.Client, string) {
@@ -33,8 +33,8 @@ func dockerSetup(t *testing.T) (*client.Client, string) {
 	if testing.Short() {
 		t.Skip("starts real servers and containers")
 	}
-	cli := testenv.Docker(t)
-	return cli, testenv.DockerImage(t)
+	cli := agentdtest.Docker(t)
+	return cli, agentdtest.DockerImage(t)
 }
 
 // nodeOf is the node id a server on dataDir labels its containers with.
@@ -53,7 +53,7 @@ func noLeftovers(t *testing.T, cli *client.Client, node string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		left := testenv.DockerContainers(t, cli, node)
+		left := agentdtest.DockerContainers(t, cli, node)
 		if len(left) == 0 {
 			break
 		}
@@ -78,7 +78,7 @@ func noLeftovers(t *testing.T, cli *client.Client, node string) {
 // purge that leaves no container, volume or workspace.
 func TestDockerShell(t *testing.T) {
 	cli, image := dockerSetup(t)
-	srv := testenv.Start(t, agentd.Config{Sandbox: "docker", DockerImage: image, Env: map[string]string{}})
+	srv := agentdtest.Start(t, agentd.Config{Sandbox: "docker", DockerImage: image, Env: map[string]string{}})
 	c := srv.Client
 	ctx := context.Background()
 	created, err := c.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
@@ -136,7 +136,7 @@ func TestDockerShell(t *testing.T) {
 	}
 
 	node := nodeOf(t, srv.Config.DataDir)
-	if n := len(testenv.DockerContainers(t, cli, node)); n != 1 {
+	if n := len(agentdtest.DockerContainers(t, cli, node)); n != 1 {
 		t.Fatalf("%d containers for one session", n)
 	}
 	if err := c.DeleteSession(ctx, id, true); err != nil {
@@ -179,8 +179,8 @@ var claudeDockerScript = e2etest.Script(`
 // its CLI are re-attached).
 func TestDockerClaudeCode(t *testing.T) {
 	cli, image := dockerSetup(t)
-	mock, url := testenv.MockLLM(t, claudeDockerScript)
-	srv := testenv.Start(t, agentd.Config{
+	mock, url := agentdtest.MockLLM(t, claudeDockerScript)
+	srv := agentdtest.Start(t, agentd.Config{
 		Sandbox: "docker", DockerImage: image, WarmPool: 1,
 		Env: map[string]string{"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "sk-ant-test-not-a-real-key"},
 	})
@@ -248,7 +248,7 @@ func waitWarm(t testing.TB, c *agentdclient.Client, n int) {
 func TestDockerTurnSurvivesKill9(t *testing.T) {
 	cli, image := dockerSetup(t)
 	data := t.TempDir()
-	p := testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + sandboxtest.ShortTempDir(t, "dkr")}, "--data-dir", data, "--no-ui",
+	p := agentdtest.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + sandboxtest.ShortTempDir(t, "dkr")}, "--data-dir", data, "--no-ui",
 		"--sandbox", "docker", "--docker-image", image)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -277,7 +277,7 @@ func TestDockerTurnSurvivesKill9(t *testing.T) {
 func TestDockerCollectsDeletedWhileDown(t *testing.T) {
 	cli, image := dockerSetup(t)
 	data := t.TempDir()
-	p := testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + sandboxtest.ShortTempDir(t, "dkr")}, "--data-dir", data, "--no-ui",
+	p := agentdtest.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + sandboxtest.ShortTempDir(t, "dkr")}, "--data-dir", data, "--no-ui",
 		"--sandbox", "docker", "--docker-image", image)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -290,7 +290,7 @@ func TestDockerCollectsDeletedWhileDown(t *testing.T) {
 		ids = append(ids, id)
 	}
 	node := nodeOf(t, data)
-	if n := len(testenv.DockerContainers(t, cli, node)); n != 2 {
+	if n := len(agentdtest.DockerContainers(t, cli, node)); n != 2 {
 		t.Fatalf("%d containers, want 2", n)
 	}
 	p.Kill()
@@ -303,7 +303,7 @@ func TestDockerCollectsDeletedWhileDown(t *testing.T) {
 	}
 	st.Close()
 	p.Restart()
-	if left := testenv.DockerContainers(t, cli, node); len(left) != 1 {
+	if left := agentdtest.DockerContainers(t, cli, node); len(left) != 1 {
 		t.Fatalf("containers after the restart: %v\n%s", left, p.Logs())
 	}
 	if !strings.Contains(p.Logs(), "container of no session removed") {
@@ -328,12 +328,12 @@ func BenchmarkDockerSessionReady(b *testing.B) {
 	if testing.Short() {
 		b.Skip("starts real servers and containers")
 	}
-	testenv.Docker(b)
-	image := testenv.DockerImage(b)
+	agentdtest.Docker(b)
+	image := agentdtest.DockerImage(b)
 	for _, warm := range []int{0, 1} {
 		name := map[int]string{0: "cold", 1: "warm"}[warm]
 		b.Run(name, func(b *testing.B) {
-			srv := testenv.Start(b, agentd.Config{Sandbox: "docker", DockerImage: image, WarmPool: warm, Env: map[string]string{}})
+			srv := agentdtest.Start(b, agentd.Config{Sandbox: "docker", DockerImage: image, WarmPool: warm, Env: map[string]string{}})
 			c := srv.Client
 			ctx := context.Background()
 			var ds []time.Duration

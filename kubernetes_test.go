@@ -16,35 +16,35 @@ import (
 	agentdclient "github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent/agenttest/e2etest"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
-	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/restapi"
 	"github.com/agentd/agentd/store/sqlite"
 )
 
 // The kubernetes sandbox end to end: real servers, the real test cluster
 // (scripts/kube.sh; the tests run in its network namespace), the sandbox
-// image with this source's agentd (testenv.KubeImage), the servers
+// image with this source's agentd (agentdtest.KubeImage), the servers
 // reaching the API server as the service account of
 // deploy/kubernetes/rbac.yaml. They skip without a cluster unless
 // AGENTD_REQUIRE_KUBERNETES is set.
 
-func kubeSetup(t testing.TB) (*testenv.KubeCluster, string) {
+func kubeSetup(t testing.TB) (*agentdtest.KubeCluster, string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts real servers and pods")
 	}
-	kube := testenv.Kube(t)
-	return kube, testenv.KubeImage(t)
+	kube := agentdtest.Kube(t)
+	return kube, agentdtest.KubeImage(t)
 }
 
-func kubeConfig(kube *testenv.KubeCluster, image string) agentd.KubernetesConfig {
+func kubeConfig(kube *agentdtest.KubeCluster, image string) agentd.KubernetesConfig {
 	return agentd.KubernetesConfig{Kubeconfig: kube.Kubeconfig, Namespace: kube.Namespace, Image: image}
 }
 
 // kubeArgs are the serve flags of the kubernetes sandbox on the test
 // cluster.
-func kubeArgs(kube *testenv.KubeCluster, image string) []string {
+func kubeArgs(kube *agentdtest.KubeCluster, image string) []string {
 	return []string{"--sandbox", "kubernetes", "--k8s-kubeconfig", kube.Kubeconfig, "--k8s-namespace", kube.Namespace, "--k8s-image", image}
 }
 
@@ -52,7 +52,7 @@ func kubeArgs(kube *testenv.KubeCluster, image string) []string {
 // volume of session id's pod.
 func podWorkspace(t *testing.T, id string) string {
 	t.Helper()
-	kube := testenv.Kube(t)
+	kube := agentdtest.Kube(t)
 	dir := os.Getenv("AGENTD_KUBELET_DIR")
 	if dir == "" {
 		t.Fatal("AGENTD_KUBELET_DIR is not set (scripts/kube.sh start prints it)")
@@ -68,11 +68,11 @@ func podWorkspace(t *testing.T, id string) string {
 
 // noPodsLeft fails unless no pod of node is left, waiting for deletions
 // under way.
-func noPodsLeft(t *testing.T, kube *testenv.KubeCluster, node string) {
+func noPodsLeft(t *testing.T, kube *agentdtest.KubeCluster, node string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		left := testenv.KubePods(t, kube, node)
+		left := agentdtest.KubePods(t, kube, node)
 		if len(left) == 0 {
 			return
 		}
@@ -89,7 +89,7 @@ func noPodsLeft(t *testing.T, kube *testenv.KubeCluster, node string) {
 // leaves no pod.
 func TestKubernetesShell(t *testing.T) {
 	kube, image := kubeSetup(t)
-	srv := testenv.Start(t, agentd.Config{Sandbox: "kubernetes", Kubernetes: kubeConfig(kube, image), Env: map[string]string{}})
+	srv := agentdtest.Start(t, agentd.Config{Sandbox: "kubernetes", Kubernetes: kubeConfig(kube, image), Env: map[string]string{}})
 	c := srv.Client
 	ctx := context.Background()
 	created, err := c.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
@@ -144,7 +144,7 @@ func TestKubernetesShell(t *testing.T) {
 		t.Fatalf("sandboxes %v", names)
 	}
 	node := nodeOf(t, srv.Config.DataDir)
-	if n := len(testenv.KubePods(t, kube, node)); n != 1 {
+	if n := len(agentdtest.KubePods(t, kube, node)); n != 1 {
 		t.Fatalf("%d pods for one session", n)
 	}
 
@@ -179,8 +179,8 @@ func TestKubernetesShell(t *testing.T) {
 // CLI are re-attached).
 func TestKubernetesClaudeCode(t *testing.T) {
 	kube, image := kubeSetup(t)
-	mock, url := testenv.MockLLM(t, claudeDockerScript)
-	srv := testenv.Start(t, agentd.Config{
+	mock, url := agentdtest.MockLLM(t, claudeDockerScript)
+	srv := agentdtest.Start(t, agentd.Config{
 		Sandbox: "kubernetes", Kubernetes: kubeConfig(kube, image), WarmPool: 1,
 		Env: map[string]string{"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "sk-ant-test-not-a-real-key"},
 	})
@@ -249,7 +249,7 @@ func waitWarmPool(t testing.TB, c *agentdclient.Client, name string, n int) {
 func TestKubernetesTurnSurvivesKill9(t *testing.T) {
 	kube, image := kubeSetup(t)
 	data := t.TempDir()
-	p := testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + sandboxtest.ShortTempDir(t, "k8s")},
+	p := agentdtest.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + sandboxtest.ShortTempDir(t, "k8s")},
 		append([]string{"--data-dir", data, "--no-ui"}, kubeArgs(kube, image)...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -276,7 +276,7 @@ func TestKubernetesTurnSurvivesKill9(t *testing.T) {
 func TestKubernetesCollectsDeletedWhileDown(t *testing.T) {
 	kube, image := kubeSetup(t)
 	data := t.TempDir()
-	p := testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + sandboxtest.ShortTempDir(t, "k8s")},
+	p := agentdtest.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + sandboxtest.ShortTempDir(t, "k8s")},
 		append([]string{"--data-dir", data, "--no-ui"}, kubeArgs(kube, image)...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -289,7 +289,7 @@ func TestKubernetesCollectsDeletedWhileDown(t *testing.T) {
 		ids = append(ids, id)
 	}
 	node := nodeOf(t, data)
-	if n := len(testenv.KubePods(t, kube, node)); n != 2 {
+	if n := len(agentdtest.KubePods(t, kube, node)); n != 2 {
 		t.Fatalf("%d pods, want 2", n)
 	}
 	p.Kill()
@@ -302,9 +302,9 @@ func TestKubernetesCollectsDeletedWhileDown(t *testing.T) {
 	}
 	st.Close()
 	p.Restart()
-	for deadline := time.Now().Add(30 * time.Second); len(testenv.KubePods(t, kube, node)) != 1; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); len(agentdtest.KubePods(t, kube, node)) != 1; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("pods after the restart: %v\n%s", testenv.KubePods(t, kube, node), p.Logs())
+			t.Fatalf("pods after the restart: %v\n%s", agentdtest.KubePods(t, kube, node), p.Logs())
 		}
 	}
 	if !strings.Contains(p.Logs(), "pod of no session removed") {
@@ -330,7 +330,7 @@ func BenchmarkKubernetesSessionReady(b *testing.B) {
 	for _, warm := range []int{0, 1} {
 		name := map[int]string{0: "cold", 1: "warm"}[warm]
 		b.Run(name, func(b *testing.B) {
-			srv := testenv.Start(b, agentd.Config{Sandbox: "kubernetes", Kubernetes: kubeConfig(kube, image), WarmPool: warm, Env: map[string]string{}})
+			srv := agentdtest.Start(b, agentd.Config{Sandbox: "kubernetes", Kubernetes: kubeConfig(kube, image), WarmPool: warm, Env: map[string]string{}})
 			c := srv.Client
 			ctx := context.Background()
 			var ds []time.Duration

@@ -22,8 +22,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentd/agentd/internal/executor/rpc"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // box is a started container whose executor answered ping, not yet

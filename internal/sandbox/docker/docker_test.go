@@ -20,14 +20,14 @@ import (
 	"github.com/moby/moby/client"
 	"go.uber.org/goleak"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/sandbox/docker"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // These tests run real containers on a real Docker daemon (DOCKER_HOST):
-// see testenv.Docker. Each test labels its containers with a node of its
+// see agentdtest.Docker. Each test labels its containers with a node of its
 // own, so tests of other packages on the same daemon are not touched.
 
 func TestMain(m *testing.M) {
@@ -50,21 +50,21 @@ func newFixture(t testing.TB) *fixture {
 	if testing.Short() {
 		t.Skip("starts containers")
 	}
-	cli := testenv.Docker(t)
+	cli := agentdtest.Docker(t)
 	dir := sandboxtest.ShortTempDir(t, "dk")
 	var rnd [4]byte
 	rand.Read(rnd[:])
 	f := &fixture{t: t, cli: cli, dir: dir, proxy: &sandboxtest.FakeProxy{}}
 	t.Cleanup(f.proxy.Close)
 	f.opts = docker.Options{
-		Client: cli, Image: testenv.SandboxImage(), Executor: testenv.Binary(t),
+		Client: cli, Image: agentdtest.SandboxImage(), Executor: agentdtest.Binary(t),
 		RunDir: filepath.Join(dir, "run"), WarmDir: filepath.Join(dir, "warm"),
 		Node: "test-" + hex.EncodeToString(rnd[:]), ModelProxy: f.proxy,
 		Limits: sandbox.Limits{MemoryBytes: 512 << 20, Pids: 128},
 	}
 	t.Cleanup(func() {
 		// Nothing of this test may be left.
-		if left := testenv.DockerContainers(t, cli, f.opts.Node); len(left) > 0 {
+		if left := agentdtest.DockerContainers(t, cli, f.opts.Node); len(left) > 0 {
 			t.Errorf("containers left: %v", left)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -219,7 +219,7 @@ func TestRecoverAttach(t *testing.T) {
 		}
 	}
 	p2 := f.provider(nil)
-	env2, err := p2.Recover(ctx, spec, env.(sandbox.Handler).Handle())
+	env2, err := p2.Recover(ctx, spec, env.(sandbox.HandleReporter).Handle())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestRecoverGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := env.(*docker.Environment).Container()
-	handle := env.(sandbox.Handler).Handle()
+	handle := env.(sandbox.HandleReporter).Handle()
 	ctx := context.Background()
 	if _, err := f.cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		t.Fatal(err)
@@ -299,7 +299,7 @@ func TestCollect(t *testing.T) {
 	defer terminate(t, foreign)
 
 	p2 := f.provider(nil) // the restarted server
-	if err := p2.Collect(ctx, []json.RawMessage{kept.(sandbox.Handler).Handle(), []byte(`"not a handle"`)}); err != nil {
+	if err := p2.Collect(ctx, []json.RawMessage{kept.(sandbox.HandleReporter).Handle(), []byte(`"not a handle"`)}); err != nil {
 		t.Fatal(err)
 	}
 	if f.exists(dropped.(*docker.Environment).Container()) {
@@ -314,7 +314,7 @@ func TestCollect(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(other.RunDir(), foreign.(*docker.Environment).ContainerName())); err != nil {
 		t.Fatalf("the other node's folder: %v", err)
 	}
-	env, err := p2.Recover(ctx, f.spec("keep"), kept.(sandbox.Handler).Handle())
+	env, err := p2.Recover(ctx, f.spec("keep"), kept.(sandbox.HandleReporter).Handle())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +387,7 @@ func TestWarmPool(t *testing.T) {
 	if err := p.Close(cctx); err != nil {
 		t.Fatal(err)
 	}
-	if left := testenv.DockerContainers(t, f.cli, f.opts.Node); len(left) != 1 {
+	if left := agentdtest.DockerContainers(t, f.cli, f.opts.Node); len(left) != 1 {
 		t.Fatalf("containers after Close: %v", left)
 	}
 	if ws, _ := os.ReadDir(f.opts.WarmDir); len(ws) != 0 {
@@ -424,7 +424,7 @@ func TestStartFailure(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "cannot start here") {
 		t.Fatalf("create with a failing executor: %v", err)
 	}
-	if left := testenv.DockerContainers(t, f.cli, f.opts.Node); len(left) != 0 {
+	if left := agentdtest.DockerContainers(t, f.cli, f.opts.Node); len(left) != 0 {
 		t.Fatalf("containers left: %v", left)
 	}
 	if ents, _ := os.ReadDir(p.RunDir()); len(ents) != 0 {

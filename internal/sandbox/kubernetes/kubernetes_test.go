@@ -19,14 +19,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/sandbox/kubernetes"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // These tests run real pods on the test cluster (scripts/kube.sh; see
-// testenv.Kube), as the agentd service account of deploy/kubernetes/
+// agentdtest.Kube), as the agentd service account of deploy/kubernetes/
 // rbac.yaml. Each test labels its pods with a node of its own, so tests
 // of other packages on the same cluster are not touched.
 
@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 		slog.SetDefault(slog.New(slog.DiscardHandler))
 	}
 	code := m.Run()
-	testenv.CloseKube()
+	agentdtest.CloseKube()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 
 type fixture struct {
 	t     testing.TB
-	kube  *testenv.KubeCluster
+	kube  *agentdtest.KubeCluster
 	opts  kubernetes.Options
 	proxy *sandboxtest.FakeProxy
 }
@@ -57,8 +57,8 @@ func newFixture(t testing.TB) *fixture {
 	if testing.Short() {
 		t.Skip("starts pods")
 	}
-	kube := testenv.Kube(t)
-	image := testenv.KubeImage(t)
+	kube := agentdtest.Kube(t)
+	image := agentdtest.KubeImage(t)
 	var rnd [4]byte
 	rand.Read(rnd[:])
 	f := &fixture{t: t, kube: kube, proxy: &sandboxtest.FakeProxy{}}
@@ -71,7 +71,7 @@ func newFixture(t testing.TB) *fixture {
 	}
 	t.Cleanup(func() {
 		// Nothing of this test may be left.
-		if left := testenv.KubePods(t, kube, f.opts.Node); len(left) > 0 {
+		if left := agentdtest.KubePods(t, kube, f.opts.Node); len(left) > 0 {
 			t.Errorf("pods left: %v", left)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -242,7 +242,7 @@ func TestRecoverAttach(t *testing.T) {
 	}
 	// The restarted server runs elsewhere: a run folder of its own.
 	p2 := f.provider(func(o *kubernetes.Options) { o.RunDir = sandboxtest.ShortTempDir(t, "k9") })
-	env2, err := p2.Recover(ctx, sp, env.(sandbox.Handler).Handle())
+	env2, err := p2.Recover(ctx, sp, env.(sandbox.HandleReporter).Handle())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestRecoverGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := env.(*kubernetes.Environment).Pod()
-	handle := env.(sandbox.Handler).Handle()
+	handle := env.(sandbox.HandleReporter).Handle()
 	ctx := context.Background()
 	// The pod goes while the server is away.
 	if err := f.kube.Admin.CoreV1().Pods(f.kube.Namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
@@ -324,7 +324,7 @@ func TestCollect(t *testing.T) {
 	defer terminate(t, foreign)
 
 	p2 := f.provider(nil) // the restarted server
-	if err := p2.Collect(ctx, []json.RawMessage{kept.(sandbox.Handler).Handle(), []byte(`"not a handle"`)}); err != nil {
+	if err := p2.Collect(ctx, []json.RawMessage{kept.(sandbox.HandleReporter).Handle(), []byte(`"not a handle"`)}); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(t, f, dropped.(*kubernetes.Environment).Pod())
@@ -334,7 +334,7 @@ func TestCollect(t *testing.T) {
 	if _, ok := f.pod(foreign.(*kubernetes.Environment).Pod()); !ok {
 		t.Fatal("Collect removed another node's pod")
 	}
-	env, err := p2.Recover(ctx, spec("keep"), kept.(sandbox.Handler).Handle())
+	env, err := p2.Recover(ctx, spec("keep"), kept.(sandbox.HandleReporter).Handle())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +397,7 @@ func TestWarmPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		left := testenv.KubePods(t, f.kube, f.opts.Node)
+		left := agentdtest.KubePods(t, f.kube, f.opts.Node)
 		if len(left) == 1 && left[0] == name {
 			break
 		}
@@ -439,9 +439,9 @@ func TestStartFailure(t *testing.T) {
 		t.Errorf("the failure took %v", d)
 	}
 	t.Logf("%v", err)
-	for deadline := time.Now().Add(30 * time.Second); len(testenv.KubePods(t, f.kube, f.opts.Node)) > 0; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); len(agentdtest.KubePods(t, f.kube, f.opts.Node)) > 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("pods left: %v", testenv.KubePods(t, f.kube, f.opts.Node))
+			t.Fatalf("pods left: %v", agentdtest.KubePods(t, f.kube, f.opts.Node))
 		}
 	}
 }
