@@ -1,6 +1,10 @@
 // Package agentd is the API for running agentd inside a Go program: build a
 // Config (with any store.Store that passes store/storetest), call New, then
-// Serve. cmd/agentd is a thin wrapper around it.
+// Serve. cmd/agentd is a thin wrapper around it. A program adds sandbox
+// backends (Config.Sandboxes, package sandbox, checked by
+// sandbox/sandboxtest) and agent architectures (Config.Architectures,
+// package agent, checked by agent/agenttest) of its own; docs/embedding.md
+// and examples/custom-backend show how.
 //
 //	srv, err := agentd.New(ctx, agentd.Config{DataDir: "/var/lib/agentd", Store: myStore})
 //	...
@@ -16,35 +20,20 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/agent/shell"
-	"github.com/agentd/agentd/internal/api"
-	"github.com/agentd/agentd/internal/audit"
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/internal/auth"
-	"github.com/agentd/agentd/internal/bus"
-	"github.com/agentd/agentd/internal/datadir"
-	"github.com/agentd/agentd/internal/eventlog"
-	"github.com/agentd/agentd/internal/modelproxy"
-	"github.com/agentd/agentd/internal/sandbox"
-	"github.com/agentd/agentd/internal/sandbox/bwrap"
-	"github.com/agentd/agentd/internal/sandbox/executor"
+	"github.com/agentd/agentd/internal/sandbox/kubernetes"
 	"github.com/agentd/agentd/internal/sandbox/local"
-	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/wiring"
 	"github.com/agentd/agentd/profile"
+	"github.com/agentd/agentd/sandbox"
 	"github.com/agentd/agentd/store"
-	"github.com/agentd/agentd/store/postgres"
-	"github.com/agentd/agentd/store/sqlite"
-	"github.com/agentd/agentd/web"
 )
 
 // Version is the agentd version, set at build time with
@@ -77,8 +66,15 @@ type Config struct {
 	// docs/sandboxes.md). Other backends register through Sandboxes. What
 	// each protects against: docs/security.md.
 	Sandbox string
-	// Sandboxes adds sandbox backends by name, for embedding programs.
+	// Sandboxes adds sandbox backends by name, for embedding programs
+	// (docs/embedding.md); sandbox/sandboxtest is their conformance suite.
+	// A name of a built-in backend replaces it.
 	Sandboxes map[string]sandbox.Provider
+	// Architectures adds agent architectures, for embedding programs
+	// (docs/embedding.md); agent/agenttest is their conformance suite.
+	// Their names must differ from the built-ins' (shell, claude-code,
+	// codex, gemini-cli, opencode and their aliases).
+	Architectures []agent.Architecture
 	// RunAsUser runs the executor and bwrap sandboxes' processes as this
 	// Unix user (needs root). All sessions share it.
 	RunAsUser string
@@ -187,8 +183,11 @@ type Config struct {
 	WatchIgnore []string
 	// DisableUI serves no web UI at /.
 	DisableUI bool
-	// Registerer receives metrics (default: a fresh registry served at
-	// /metrics).
+	// Registerer receives the server's metrics and is what /metrics
+	// serves, hence a *prometheus.Registry (a Registerer and a Gatherer)
+	// rather than a prometheus.Registerer: an embedding program's own
+	// metrics registered there are served too. Default: a new registry
+	// with the Go and process collectors.
 	Registerer *prometheus.Registry
 	Logger     *slog.Logger
 
@@ -237,23 +236,8 @@ var ProviderEnv = []string{
 type Server struct {
 	cfg      Config
 	log      *slog.Logger
-	store    store.Store
-	ownStore bool
+	w        *wiring.Server
 	dataLock *os.File // agentd.lock in the data folder, held while serving
-	events   *eventlog.Log
-	sessions *session.Manager
-	bus      *bus.Bus // nil: not in a fleet
-	node     string
-	audit    *audit.Recorder
-	auth     *auth.Service
-	proxy    *modelproxy.Proxy // nil when off
-	api      *api.Server
-	handler  http.Handler
-
-	sandbox   sandbox.Provider            // where sessions run
-	sandboxes map[string]sandbox.Provider // every backend this server has, by name
-
-	manager atomic.Pointer[session.Manager] // sessions, for hooks that may run before New returns
 
 	mu       sync.Mutex
 	listener net.Listener
@@ -289,6 +273,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	case cfg.AgentNice > local.MaxNice:
 		return nil, fmt.Errorf("agent niceness %d: want at most %d", cfg.AgentNice, local.MaxNice)
 	}
+	var kube kubernetes.Options
+	if cfg.Sandbox == "kubernetes" && cfg.Sandboxes[cfg.Sandbox] == nil {
+		var err error
+		if kube, err = cfg.Kubernetes.options(); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
 		cfg.Registerer.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -301,7 +292,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			}
 		}
 	}
-	log := cfg.Logger
 	dataDir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
@@ -314,297 +304,52 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, store: cfg.Store, dataLock: lock}
-	// Everything started below is closed again, newest first, unless New
-	// returns a server: on an error and on a panic (a metric registered
-	// twice) alike.
-	undo := []func(){func() { lock.Close() }}
+	// The lock is released unless New returns a server: on an error and on
+	// a panic (a metric registered twice) alike; wiring.New closes what it
+	// started itself.
 	succeeded := false
 	defer func() {
-		if succeeded {
-			return
-		}
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
+		if !succeeded {
+			lock.Close()
 		}
 	}()
-	if s.store == nil {
-		url := cfg.StoreURL
-		if url == "" {
-			url = "sqlite://" + filepath.Join(dataDir, "agentd.db")
-		}
-		st, err := OpenStore(ctx, url, log)
-		if err != nil {
-			lock.Close()
-			return nil, err
-		}
-		s.store, s.ownStore = st, true
-		undo = append(undo, func() { _ = st.Close() })
-	}
-	undo = append(undo, func() { _ = s.closeIdentity(context.Background()) })
-	if err := s.startIdentity(ctx); err != nil {
-		return nil, err
-	}
-	undo = append(undo, func() { _ = s.closeSecurity(context.Background()) })
-	if err := s.startSecurity(dataDir); err != nil {
-		return nil, err
-	}
-
-	// Profiles: folder files (reported and skipped when malformed), then
-	// those given in code.
-	var folder []profile.Profile
-	if cfg.ProfilesDir != "" {
-		ps, errs := profile.LoadDir(cfg.ProfilesDir)
-		for _, e := range errs {
-			log.Error("skipping agent profile", "err", e)
-		}
-		folder = ps
-		log.Info("agent profiles loaded", "dir", cfg.ProfilesDir, "count", len(ps), "skipped", len(errs))
-	}
-	for _, p := range cfg.Profiles {
-		if err := p.Validate(); err != nil {
-			return nil, fmt.Errorf("profile %q: %w", p.ID, err)
-		}
-		folder = append(folder, p)
-	}
-	profiles := session.NewProfiles(s.store, folder)
-
-	providers := map[string]sandbox.Provider{
-		"local": local.New(local.Options{Nice: cfg.AgentNice, Logger: log}),
-	}
-	for name, p := range cfg.Sandboxes {
-		providers[name] = p
-	}
-	provider, ok := providers[cfg.Sandbox]
-	if !ok {
-		p, err := s.builtinSandbox(cfg.Sandbox, dataDir)
-		if err != nil {
-			return nil, err
-		}
-		provider = p
-		providers[cfg.Sandbox] = p
-	}
-	// Other users get no way into the data folder: the workspaces hold
-	// whatever the agents made (set-uid programs included). Sandboxes that
-	// run as other users and open their workspace by its path may pass
-	// through (docs/security.md).
-	shared := false
-	if r, ok := provider.(workspaceUsers); ok {
-		shared = r.OtherUsersReachWorkspaces()
-	}
-	if err := datadir.Secure(dataDir, shared); err != nil {
-		return nil, fmt.Errorf("%s sandbox: %w", cfg.Sandbox, err)
-	}
-	if cfg.WorkspacesDir != "" {
-		if cfg.WorkspacesDir, err = filepath.Abs(cfg.WorkspacesDir); err != nil {
-			return nil, fmt.Errorf("workspaces dir: %w", err)
-		}
-		if err := datadir.SecureWorkspaces(cfg.WorkspacesDir, shared); err != nil {
-			return nil, err
-		}
-	}
-	s.sandbox, s.sandboxes = provider, providers
-	undo = append(undo, func() { _ = s.closeSandbox(context.Background()) })
-
-	// Agent configuration written into workspaces lives under .agentd/; it
-	// is not the user's work, so it is not watched.
-	cfg.WatchIgnore = append(append([]string(nil), cfg.WatchIgnore...), ".agentd")
-	archs := agent.NewRegistry()
-	RegisterArchitectures(archs)
-
-	holder := cfg.NodeID
-	if holder == "" {
-		if holder, err = nodeID(dataDir); err != nil {
-			return nil, err
-		}
-	}
-	s.node = holder
-	logOpts := eventlog.Options{Registerer: cfg.Registerer, Logger: log}
-	var cluster session.Cluster
-	if cfg.NATSURL != "" {
-		b, err := bus.Open(ctx, bus.Options{URL: cfg.NATSURL, Prefix: cfg.NATSPrefix, Name: holder, Registerer: cfg.Registerer, Logger: log})
-		if err != nil {
-			return nil, err
-		}
-		s.bus = b
-		undo = append(undo, b.Close)
-		logOpts.Peers, logOpts.PeerNotices = b, cfg.NATSEventNotices
-		cluster = busCluster{b}
-	}
-	s.events = eventlog.New(s.store, logOpts)
-	undo = append(undo, func() { _ = s.events.Close() })
-	s.sessions, err = session.New(session.Config{
-		Store: s.store, Log: s.events, Sandbox: provider, Files: s.filesView(provider, providers["local"]),
-		Architectures: archs, Profiles: profiles, DataDir: dataDir,
-		IdleTimeout: cfg.IdleTimeout, PermissionTimeout: cfg.PermissionTimeout,
-		Env: cfg.Env, WatchIgnore: cfg.WatchIgnore, PersistFilesMax: 1 << 20,
-		Logger: log, Metrics: newSessionMetrics(cfg.Registerer), Holder: holder,
-		Credentials: s.credentials(),
-		// Agents are probed on this server's PATH, where the host
-		// sandboxes find them; a container's image, or a sandbox of the
-		// embedding program, may hold others.
-		RefuseMissingAgents: cfg.Sandboxes[cfg.Sandbox] == nil && hostSandboxes[cfg.Sandbox],
-		LeaseTTL:            cfg.LeaseTTL, WorkspacesDir: cfg.WorkspacesDir,
-		Cluster: cluster, Registerer: cfg.Registerer,
+	w, err := wiring.New(ctx, wiring.Config{
+		Addr: cfg.Addr, DataDir: cfg.DataDir, WorkspacesDir: cfg.WorkspacesDir,
+		Store: cfg.Store, StoreURL: cfg.StoreURL, ProfilesDir: cfg.ProfilesDir, Profiles: cfg.Profiles,
+		Sandbox: cfg.Sandbox, Sandboxes: cfg.Sandboxes, Architectures: cfg.Architectures,
+		RunAsUser: cfg.RunAsUser, RunAsUserPool: cfg.RunAsUserPool,
+		SandboxLimits: cfg.SandboxLimits, SandboxLimitMode: cfg.SandboxLimitMode,
+		DockerImage: cfg.DockerImage, DockerUser: cfg.DockerUser, DockerExecutor: cfg.DockerExecutor,
+		WarmPool: cfg.WarmPool, Kubernetes: kube, SandboxReadOnly: cfg.SandboxReadOnly, SandboxUID: cfg.SandboxUID,
+		AgentNice: cfg.AgentNice,
+		APIKey:    cfg.APIKey, RequireAuth: cfg.RequireAuth, OIDC: cfg.OIDC.oidc(), DefaultTenant: cfg.DefaultTenant,
+		ServerKey: cfg.ServerKey, Limits: cfg.Limits.limits(), ModelPrices: auth.Prices(cfg.ModelPrices),
+		AuthRecheck: cfg.AuthRecheck, AllowedHosts: cfg.AllowedHosts,
+		IdleTimeout: cfg.IdleTimeout, PermissionTimeout: cfg.PermissionTimeout, MaxBody: cfg.MaxBody, Env: cfg.Env,
+		DisableModelProxy: cfg.DisableModelProxy, ModelProxyAddr: cfg.ModelProxyAddr, SessionTokenBudget: cfg.SessionTokenBudget,
+		WatchIgnore: cfg.WatchIgnore, DisableUI: cfg.DisableUI, Registerer: cfg.Registerer, Logger: cfg.Logger,
+		NATSURL: cfg.NATSURL, NATSPrefix: cfg.NATSPrefix, NATSEventNotices: cfg.NATSEventNotices,
+		NodeID: cfg.NodeID, LeaseTTL: cfg.LeaseTTL, Version: Version,
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.manager.Store(s.sessions)
-	undo = append(undo, func() {
-		// As at shutdown: turns end with a reason; environments that
-		// outlive the server are left to the next start.
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := s.sessions.Close(cctx); err != nil {
-			log.Error("close sessions after a failed start", "err", err)
-		}
-	})
-	if err := s.sessions.Start(ctx); err != nil {
-		return nil, err
-	}
-	if err := s.collectSandbox(ctx); err != nil {
-		return nil, err
-	}
-	if err := s.collectWorkspaces(ctx); err != nil {
-		return nil, err
-	}
-	var ui http.Handler
-	if !cfg.DisableUI {
-		ui = web.Handler()
-	}
-	s.api, err = newAPI(api.Config{
-		Sessions: s.sessions, Log: s.events, Profiles: profiles, Architectures: archs,
-		APIKey: cfg.APIKey, Auth: s.auth, AuthRecheck: cfg.AuthRecheck, MaxBody: cfg.MaxBody, Gatherer: cfg.Registerer, Registerer: cfg.Registerer,
-		AllowedHosts: cfg.AllowedHosts, AllowIPHosts: !loopbackAddr(cfg.Addr),
-		UI: ui, Logger: log, Version: Version, DataDir: dataDir,
-		Audit: auditReader(s.store), ModelUsage: s.modelUsage(), Sandboxes: sandboxLister{s},
-		Health: s.health,
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.handler = s.api
 	succeeded = true
-	return s, nil
-}
-
-// newAPI builds the API server (a test makes it fail).
-var newAPI = api.New
-
-// builtinSandbox builds the sandbox backends that need configuration.
-func (s *Server) builtinSandbox(name, dataDir string) (sandbox.Provider, error) {
-	switch name {
-	case "executor", "bwrap":
-		mode, err := executor.ParseLimitMode(s.cfg.SandboxLimitMode)
-		if err != nil {
-			return nil, fmt.Errorf("%s sandbox: %w", name, err)
-		}
-		opts := executor.Options{
-			RunAsUser: s.cfg.RunAsUser, UserPool: s.cfg.RunAsUserPool,
-			Limits: s.cfg.SandboxLimits, LimitMode: mode, Nice: s.cfg.AgentNice,
-			OnCall: s.audit.ExecutorCall,
-			// Each environment reaches the model through a socket of its
-			// own, relayed to a loopback port inside (docs/security.md).
-			ModelProxy: s.executorModelProxy(),
-			Logger:     s.log,
-		}
-		var p interface {
-			sandbox.Provider
-			LimitsEnforcement() string
-		}
-		if name == "bwrap" {
-			p, err = bwrap.New(bwrap.Options{Options: opts, ReadOnly: s.cfg.SandboxReadOnly, SandboxUID: s.cfg.SandboxUID})
-		} else {
-			p, err = executor.New(opts)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s sandbox: %w", name, err)
-		}
-		s.log.Info("sandbox", "backend", name, "limits", p.LimitsEnforcement(), "user", s.cfg.RunAsUser,
-			"userPool", len(s.cfg.RunAsUserPool) > 0, "modelProxy", opts.ModelProxy != nil)
-		return p, nil
-	case "docker":
-		return s.dockerSandbox(dataDir)
-	case "kubernetes":
-		return s.kubernetesSandbox(dataDir)
-	}
-	return nil, fmt.Errorf("unknown sandbox %q (local, executor, bwrap, docker, kubernetes)", name)
-}
-
-// hostSandboxes are the built-in backends whose agents run from this
-// host's PATH.
-var hostSandboxes = map[string]bool{"local": true, "executor": true, "bwrap": true}
-
-// workspaceUsers is implemented by sandbox providers whose environments
-// may open their workspace by its host path as another user (the executor
-// started as a session's user, bubblewrap started as the sandbox's uid):
-// the data folder must then let other users pass (datadir.Secure).
-type workspaceUsers interface {
-	OtherUsersReachWorkspaces() bool
-}
-
-// nodeID returns this server's stable identity (kept in the data folder),
-// the holder name of its session leases: a server restarted on the same data
-// takes its sessions back at once instead of waiting for its own old leases
-// to expire.
-func nodeID(dataDir string) (string, error) {
-	p := filepath.Join(dataDir, "node-id")
-	if b, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(b))) > 0 {
-		return strings.TrimSpace(string(b)), nil
-	}
-	id := "agentd-" + uuid.NewString()
-	if err := os.WriteFile(p, []byte(id+"\n"), 0o644); err != nil {
-		return "", fmt.Errorf("write node id: %w", err)
-	}
-	return id, nil
-}
-
-// RegisterArchitectures adds every built-in architecture to r.
-func RegisterArchitectures(r *agent.Registry) {
-	r.Register(shell.Architecture{})
-	registerAgentArchitectures(r)
+	return &Server{cfg: cfg, log: cfg.Logger, w: w, dataLock: lock}, nil
 }
 
 // OpenStore opens a store by URL scheme: sqlite://path (or a plain path)
 // for the embedded SQLite store, postgres://… or postgresql://… for the
 // PostgreSQL store that several servers can share.
 func OpenStore(ctx context.Context, url string, log *slog.Logger) (store.Store, error) {
-	switch {
-	case strings.HasPrefix(url, "sqlite:") || !strings.Contains(url, "://"):
-		st, err := sqlite.Open(ctx, url, sqlite.WithLogger(log))
-		if err != nil {
-			return nil, fmt.Errorf("open store: %w", err)
-		}
-		return st, nil
-	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		st, err := postgres.Open(ctx, url, postgres.WithLogger(log))
-		if err != nil {
-			return nil, fmt.Errorf("open store: %w", err)
-		}
-		return st, nil
-	}
-	scheme, _, _ := strings.Cut(url, "://")
-	return nil, fmt.Errorf("open store: unknown store URL scheme %q (use sqlite://PATH or postgres://…)", scheme)
+	return wiring.OpenStore(ctx, url, log)
 }
 
-// loopbackAddr reports whether a listen address binds loopback only; a
-// wildcard ("", 0.0.0.0, ::) or any other address is reachable from the
-// network.
-func loopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+// NodeID returns the name this server holds session leases under.
+func (s *Server) NodeID() string { return s.w.Node() }
 
 // Handler returns the HTTP handler (API, WebSocket, SSE, Socket.IO, UI).
-func (s *Server) Handler() http.Handler { return s.handler }
+func (s *Server) Handler() http.Handler { return s.w.Handler() }
 
 // Listen binds the configured address; Addr then reports it (useful with
 // port 0).
@@ -644,11 +389,11 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 		ln = s.listener
 		s.mu.Unlock()
 	}
-	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: s.w.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	s.log.Info("agentd listening", "addr", ln.Addr().String(), "sandbox", s.cfg.Sandbox, "data", s.cfg.DataDir, "version", Version,
-		"node", s.node, "fleet", s.bus != nil)
+		"node", s.w.Node(), "fleet", s.w.InFleet())
 	select {
 	case err := <-errc:
 		_ = s.Close(context.Background())
@@ -676,31 +421,8 @@ func (s *Server) Close(ctx context.Context) error {
 	s.closed = true
 	s.mu.Unlock()
 	var errs []error
-	if err := s.sessions.Close(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("close sessions: %w", err))
-	}
-	if err := s.closeSandbox(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("close sandbox: %w", err))
-	}
-	if err := s.events.Close(); err != nil {
+	if err := s.w.Close(ctx); err != nil {
 		errs = append(errs, err)
-	}
-	s.api.Shutdown(ctx)
-	// Last before the store: agents in environments that outlive the
-	// server (executor) keep reaching the model while the rest shuts down.
-	if err := s.closeSecurity(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if err := s.closeIdentity(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if s.bus != nil {
-		s.bus.Close()
-	}
-	if s.ownStore {
-		if err := s.store.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close store: %w", err))
-		}
 	}
 	// Last: the next server on this folder may start once this returns.
 	if err := s.dataLock.Close(); err != nil {
@@ -708,25 +430,4 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	s.log.Info("agentd stopped")
 	return errors.Join(errs...)
-}
-
-// sessionMetrics counts sessions by state.
-type sessionMetrics struct{ g *prometheus.GaugeVec }
-
-func newSessionMetrics(reg prometheus.Registerer) *sessionMetrics {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "agentd_sessions", Help: "Sessions by state."}, []string{"state"})
-	for _, st := range conversation.SessionStatuses {
-		g.WithLabelValues(string(st)).Set(0)
-	}
-	reg.MustRegister(g)
-	return &sessionMetrics{g: g}
-}
-
-func (m *sessionMetrics) StatusChanged(from, to conversation.SessionStatus) {
-	if from != "" {
-		m.g.WithLabelValues(string(from)).Dec()
-	}
-	if to != "" {
-		m.g.WithLabelValues(string(to)).Inc()
-	}
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/agentd/agentd"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/sandbox/local"
-	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/restapi"
 )
 
@@ -33,12 +33,12 @@ func TestMain(m *testing.M) {
 }
 
 // closeKube runs the tests, then closes the connections of the
-// kubernetes tests' admin client (testenv.Kube) before the leak check.
+// kubernetes tests' admin client (agentdtest.Kube) before the leak check.
 type closeKube struct{ m *testing.M }
 
 func (c closeKube) Run() int {
 	code := c.m.Run()
-	testenv.CloseKube()
+	agentdtest.CloseKube()
 	return code
 }
 
@@ -66,7 +66,7 @@ func waitTurn(t *testing.T, c *client.Client, id, query string) conversation.Eve
 }
 
 func TestRestartBetweenTurnsKeepsEverything(t *testing.T) {
-	srv := testenv.Start(t, agentd.Config{})
+	srv := agentdtest.Start(t, agentd.Config{})
 	ctx := context.Background()
 	c := srv.Client
 	created, err := c.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell", Name: "restart"})
@@ -143,7 +143,7 @@ func TestRestartBetweenTurnsKeepsEverything(t *testing.T) {
 // next start the turn is failed with a reason and the session is usable.
 func TestKilledServerFailsRunningTurn(t *testing.T) {
 	data := t.TempDir()
-	p := testenv.StartProcess(t, nil, "--data-dir", data, "--no-ui")
+	p := agentdtest.StartProcess(t, nil, "--data-dir", data, "--no-ui")
 	ctx := context.Background()
 	created, err := p.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
 	if err != nil {
@@ -196,7 +196,7 @@ func TestKilledServerFailsRunningTurn(t *testing.T) {
 }
 
 func TestDeleteLeavesNoProcess(t *testing.T) {
-	srv := testenv.Start(t, agentd.Config{})
+	srv := agentdtest.Start(t, agentd.Config{})
 	ctx := context.Background()
 	c := srv.Client
 	created, _ := c.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
@@ -218,7 +218,7 @@ func TestDeleteLeavesNoProcess(t *testing.T) {
 }
 
 func TestIdleTimeoutTerminatesAndNextMessageRestarts(t *testing.T) {
-	srv := testenv.Start(t, agentd.Config{IdleTimeout: 300 * time.Millisecond})
+	srv := agentdtest.Start(t, agentd.Config{IdleTimeout: 300 * time.Millisecond})
 	ctx := context.Background()
 	c := srv.Client
 	created, _ := c.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
@@ -239,7 +239,7 @@ func TestProfilesFolderSkipsMalformed(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "good.yaml"), []byte("name: Good\ndescription: ok\ndefaultWorkspaceFiles:\n  - path: README.md\n    content: hello\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("name: [unclosed\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "worse.json"), []byte(`{"id":"x","mcpServers":{"m":{"type":"stdio"}}}`), 0o644)
-	srv := testenv.Start(t, agentd.Config{ProfilesDir: dir})
+	srv := agentdtest.Start(t, agentd.Config{ProfilesDir: dir})
 	ctx := context.Background()
 	ps, err := srv.Client.Profiles(ctx)
 	if err != nil {
@@ -311,15 +311,15 @@ func TestAgentNice(t *testing.T) {
 		t.Fatal("no tool result")
 		return 0
 	}
-	srv := testenv.Start(t, agentd.Config{})
+	srv := agentdtest.Start(t, agentd.Config{})
 	if got, want := niceOfTurn(srv.Client), min(own+agentd.DefaultAgentNice, 19); got != want {
 		t.Errorf("default: the command runs at niceness %d, want %d", got, want)
 	}
-	p := testenv.StartProcess(t, nil, "--data-dir", t.TempDir(), "--no-ui", "--agent-nice", "3")
+	p := agentdtest.StartProcess(t, nil, "--data-dir", t.TempDir(), "--no-ui", "--agent-nice", "3")
 	if got, want := niceOfTurn(p.Client), min(own+3, 19); got != want {
 		t.Errorf("--agent-nice 3: the command runs at niceness %d, want %d", got, want)
 	}
-	p0 := testenv.StartProcess(t, nil, "--data-dir", t.TempDir(), "--no-ui", "--agent-nice", "0")
+	p0 := agentdtest.StartProcess(t, nil, "--data-dir", t.TempDir(), "--no-ui", "--agent-nice", "0")
 	if got := niceOfTurn(p0.Client); got != own {
 		t.Errorf("--agent-nice 0: the command runs at niceness %d, want the server's %d", got, own)
 	}
@@ -327,7 +327,7 @@ func TestAgentNice(t *testing.T) {
 		t.Error("agentd.New took AgentNice 20")
 	}
 	for _, bad := range []string{"20", "-1"} {
-		out, err := exec.Command(testenv.Binary(t), "serve", "--data-dir", t.TempDir(), "--agent-nice="+bad).CombinedOutput()
+		out, err := exec.Command(agentdtest.Binary(t), "serve", "--data-dir", t.TempDir(), "--agent-nice="+bad).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "--agent-nice "+bad+": want 0 to 19") {
 			t.Errorf("--agent-nice %s: %v, %s", bad, err, out)
 		}

@@ -1,17 +1,5 @@
 package agentd
 
-import "github.com/agentd/agentd/internal/agent"
-
-// builtins register the architectures that drive external agent CLIs; each
-// adds itself from its own arch_*.go file.
-var builtins []func(*agent.Registry)
-
-func registerAgentArchitectures(r *agent.Registry) {
-	for _, register := range builtins {
-		register(r)
-	}
-}
-
 // AgentCLI names an agent CLI version agentd is tested with.
 type AgentCLI struct {
 	Architecture string

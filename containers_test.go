@@ -14,10 +14,10 @@ import (
 	agentdclient "github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent/agenttest/e2etest"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
-	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/restapi"
+	"github.com/agentd/agentd/sandbox"
 	"github.com/agentd/agentd/store/sqlite"
 )
 
@@ -43,15 +43,15 @@ type containerBackend struct {
 }
 
 // server starts a server of b with a warm pool of warm and env.
-func (b containerBackend) server(t testing.TB, warm int, env map[string]string) *testenv.Server {
+func (b containerBackend) server(t testing.TB, warm int, env map[string]string) *agentdtest.Server {
 	cfg := b.config
 	cfg.WarmPool, cfg.Env = warm, env
-	return testenv.Start(t, cfg)
+	return agentdtest.Start(t, cfg)
 }
 
 // process starts a server process of b on data.
-func (b containerBackend) process(t *testing.T, data string) *testenv.Process {
-	return testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + sandboxtest.ShortTempDir(t, b.runPrefix)},
+func (b containerBackend) process(t *testing.T, data string) *agentdtest.Process {
+	return agentdtest.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + sandboxtest.ShortTempDir(t, b.runPrefix)},
 		append([]string{"--data-dir", data, "--no-ui"}, b.args...)...)
 }
 
@@ -99,7 +99,7 @@ func nodeOf(t *testing.T, dataDir string) string {
 // read through the API, a failing command is the turn's error result,
 // GET /api/sandboxes describes b, and the session has one container. It
 // returns the session and the server's node.
-func containerShell(t *testing.T, b containerBackend, srv *testenv.Server, script, output, made string) (id, node string) {
+func containerShell(t *testing.T, b containerBackend, srv *agentdtest.Server, script, output, made string) (id, node string) {
 	t.Helper()
 	c := srv.Client
 	ctx := context.Background()
@@ -193,7 +193,7 @@ var claudeContainerScript = e2etest.Script(`
 // one, an interrupt, and the conversation resumed after a server restart
 // (the container and its CLI are re-attached). Nothing is left after.
 func containerClaudeCode(t *testing.T, b containerBackend) {
-	mock, url := testenv.MockLLM(t, claudeContainerScript)
+	mock, url := agentdtest.MockLLM(t, claudeContainerScript)
 	srv := b.server(t, 1, map[string]string{"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "sk-ant-test-not-a-real-key"})
 	c := srv.Client
 	ctx := context.Background()

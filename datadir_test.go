@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd"
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/internal/agentdtest"
 )
 
 func TestDefaultDataDir(t *testing.T) {
@@ -29,7 +29,7 @@ func TestDefaultDataDir(t *testing.T) {
 // and leaves the first one alone; once the first stops, it starts.
 func TestDataDirLock(t *testing.T) {
 	dir := t.TempDir()
-	first := testenv.Start(t, agentd.Config{DataDir: dir})
+	first := agentdtest.Start(t, agentd.Config{DataDir: dir})
 	_, err := agentd.New(context.Background(), agentd.Config{DataDir: dir, Addr: "127.0.0.1:0"})
 	if !errors.Is(err, agentd.ErrDataDirInUse) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "pid") {
 		t.Fatalf("second server: %v", err)
@@ -38,7 +38,7 @@ func TestDataDirLock(t *testing.T) {
 		t.Fatalf("first server hurt: %v", err)
 	}
 	first.Stop()
-	second := testenv.Start(t, agentd.Config{DataDir: dir})
+	second := agentdtest.Start(t, agentd.Config{DataDir: dir})
 	if _, err := second.Client.Health(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -48,11 +48,11 @@ func TestDataDirLock(t *testing.T) {
 // one clear line; the start-up line names the data folder.
 func TestServeRefusesBusyDataDir(t *testing.T) {
 	dir := t.TempDir()
-	p := testenv.StartProcess(t, nil, "--data-dir", dir, "--no-ui")
+	p := agentdtest.StartProcess(t, nil, "--data-dir", dir, "--no-ui")
 	if !strings.Contains(p.Logs(), "(data: "+dir+")") {
 		t.Fatalf("start-up line does not name the data folder:\n%s", p.Logs())
 	}
-	out, err := exec.Command(testenv.Binary(t), "serve", "--addr", "127.0.0.1:0", "--data-dir", dir, "--no-ui").CombinedOutput()
+	out, err := exec.Command(agentdtest.Binary(t), "serve", "--addr", "127.0.0.1:0", "--data-dir", dir, "--no-ui").CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
 		t.Fatalf("second serve: %v\n%s", err, out)
@@ -62,7 +62,7 @@ func TestServeRefusesBusyDataDir(t *testing.T) {
 	}
 	// Without --data-dir, the user's data folder.
 	home := t.TempDir()
-	cmd := exec.Command(testenv.Binary(t), "serve", "--addr", "127.0.0.1:0", "--no-ui")
+	cmd := exec.Command(agentdtest.Binary(t), "serve", "--addr", "127.0.0.1:0", "--no-ui")
 	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_DATA_HOME=", "AGENTD_DATA_DIR=")
 	cmd.Dir = t.TempDir()
 	stderr, _ := cmd.StderrPipe()

@@ -10,12 +10,12 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd"
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/internal/agentdtest"
 )
 
 // The docker sandbox end to end: real servers, a real Docker daemon
 // (DOCKER_HOST), the sandbox image with this source's agentd
-// (testenv.DockerImage). They skip without a daemon or image unless
+// (agentdtest.DockerImage). They skip without a daemon or image unless
 // AGENTD_REQUIRE_DOCKER is set. The scenarios are containers_test.go's.
 
 func dockerSetup(t testing.TB) (*client.Client, string) {
@@ -23,8 +23,8 @@ func dockerSetup(t testing.TB) (*client.Client, string) {
 	if testing.Short() {
 		t.Skip("starts real servers and containers")
 	}
-	cli := testenv.Docker(t)
-	return cli, testenv.DockerImage(t)
+	cli := agentdtest.Docker(t)
+	return cli, agentdtest.DockerImage(t)
 }
 
 // dockerBackend is the docker sandbox of containers_test.go's scenarios.
@@ -36,7 +36,7 @@ func dockerBackend(t testing.TB) containerBackend {
 		config:     agentd.Config{Sandbox: "docker", DockerImage: image},
 		args:       []string{"--sandbox", "docker", "--docker-image", image},
 		runPrefix:  "dkr",
-		containers: func(t testing.TB, node string) []string { return testenv.DockerContainers(t, cli, node) },
+		containers: func(t testing.TB, node string) []string { return agentdtest.DockerContainers(t, cli, node) },
 		clean: func(t *testing.T) {
 			t.Helper()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

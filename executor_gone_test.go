@@ -14,8 +14,8 @@ import (
 
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
-	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/restapi"
 )
 
@@ -55,7 +55,7 @@ func deadExecutor(t *testing.T, sb, kill string, fromOutside bool) {
 	if err := os.Mkdir(runDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p := testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + runDir}, "--data-dir", filepath.Join(base, "data"), "--no-ui", "--sandbox", sb)
+	p := agentdtest.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + runDir}, "--data-dir", filepath.Join(base, "data"), "--no-ui", "--sandbox", sb)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	c := p.Client
@@ -140,7 +140,7 @@ func lastSeq(ctx context.Context, t *testing.T, c *client.Client, id string) int
 
 // waitGoneReported waits until, after seq after, the log has an error event
 // with code ENVIRONMENT_GONE followed by status terminated.
-func waitGoneReported(ctx context.Context, t *testing.T, c *client.Client, id string, after int64, p *testenv.Process) {
+func waitGoneReported(ctx context.Context, t *testing.T, c *client.Client, id string, after int64, p *agentdtest.Process) {
 	t.Helper()
 	var seen []string
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {

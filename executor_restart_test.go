@@ -10,7 +10,7 @@ import (
 
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/restapi"
 )
 
@@ -23,7 +23,7 @@ func TestExecutorTurnSurvivesKill9(t *testing.T) {
 		t.Skip("starts real servers and executors")
 	}
 	data := t.TempDir()
-	p := testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + t.TempDir()}, "--data-dir", data, "--no-ui", "--sandbox", "executor")
+	p := agentdtest.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + t.TempDir()}, "--data-dir", data, "--no-ui", "--sandbox", "executor")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	r := shellTurnAcrossKill9(ctx, t, p, 50, 12)
@@ -61,7 +61,7 @@ type kill9Turn struct {
 // reads the stream until the turn ends. The turn must complete, the server
 // must have been killed, and the output must be every line exactly once,
 // in order. The session is deleted at the test's end.
-func shellTurnAcrossKill9(ctx context.Context, t *testing.T, p *testenv.Process, lines, killAt int) kill9Turn {
+func shellTurnAcrossKill9(ctx context.Context, t *testing.T, p *agentdtest.Process, lines, killAt int) kill9Turn {
 	t.Helper()
 	created, err := p.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
 	if err != nil {

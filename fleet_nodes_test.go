@@ -19,8 +19,8 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/bus/natstest"
-	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/restapi"
 )
 
@@ -33,7 +33,7 @@ import (
 // fleet is a set of agentd serve processes of one fleet.
 type fleet struct {
 	t     *testing.T
-	nodes []*testenv.Process
+	nodes []*agentdtest.Process
 }
 
 // startFleet starts n nodes sharing a new PostgreSQL schema and a NATS
@@ -51,7 +51,7 @@ func startFleet(t *testing.T, n int, ttl time.Duration, env []string, args ...st
 	for range n {
 		a := append([]string{"--data-dir", t.TempDir(), "--store", storeURL, "--nats", natsURL, "--nats-prefix", prefix,
 			"--lease-ttl", ttl.String(), "--no-ui"}, args...)
-		f.nodes = append(f.nodes, testenv.StartProcess(t, env, a...))
+		f.nodes = append(f.nodes, agentdtest.StartProcess(t, env, a...))
 	}
 	return f
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/agentd/agentd"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/restapi"
 	"github.com/agentd/agentd/store/postgres/pgtest"
 )
@@ -50,7 +50,7 @@ func postgresStore(t *testing.T) string {
 
 func secondServerLeavesRunningSessionAlone(t *testing.T, storeURL string) {
 	ctx := context.Background()
-	a := testenv.StartProcess(t, nil, "--data-dir", t.TempDir(), "--store", storeURL, "--no-ui")
+	a := agentdtest.StartProcess(t, nil, "--data-dir", t.TempDir(), "--store", storeURL, "--no-ui")
 	created, err := a.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func secondServerLeavesRunningSessionAlone(t *testing.T, storeURL string) {
 	}
 	waitFor(t, func() bool { _, err := os.Stat(started); return err == nil })
 
-	b := testenv.StartProcess(t, nil, "--data-dir", t.TempDir(), "--store", storeURL, "--no-ui")
+	b := agentdtest.StartProcess(t, nil, "--data-dir", t.TempDir(), "--store", storeURL, "--no-ui")
 	if !strings.Contains(b.Logs(), "session runs on another server") {
 		t.Fatalf("the second server's start-up did not see the session's lease; its log:\n%s", b.Logs())
 	}
@@ -135,7 +135,7 @@ func secondServerLeavesRunningSessionAlone(t *testing.T, storeURL string) {
 func TestSecondServerOnSameDataDirRefused(t *testing.T) {
 	ctx := context.Background()
 	data := t.TempDir()
-	a := testenv.StartProcess(t, nil, "--data-dir", data, "--no-ui")
+	a := agentdtest.StartProcess(t, nil, "--data-dir", data, "--no-ui")
 	created, err := a.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestSecondServerOnSameDataDirRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, testenv.Binary(t), "serve", "--addr", "127.0.0.1:0", "--data-dir", data, "--no-ui")
+	cmd := exec.CommandContext(ctx, agentdtest.Binary(t), "serve", "--addr", "127.0.0.1:0", "--data-dir", data, "--no-ui")
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "data folder in use by another agentd") {
 		t.Fatalf("a second serve on the same data folder: %v\n%s", err, out)
@@ -187,7 +187,7 @@ func TestLeftAloneSessionTakenOverWhenItsServerDies(t *testing.T) {
 func leftAloneTakenOver(t *testing.T, storeURL string) {
 	ctx := context.Background()
 	args := []string{"--store", storeURL, "--no-ui", "--lease-ttl", "1s"}
-	a := testenv.StartProcess(t, nil, append([]string{"--data-dir", t.TempDir()}, args...)...)
+	a := agentdtest.StartProcess(t, nil, append([]string{"--data-dir", t.TempDir()}, args...)...)
 	created, err := a.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +199,7 @@ func leftAloneTakenOver(t *testing.T, storeURL string) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { _, err := os.Stat(started); return err == nil })
-	b := testenv.StartProcess(t, nil, append([]string{"--data-dir", t.TempDir()}, args...)...)
+	b := agentdtest.StartProcess(t, nil, append([]string{"--data-dir", t.TempDir()}, args...)...)
 	if !strings.Contains(b.Logs(), "session runs on another server") {
 		t.Fatalf("the second server's start-up did not leave the session alone; its log:\n%s", b.Logs())
 	}

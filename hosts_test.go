@@ -7,7 +7,8 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd"
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/internal/agentdtest"
+	"github.com/agentd/agentd/internal/wiring"
 )
 
 func TestAllowedHostsFollowTheListenAddress(t *testing.T) {
@@ -15,12 +16,12 @@ func TestAllowedHostsFollowTheListenAddress(t *testing.T) {
 		"127.0.0.1:8080": true, "127.0.0.2:1": true, "[::1]:8080": true, "localhost:8080": true,
 		"0.0.0.0:8080": false, ":8080": false, "[::]:8080": false, "192.168.1.5:8080": false, "box.lan:8080": false,
 	} {
-		if got := agentd.LoopbackAddr(addr); got != want {
-			t.Errorf("loopbackAddr(%q) = %v, want %v", addr, got, want)
+		if got := wiring.LoopbackAddr(addr); got != want {
+			t.Errorf("LoopbackAddr(%q) = %v, want %v", addr, got, want)
 		}
 	}
 
-	srv := testenv.Start(t, agentd.Config{AllowedHosts: []string{"box.lan"}})
+	srv := agentdtest.Start(t, agentd.Config{AllowedHosts: []string{"box.lan"}})
 	port := srv.URL[strings.LastIndex(srv.URL, ":")+1:]
 	for host, want := range map[string]int{
 		"127.0.0.1:" + port: 200, "localhost:" + port: 200, "box.lan:" + port: 200,

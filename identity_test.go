@@ -18,7 +18,7 @@ import (
 	"github.com/agentd/agentd"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/restapi"
 	"github.com/agentd/agentd/store"
 )
@@ -86,7 +86,7 @@ func TestUserBudgetsAndProviderKeys(t *testing.T) {
 	up := newFakeAnthropic(t)
 	serverKey := make([]byte, 32)
 	rand.Read(serverKey)
-	srv := testenv.Start(t, agentd.Config{
+	srv := agentdtest.Start(t, agentd.Config{
 		APIKey: "root-key", ServerKey: serverKey,
 		Env:    map[string]string{"ANTHROPIC_BASE_URL": up.url},
 		Limits: agentd.Limits{UserBudget: store.Budget{TokensPerDay: 1000}},

@@ -19,7 +19,7 @@ import (
 
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/restapi"
 )
 
@@ -79,7 +79,7 @@ func TestIsolation(t *testing.T) {
 				}
 			}
 			if tc.docker {
-				tc.args = append(tc.args, "--docker-image", testenv.DockerImage(t))
+				tc.args = append(tc.args, "--docker-image", agentdtest.DockerImage(t))
 			}
 			if tc.kube {
 				tc.args = kubeArgs(kubeSetup(t))
@@ -92,7 +92,7 @@ func TestIsolation(t *testing.T) {
 // isoServer is a server started for an attack, with what the attacks need
 // to know about it.
 type isoServer struct {
-	p       *testenv.Process
+	p       *agentdtest.Process
 	c       *client.Client
 	dataDir string
 	pid     int
@@ -116,7 +116,7 @@ func startIsoServer(t *testing.T, tc isoCase) *isoServer {
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
 	os.Chmod(base, 0o755)
-	bin := testenv.Binary(t)
+	bin := agentdtest.Binary(t)
 	os.Chmod(filepath.Dir(bin), 0o755)
 	run := filepath.Join(base, "run")
 	os.Mkdir(run, 0o755)
@@ -126,7 +126,7 @@ func startIsoServer(t *testing.T, tc isoCase) *isoServer {
 	s := &isoServer{dataDir: data, key: "sk-ant-REAL-" + hex.EncodeToString(rnd[:])}
 	const apiKey = "iso-api-key"
 	args := append([]string{"--data-dir", data, "--no-ui", "--sandbox-pids", "64", "--sandbox-memory", strconv.Itoa(1 << 30)}, tc.args...)
-	s.p = testenv.StartProcess(t, []string{
+	s.p = agentdtest.StartProcess(t, []string{
 		"XDG_RUNTIME_DIR=" + run,
 		"ANTHROPIC_API_KEY=" + s.key,
 		"AGENTD_API_KEY=" + apiKey,
@@ -386,7 +386,7 @@ func TestHostUsersLockedOut(t *testing.T) {
 			os.WriteFile(filepath.Join(old, "notes.txt"), []byte("old"), 0o644)
 			run := filepath.Join(base, "run")
 			os.Mkdir(run, 0o755)
-			p := testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + run}, "--data-dir", data, "--no-ui", "--sandbox", backend)
+			p := agentdtest.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + run}, "--data-dir", data, "--no-ui", "--sandbox", backend)
 			for _, d := range []string{data, filepath.Join(data, "workspaces"), old} {
 				if fi, err := os.Stat(d); err != nil || fi.Mode().Perm() != 0o700 {
 					t.Errorf("%s: %v %v, want 0700", d, fi.Mode().Perm(), err)
@@ -554,11 +554,11 @@ func TestBwrapTurnSurvivesKill9(t *testing.T) {
 		isoSetup(t)
 		args = append(args, "--run-as-user-pool", isoUsers)
 	}
-	bin := testenv.Binary(t)
+	bin := agentdtest.Binary(t)
 	os.Chmod(filepath.Dir(bin), 0o755)
 	run := t.TempDir()
 	os.Chmod(run, 0o755)
-	p := testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + run}, append([]string{"--data-dir", t.TempDir(), "--no-ui"}, args...)...)
+	p := agentdtest.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + run}, append([]string{"--data-dir", t.TempDir(), "--no-ui"}, args...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	shellTurnAcrossKill9(ctx, t, p, 30, 5)
@@ -575,8 +575,8 @@ func TestBwrapClaudeCode(t *testing.T) {
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Skip("bubblewrap not installed (scripts/setup.sh installs it)")
 	}
-	bin := testenv.AgentBin(t, "claude")
-	mock, url := testenv.MockLLM(t, `
+	bin := agentdtest.AgentBin(t, "claude")
+	mock, url := agentdtest.MockLLM(t, `
 rules:
   - name: env
     match: {userContains: "show the env", noToolResult: true}
@@ -600,13 +600,13 @@ default:
 		isoSetup(t)
 		args = append(args, "--run-as-user-pool", isoUsers)
 	}
-	tb := testenv.Binary(t)
+	tb := agentdtest.Binary(t)
 	os.Chmod(filepath.Dir(tb), 0o755)
 	run := t.TempDir()
 	var rnd [12]byte
 	rand.Read(rnd[:])
 	realKey := "sk-ant-REAL-" + hex.EncodeToString(rnd[:])
-	p := testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + run, "ANTHROPIC_BASE_URL=" + url, "ANTHROPIC_API_KEY=" + realKey,
+	p := agentdtest.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + run, "ANTHROPIC_BASE_URL=" + url, "ANTHROPIC_API_KEY=" + realKey,
 		"PATH=" + bin + ":/usr/local/bin:/usr/bin:/bin"}, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

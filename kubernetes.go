@@ -1,18 +1,14 @@
 package agentd
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/kubernetes"
-	"github.com/agentd/agentd/internal/sandbox/storefiles"
 )
 
 // KubernetesConfig configures the kubernetes sandbox (docs/kubernetes.md).
@@ -52,26 +48,24 @@ type KubernetesConfig struct {
 	StorageClass  string
 }
 
-// kubernetesSandbox builds the kubernetes backend.
-func (s *Server) kubernetesSandbox(dataDir string) (sandbox.Provider, error) {
-	kc := s.cfg.Kubernetes
-	co, err := s.containerOptions(dataDir, kc.Image)
-	if err != nil {
-		return nil, err
-	}
+// options parses the configuration into the kubernetes backend's options
+// (the server adds its node, limits, warm pool and the rest).
+func (kc KubernetesConfig) options() (kubernetes.Options, error) {
 	opts := kubernetes.Options{
-		Options: co, Kubeconfig: kc.Kubeconfig, Namespace: kc.Namespace,
+		Kubeconfig: kc.Kubeconfig, Namespace: kc.Namespace,
 		PullPolicy: corev1.PullPolicy(kc.PullPolicy), ServiceAccount: kc.ServiceAccount,
 		RuntimeClass: kc.RuntimeClass, AllowNetwork: kc.AllowNetwork, StorageClass: kc.StorageClass,
 	}
+	opts.Image = kc.Image
+	var err error
 	switch opts.PullPolicy {
 	case "", corev1.PullNever, corev1.PullIfNotPresent, corev1.PullAlways:
 	default:
-		return nil, fmt.Errorf("kubernetes sandbox: pull policy %q: Never, IfNotPresent or Always", kc.PullPolicy)
+		return opts, fmt.Errorf("kubernetes sandbox: pull policy %q: Never, IfNotPresent or Always", kc.PullPolicy)
 	}
 	if kc.WorkspaceSize != "" {
 		if opts.WorkspaceSize, err = resource.ParseQuantity(kc.WorkspaceSize); err != nil {
-			return nil, fmt.Errorf("kubernetes sandbox: workspace size %q: %w", kc.WorkspaceSize, err)
+			return opts, fmt.Errorf("kubernetes sandbox: workspace size %q: %w", kc.WorkspaceSize, err)
 		}
 	}
 	if len(kc.NodeSelector) > 0 {
@@ -79,7 +73,7 @@ func (s *Server) kubernetesSandbox(dataDir string) (sandbox.Provider, error) {
 		for _, kv := range kc.NodeSelector {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok || k == "" {
-				return nil, fmt.Errorf("kubernetes sandbox: node selector %q: want key=value", kv)
+				return opts, fmt.Errorf("kubernetes sandbox: node selector %q: want key=value", kv)
 			}
 			opts.NodeSelector[k] = v
 		}
@@ -87,7 +81,7 @@ func (s *Server) kubernetesSandbox(dataDir string) (sandbox.Provider, error) {
 	for _, t := range kc.Tolerations {
 		tol, err := parseToleration(t)
 		if err != nil {
-			return nil, fmt.Errorf("kubernetes sandbox: %w", err)
+			return opts, fmt.Errorf("kubernetes sandbox: %w", err)
 		}
 		opts.Tolerations = append(opts.Tolerations, tol)
 	}
@@ -99,13 +93,11 @@ func (s *Server) kubernetesSandbox(dataDir string) (sandbox.Provider, error) {
 		a, err1 := strconv.ParseInt(first, 10, 64)
 		b, err2 := strconv.ParseInt(last, 10, 64)
 		if err1 != nil || err2 != nil || a <= 0 || b < a {
-			return nil, fmt.Errorf("kubernetes sandbox: uid range %q: want FIRST-LAST or one uid, not root", kc.UIDRange)
+			return opts, fmt.Errorf("kubernetes sandbox: uid range %q: want FIRST-LAST or one uid, not root", kc.UIDRange)
 		}
 		opts.UIDBase, opts.UIDCount = a, b-a+1
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	return kubernetes.New(ctx, opts)
+	return opts, nil
 }
 
 // parseToleration reads "key[=value]:Effect" or "key:Exists[:Effect]".
@@ -133,32 +125,4 @@ func parseToleration(s string) (corev1.Toleration, error) {
 		}
 	}
 	return t, nil
-}
-
-// filesView is what serves a session's files while its environment is
-// down: its workspace folder here, or the store's copies for a backend
-// whose workspaces are not folders of this host (kubernetes).
-func (s *Server) filesView(provider, local sandbox.Provider) sandbox.Provider {
-	if r, ok := provider.(sandbox.RemoteWorkspacer); ok && r.RemoteWorkspaces() {
-		return storefiles.New(s.store)
-	}
-	return local
-}
-
-// collectWorkspaces has a backend that keeps workspaces outside this host
-// (volume claims) delete those of sessions that no longer exist.
-func (s *Server) collectWorkspaces(ctx context.Context) error {
-	wc, ok := s.sandbox.(sandbox.WorkspaceCollector)
-	if !ok {
-		return nil
-	}
-	recs, err := s.store.ListSessions(ctx)
-	if err != nil {
-		return fmt.Errorf("collect workspaces: %w", err)
-	}
-	ids := make([]string, len(recs))
-	for i, r := range recs {
-		ids[i] = r.ID
-	}
-	return wc.CollectWorkspaces(ctx, ids)
 }

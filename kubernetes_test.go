@@ -11,28 +11,28 @@ import (
 
 	"github.com/agentd/agentd"
 	"github.com/agentd/agentd/internal/agent/agenttest/e2etest"
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/internal/agentdtest"
 )
 
 // The kubernetes sandbox end to end: real servers, the real test cluster
 // (scripts/kube.sh; the tests run in its network namespace), the sandbox
-// image with this source's agentd (testenv.KubeImage), the servers
+// image with this source's agentd (agentdtest.KubeImage), the servers
 // reaching the API server as the service account of
 // deploy/kubernetes/rbac.yaml. They skip without a cluster unless
 // AGENTD_REQUIRE_KUBERNETES is set. The scenarios are containers_test.go's.
 
-func kubeSetup(t testing.TB) (*testenv.KubeCluster, string) {
+func kubeSetup(t testing.TB) (*agentdtest.KubeCluster, string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts real servers and pods")
 	}
-	kube := testenv.Kube(t)
-	return kube, testenv.KubeImage(t)
+	kube := agentdtest.Kube(t)
+	return kube, agentdtest.KubeImage(t)
 }
 
 // kubeArgs are the serve flags of the kubernetes sandbox on the test
 // cluster.
-func kubeArgs(kube *testenv.KubeCluster, image string) []string {
+func kubeArgs(kube *agentdtest.KubeCluster, image string) []string {
 	return []string{"--sandbox", "kubernetes", "--k8s-kubeconfig", kube.Kubeconfig, "--k8s-namespace", kube.Namespace, "--k8s-image", image}
 }
 
@@ -40,7 +40,7 @@ func kubeArgs(kube *testenv.KubeCluster, image string) []string {
 // volume of session id's pod.
 func podWorkspace(t *testing.T, id string) string {
 	t.Helper()
-	kube := testenv.Kube(t)
+	kube := agentdtest.Kube(t)
 	dir := os.Getenv("AGENTD_KUBELET_DIR")
 	if dir == "" {
 		t.Fatal("AGENTD_KUBELET_DIR is not set (scripts/kube.sh start prints it)")
@@ -67,7 +67,7 @@ func kubeBackend(t testing.TB) containerBackend {
 		args:       kubeArgs(kube, image),
 		runPrefix:  "k8s",
 		settle:     30 * time.Second, // pods are deleted in the background
-		containers: func(t testing.TB, node string) []string { return testenv.KubePods(t, kube, node) },
+		containers: func(t testing.TB, node string) []string { return agentdtest.KubePods(t, kube, node) },
 	}
 }
 

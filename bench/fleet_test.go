@@ -11,8 +11,8 @@ import (
 
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/bus/natstest"
-	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/restapi"
 	"github.com/agentd/agentd/store/postgres/pgtest"
 )
@@ -23,16 +23,16 @@ import (
 
 // fleetNodes starts n nodes of one fleet with args added, and a client of
 // each on its own HTTP transport.
-func fleetNodes(tb testing.TB, n int, args ...string) ([]*testenv.Process, []*client.Client) {
+func fleetNodes(tb testing.TB, n int, args ...string) ([]*agentdtest.Process, []*client.Client) {
 	tb.Helper()
 	storeURL := pgtest.Schema(tb)
 	natsURL := natstest.URL(tb)
 	prefix := natstest.Prefix(tb)
-	var ps []*testenv.Process
+	var ps []*agentdtest.Process
 	var cs []*client.Client
 	for range n {
 		a := append([]string{"--data-dir", tb.TempDir(), "--store", storeURL, "--nats", natsURL, "--nats-prefix", prefix, "--no-ui"}, args...)
-		p := testenv.StartProcess(tb, nil, a...)
+		p := agentdtest.StartProcess(tb, nil, a...)
 		c, err := client.New(p.URL, client.WithHTTPClient(newHTTPClient(tb)))
 		if err != nil {
 			tb.Fatal(err)

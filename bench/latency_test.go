@@ -18,7 +18,7 @@ import (
 	"github.com/agentd/agentd"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/restapi"
 	"github.com/agentd/agentd/store/sqlite"
 )
@@ -98,10 +98,10 @@ func runStamper(w io.Writer) int {
 
 // startServer runs agentd.New (the embedding API cmd/agentd uses) on a
 // loopback port, with a client on its own HTTP transport.
-func startServer(tb testing.TB, cfg agentd.Config) (*testenv.Server, *client.Client) {
+func startServer(tb testing.TB, cfg agentd.Config) (*agentdtest.Server, *client.Client) {
 	tb.Helper()
 	cfg.Logger = quietLogger()
-	srv := testenv.Start(tb, cfg)
+	srv := agentdtest.Start(tb, cfg)
 	c, err := client.New(srv.URL, client.WithHTTPClient(newHTTPClient(tb)))
 	if err != nil {
 		tb.Fatal(err)
@@ -111,7 +111,7 @@ func startServer(tb testing.TB, cfg agentd.Config) (*testenv.Server, *client.Cli
 
 // startTimedServer is startServer with its own SQLite store whose event
 // appends (the log's group commits) are timed.
-func startTimedServer(tb testing.TB, cfg agentd.Config) (*testenv.Server, *client.Client, *commitTimer) {
+func startTimedServer(tb testing.TB, cfg agentd.Config) (*agentdtest.Server, *client.Client, *commitTimer) {
 	tb.Helper()
 	st, err := sqlite.Open(context.Background(), tb.TempDir()+"/agentd.db", sqlite.WithLogger(quietLogger()))
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/internal/agent/shell"
 	"github.com/agentd/agentd/internal/api"
 	"github.com/agentd/agentd/internal/eventlog"
@@ -21,7 +21,7 @@ import (
 // httptest server, wired like agentd.New but keeping hold of the event log,
 // so a benchmark can append events at a controlled rate. agentd.Server does
 // not expose its log; benchmarks that only drive the public API use
-// testenv.Start (agentd.New) instead.
+// agentdtest.Start (agentd.New) instead.
 type wired struct {
 	URL   string
 	Log   *eventlog.Log

@@ -14,8 +14,8 @@ import (
 	"github.com/agentd/agentd"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/auth/oidctest"
-	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/restapi"
 	"github.com/agentd/agentd/store"
 )
@@ -52,7 +52,7 @@ func must[T any](t *testing.T, what string) func(T, error) T {
 // token of its own.
 func TestIdentityRoutes(t *testing.T) {
 	ctx := context.Background()
-	srv := testenv.Start(t, agentd.Config{APIKey: "root-key", ServerKey: bytes.Repeat([]byte{9}, 32)})
+	srv := agentdtest.Start(t, agentd.Config{APIKey: "root-key", ServerKey: bytes.Repeat([]byte{9}, 32)})
 	admin := newClient(t, srv.URL, "root-key")
 
 	info := must[restapi.AuthInfo](t, "auth")(newClient(t, srv.URL, "").Auth(ctx))
@@ -206,7 +206,7 @@ func TestOIDCSignIn(t *testing.T) {
 	prov.AddUser(oidctest.User{Subject: "sub-erin", Username: "erin", Password: "pw-erin", Name: "Erin Example"})
 	const redirect = "http://127.0.0.1:1/auth/callback"
 	prov.AddClient("agentd-ui", time.Hour, redirect)
-	srv := testenv.Start(t, agentd.Config{OIDC: &agentd.OIDCConfig{Issuer: prov.URL, ClientID: "agentd-ui"}})
+	srv := agentdtest.Start(t, agentd.Config{OIDC: &agentd.OIDCConfig{Issuer: prov.URL, ClientID: "agentd-ui"}})
 	anon := newClient(t, srv.URL, "")
 
 	info := must[restapi.AuthInfo](t, "auth")(anon.Auth(ctx))

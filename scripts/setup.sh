@@ -67,6 +67,8 @@ npm_ci tests/socketio
 
 log "go mod download"
 go mod download
+# The embedding example is a module of its own (examples/custom-backend).
+(cd examples/custom-backend && go mod download)
 # The pinned checkers (downloaded and built once; later runs hit the cache).
 . scripts/tools.env
 go run "$STATICCHECK" -version >/dev/null

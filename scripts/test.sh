@@ -84,6 +84,9 @@ go mod tidy -diff
 step "staticcheck"
 go run "$STATICCHECK" ./...
 
+step "examples/custom-backend (its own module: a backend and an architecture added through the public API)"
+(cd examples/custom-backend && go mod tidy -diff && go vet ./... && go run "$STATICCHECK" ./... && go test -count=1 ./...)
+
 step "govulncheck"
 # It needs the vulnerability database at vuln.go.dev (or a copy named by
 # AGENTD_VULNDB, e.g. file:///srv/vulndb); where that cannot be reached
@@ -126,7 +129,7 @@ go test -count=1 -timeout 30m "${pkgs[@]}"
 
 step "go test -race"
 # Every package: the agentd processes tests start are built with -race too
-# (internal/testenv), and a race they report fails the test.
+# (internal/agentdtest), and a race they report fails the test.
 go test -count=1 -race -timeout 40m "${pkgs[@]}"
 
 step "chaos (short run, -race)"

@@ -22,8 +22,8 @@ import (
 	"github.com/agentd/agentd/internal/executor"
 	"github.com/agentd/agentd/internal/mockllm"
 	"github.com/agentd/agentd/internal/runcli"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
+	"github.com/agentd/agentd/sandbox"
 )
 
 type cli struct {

@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/internal/agentdtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // agentd runs the built binary and returns stdout, stderr and the exit code.
 func agentd(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(testenv.Binary(t), args...)
+	cmd := exec.Command(agentdtest.Binary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -85,7 +85,7 @@ func TestConvertFormats(t *testing.T) {
 		}
 	}
 	// A file that is not in the format: a warning and exit 1.
-	run := filepath.Join(testenv.RepoRoot(t), "internal/agent/opencode/testdata/run-json/shell-probe.jsonl")
+	run := filepath.Join(agentdtest.RepoRoot(t), "internal/agent/opencode/testdata/run-json/shell-probe.jsonl")
 	_, errOut, code := agentd(t, nil, "convert", "-f", "claude-stream-json", run)
 	if code != 1 || !strings.Contains(errOut, "no events: the input does not look like claude-stream-json output") {
 		t.Fatalf("wrong format: %d %s", code, errOut)
@@ -99,7 +99,7 @@ func TestConvertFormats(t *testing.T) {
 // `agentd run` finds a server started with AGENTD_ADDR through the same
 // variable, and exits with the shell command's status.
 func TestRunUsesServeAddress(t *testing.T) {
-	p := testenv.StartProcess(t, nil, "--data-dir", t.TempDir(), "--no-ui")
+	p := agentdtest.StartProcess(t, nil, "--data-dir", t.TempDir(), "--no-ui")
 	addr := strings.TrimPrefix(p.URL, "http://")
 	_, _, code := agentd(t, []string{"AGENTD_ADDR=" + addr, "AGENTD_SERVER="}, "run", "-a", "shell", "exit 7")
 	if code != 7 {

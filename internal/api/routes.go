@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/internal/auth"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/profile"
@@ -161,7 +161,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	out := restapi.SessionList{Sessions: make([]restapi.SessionSummary, 0, len(list))}
 	for _, sum := range list {
 		if visible(sum.Owner, sum.SessionID) {
-			out.Sessions = append(out.Sessions, restapi.SessionSummary(sum))
+			out.Sessions = append(out.Sessions, sum)
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

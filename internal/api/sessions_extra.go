@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/restapi"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Session routes beyond the contract's first set: rename, the message
@@ -35,7 +35,7 @@ func (s *Server) handleRename(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, restapi.SessionSummary(sum))
+	writeJSON(w, http.StatusOK, sum)
 }
 
 func (s *Server) handleQueue(w http.ResponseWriter, r *http.Request) {

@@ -340,7 +340,7 @@ func (w *wsConn) pumpSessions(ctx context.Context) {
 		if !vis.sees(ctx, sum.Owner, sum.SessionID) {
 			continue
 		}
-		if w.send(sessionFrame{Op: "sessions", Session: restapi.SessionSummary(sum)}) != nil {
+		if w.send(sessionFrame{Op: "sessions", Session: sum}) != nil {
 			return
 		}
 	}
@@ -349,7 +349,7 @@ func (w *wsConn) pumpSessions(ctx context.Context) {
 		if !vis.sees(ctx, sum.Owner, sum.SessionID) {
 			continue
 		}
-		if w.send(sessionFrame{Op: "sessions", Session: restapi.SessionSummary(sum)}) != nil {
+		if w.send(sessionFrame{Op: "sessions", Session: sum}) != nil {
 			return
 		}
 	}

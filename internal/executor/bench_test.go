@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/executor/rpc"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // counter is a server side that only counts output and acknowledges it.

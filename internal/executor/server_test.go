@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/executor/rpc"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // testExecutor is an executor served in-process on a local environment.

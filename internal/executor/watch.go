@@ -5,7 +5,7 @@ import (
 	"strconv"
 
 	"github.com/agentd/agentd/internal/executor/rpc"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // watch forwards the environment's file events to one connection as

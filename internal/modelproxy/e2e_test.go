@@ -20,16 +20,16 @@ import (
 	"time"
 
 	"github.com/agentd/agentd"
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/api"
 	"github.com/agentd/agentd/internal/mockllm"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
-	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/profile"
 	"github.com/agentd/agentd/restapi"
+	"github.com/agentd/agentd/sandbox"
 	"github.com/agentd/agentd/store"
 )
 
@@ -274,11 +274,11 @@ func TestE2EClaudeThroughTheProxy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: end-to-end test")
 	}
-	bin := testenv.AgentBin(t, "claude")
+	bin := agentdtest.AgentBin(t, "claude")
 	t.Parallel()
 	up := newRecordingUpstream(t, e2eScript)
 	realKey := newRealKey()
-	srv := testenv.Start(t, agentd.Config{
+	srv := agentdtest.Start(t, agentd.Config{
 		Env:       map[string]string{"ANTHROPIC_BASE_URL": up.url, "ANTHROPIC_API_KEY": realKey},
 		Sandboxes: map[string]sandbox.Provider{"local": local.New(local.Options{Path: bin + ":/usr/local/bin:/usr/bin:/bin"})},
 		Profiles:  []profile.Profile{e2eProfile},
@@ -458,10 +458,10 @@ func TestE2EBudgetExceeded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: end-to-end test")
 	}
-	bin := testenv.AgentBin(t, "claude")
+	bin := agentdtest.AgentBin(t, "claude")
 	t.Parallel()
 	up := newRecordingUpstream(t, budgetScript)
-	srv := testenv.Start(t, agentd.Config{
+	srv := agentdtest.Start(t, agentd.Config{
 		Env:                map[string]string{"ANTHROPIC_BASE_URL": up.url, "ANTHROPIC_API_KEY": newRealKey()},
 		Sandboxes:          map[string]sandbox.Provider{"local": local.New(local.Options{Path: bin + ":/usr/local/bin:/usr/bin:/bin"})},
 		Profiles:           []profile.Profile{e2eProfile},
@@ -527,7 +527,7 @@ func TestE2EExecutorAuditAndRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: end-to-end test")
 	}
-	bin := testenv.AgentBin(t, "claude")
+	bin := agentdtest.AgentBin(t, "claude")
 	t.Parallel()
 	up := newRecordingUpstream(t, e2eScript)
 	realKey := newRealKey()
@@ -541,7 +541,7 @@ func TestE2EExecutorAuditAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(run) })
-	p := testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + run, "ANTHROPIC_BASE_URL=" + up.url, "ANTHROPIC_API_KEY=" + realKey,
+	p := agentdtest.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + run, "ANTHROPIC_BASE_URL=" + up.url, "ANTHROPIC_API_KEY=" + realKey,
 		"PATH=" + bin + ":/usr/local/bin:/usr/bin:/bin"},
 		"--data-dir", t.TempDir(), "--no-ui", "--sandbox", "executor", "--profiles", profiles)
 	c := p.Client

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/runcli"
-	"github.com/agentd/agentd/internal/testenv"
 )
 
 func run(t *testing.T, server, arch, prompt string) (string, string, error) {
@@ -23,7 +23,7 @@ func run(t *testing.T, server, arch, prompt string) (string, string, error) {
 // `agentd run` exits with the shell command's status, reports what the
 // server refused as such, and a server it cannot reach as that.
 func TestRunAgainstServer(t *testing.T) {
-	srv := testenv.Start(t, agentd.Config{DisableUI: true})
+	srv := agentdtest.Start(t, agentd.Config{DisableUI: true})
 	out, _, err := run(t, srv.URL, "shell", "echo hi")
 	if err != nil || !strings.Contains(out, "hi") {
 		t.Fatalf("echo: %q %v", out, err)

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // What the agent changed: before each turn starts, the session's workspace

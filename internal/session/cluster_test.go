@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/internal/bus"
 	"github.com/agentd/agentd/internal/bus/natstest"
 	"github.com/agentd/agentd/internal/eventlog"

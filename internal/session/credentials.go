@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
 )
 
 // Credentials issues the model credentials of a session's environments:

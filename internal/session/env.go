@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/profile"
+	"github.com/agentd/agentd/sandbox"
 	"github.com/agentd/agentd/store"
 )
 
@@ -120,7 +120,7 @@ func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.E
 	// Everything written for this environment carries the lease it runs
 	// under: once another server has the lease, the store refuses it.
 	gen := s.gen()
-	if hd, ok := e.(sandbox.Handler); ok {
+	if hd, ok := e.(sandbox.HandleReporter); ok {
 		// Recorded before anything runs: a server killed from here on finds
 		// the environment again.
 		if err := m.recordHandle(ctx, s, gen, hd.Handle()); err != nil {

@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // withFiles runs f on the session's workspace: through its environment

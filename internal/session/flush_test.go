@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/internal/agent/shell"
 	"github.com/agentd/agentd/internal/eventlog"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/sandbox/watch"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/sandbox"
 	"github.com/agentd/agentd/store/memstore"
 )
 

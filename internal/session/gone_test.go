@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // mortalProvider makes local environments that the test can "kill": every

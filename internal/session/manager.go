@@ -22,10 +22,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/internal/eventlog"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/restapi"
+	"github.com/agentd/agentd/sandbox"
 	"github.com/agentd/agentd/store"
 )
 
@@ -281,7 +282,9 @@ func (m *Manager) add(s *Session) *Session {
 	return s
 }
 
-// CreateRequest is the body of POST /api/sessions.
+// CreateRequest is what creating a session takes: the fields of the API's
+// body (restapi.CreateSessionRequest) and the authenticated creator, which
+// the body never carries.
 type CreateRequest struct {
 	AgentProfileRef string          `json:"agentProfileRef,omitempty"`
 	Architecture    string          `json:"architecture,omitempty"`
@@ -293,20 +296,10 @@ type CreateRequest struct {
 	Tenant string `json:"-"`
 }
 
-// Summary is a session as listed.
-type Summary struct {
-	SessionID             string                     `json:"sessionId"`
-	Type                  string                     `json:"type"`
-	AgentProfileReference string                     `json:"agentProfileReference"`
-	Name                  string                     `json:"name"`
-	Status                conversation.SessionStatus `json:"status"`
-	LastActivity          time.Time                  `json:"lastActivity"`
-	CreatedAt             time.Time                  `json:"createdAt"`
-	LastSeq               int64                      `json:"lastSeq"`
-	Deleted               bool                       `json:"deleted,omitempty"`
-	Owner                 string                     `json:"owner,omitempty"`
-	Tenant                string                     `json:"tenant,omitempty"`
-}
+// Summary is a session as listed: the API's body itself (GET
+// /api/sessions, the WebSocket's sessions frames), also carried between
+// the servers of a fleet.
+type Summary = restapi.SessionSummary
 
 func (m *Manager) summary(ctx context.Context, rec store.Session) Summary {
 	last, _ := m.cfg.Log.LastSeq(ctx, rec.ID)

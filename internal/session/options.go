@@ -8,8 +8,8 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/profile"
 )
 

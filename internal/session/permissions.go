@@ -7,8 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
 )
 
 // permissions holds a session's open permission requests. Its one mutex

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
 )
 
 // Session permission rules: "allow for this session". A client answers a

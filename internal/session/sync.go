@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/agent"
+	"github.com/agentd/agentd/sandbox"
 	"github.com/agentd/agentd/store"
 )
 

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentd/agentd/client"
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/restapi"
 )
 
@@ -98,7 +98,7 @@ type harness struct {
 	t     *testing.T
 	cfg   config
 	rng   *rand.Rand
-	p     *testenv.Process
+	p     *agentdtest.Process
 	url   string // the server's base URL, read by the clients' goroutines
 	c     *client.Client
 	tr    *http.Transport
@@ -167,7 +167,7 @@ func newHarness(t *testing.T, cfg config) *harness {
 		e, a := claudeSetup(t)
 		env, args = append(env, e...), append(args, a...)
 	}
-	h.p = testenv.StartProcess(t, env, args...)
+	h.p = agentdtest.StartProcess(t, env, args...)
 	h.tr = &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: 5 * time.Second}
 	h.hc = &http.Client{Transport: h.tr, Timeout: 30 * time.Second}
 	t.Cleanup(h.tr.CloseIdleConnections)

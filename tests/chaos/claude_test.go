@@ -9,12 +9,12 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/internal/agentdtest"
 )
 
 // With AGENTD_CHAOS_CLAUDE=1 a Claude Code session (the pinned CLI against
 // mock-llm, in this process on loopback) takes part in every round: the
-// scripted model (testenv.CountSlowlyScript) has the CLI run a paced Bash
+// scripted model (agentdtest.CountSlowlyScript) has the CLI run a paced Bash
 // command, then answers.
 
 const (
@@ -26,13 +26,13 @@ const (
 
 // claudeProfile lets Bash run without a prompt; the CLI retries model calls
 // while the server (its model proxy) is down.
-var claudeProfile = testenv.CountSlowlyProfile
+var claudeProfile = agentdtest.CountSlowlyProfile
 
 // claudeSetup starts mock-llm and returns the server's extra environment
 // and flags.
 func claudeSetup(t *testing.T) (env, args []string) {
-	bin := testenv.AgentBin(t, "claude")
-	_, url := testenv.MockLLM(t, testenv.CountSlowlyScript)
+	bin := agentdtest.AgentBin(t, "claude")
+	_, url := agentdtest.MockLLM(t, agentdtest.CountSlowlyScript)
 	dir := t.TempDir()
 	data, _ := json.Marshal(claudeProfile)
 	if err := os.WriteFile(filepath.Join(dir, "chaos.json"), data, 0o644); err != nil {

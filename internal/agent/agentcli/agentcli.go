@@ -14,9 +14,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/profile"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Defaults of the architectures' options.

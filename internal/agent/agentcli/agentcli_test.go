@@ -13,11 +13,11 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/profile"
+	"github.com/agentd/agentd/sandbox"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

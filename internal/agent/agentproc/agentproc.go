@@ -18,8 +18,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/agent"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // MaxLine bounds one stdout line; a longer line is delivered truncated with

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/agent/agentproc"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // scripted is a sandbox.Process whose output is fed by the test: what a

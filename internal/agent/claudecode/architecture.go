@@ -17,8 +17,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/agent"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Name is the architecture's canonical name.

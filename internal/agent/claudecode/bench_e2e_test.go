@@ -16,10 +16,10 @@ import (
 	"github.com/agentd/agentd"
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent/claudecode"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/sandbox/local"
-	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/restapi"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // BenchmarkTurnOverhead measures, side by side on the same mock-llm
@@ -33,15 +33,15 @@ import (
 // It reports medians: claude-p-ms, agentd-ms, overhead-ms (agentd - claude
 // -p; target < 30), and agentd-warm-ms.
 func BenchmarkTurnOverhead(b *testing.B) {
-	bin := testenv.AgentBin(b, "claude")
-	mock, url := testenv.MockLLM(b, `
+	bin := agentdtest.AgentBin(b, "claude")
+	mock, url := agentdtest.MockLLM(b, `
 rules:
   - name: hello
     match: {userContains: "say hello"}
     reply: {text: "Hello from mock-llm."}
 `)
 	_ = mock
-	srv := testenv.Start(b, agentd.Config{
+	srv := agentdtest.Start(b, agentd.Config{
 		Env:       map[string]string{"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "test-key"},
 		Sandboxes: map[string]sandbox.Provider{"local": local.New(local.Options{Path: bin + ":/usr/local/bin:/usr/bin:/bin"})},
 		DisableUI: true,
@@ -134,7 +134,7 @@ rules:
 // and a follow-up turn (POST, stdin, conversion, durable appends, delivery).
 func BenchmarkServerTurnFakeCLI(b *testing.B) {
 	bin := claudecode.FakeCLIDir(b)
-	srv := testenv.Start(b, agentd.Config{
+	srv := agentdtest.Start(b, agentd.Config{
 		Sandboxes: map[string]sandbox.Provider{"local": local.New(local.Options{Path: bin + ":/usr/local/bin:/usr/bin:/bin"})},
 		DisableUI: true,
 	})
@@ -155,7 +155,7 @@ func BenchmarkServerTurnFakeCLI(b *testing.B) {
 }
 
 // timeTurn times one turn from POST to query:completed over the WebSocket.
-func timeTurn(b *testing.B, srv *testenv.Server, id, content string) time.Duration {
+func timeTurn(b *testing.B, srv *agentdtest.Server, id, content string) time.Duration {
 	c := srv.Client
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -13,12 +13,12 @@ import (
 	"github.com/agentd/agentd"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/mockllm"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor"
-	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/profile"
 	"github.com/agentd/agentd/restapi"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Server restarts in the middle of a real Claude Code turn, with the
@@ -30,8 +30,8 @@ import (
 // then a text answer once the model has the command's output; Bash runs
 // without a prompt.
 var (
-	restartScript  = testenv.CountSlowlyScript
-	restartProfile = testenv.CountSlowlyProfile
+	restartScript  = agentdtest.CountSlowlyScript
+	restartProfile = agentdtest.CountSlowlyProfile
 )
 
 // shortDir is a temporary folder with a short path (socket paths are
@@ -184,15 +184,15 @@ func TestE2EExecutorTurnSurvivesKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: end-to-end test")
 	}
-	bin := testenv.AgentBin(t, "claude")
+	bin := agentdtest.AgentBin(t, "claude")
 	t.Parallel()
-	mock, url := testenv.MockLLM(t, restartScript)
+	mock, url := agentdtest.MockLLM(t, restartScript)
 	profiles := t.TempDir()
 	data, _ := json.Marshal(restartProfile)
 	if err := os.WriteFile(filepath.Join(profiles, "auto.json"), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := testenv.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + shortDir(t), "ANTHROPIC_BASE_URL=" + url, "ANTHROPIC_API_KEY=test-key",
+	p := agentdtest.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + shortDir(t), "ANTHROPIC_BASE_URL=" + url, "ANTHROPIC_API_KEY=test-key",
 		"PATH=" + bin + ":/usr/local/bin:/usr/bin:/bin"},
 		"--data-dir", t.TempDir(), "--no-ui", "--sandbox", "executor", "--profiles", profiles)
 	ctx := context.Background()
@@ -224,15 +224,15 @@ func TestE2EExecutorTurnSurvivesGracefulRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: end-to-end test")
 	}
-	bin := testenv.AgentBin(t, "claude")
+	bin := agentdtest.AgentBin(t, "claude")
 	t.Parallel()
-	mock, url := testenv.MockLLM(t, restartScript)
-	prov, err := executor.New(executor.Options{Binary: testenv.Binary(t), RunDir: filepath.Join(shortDir(t), "run"),
+	mock, url := agentdtest.MockLLM(t, restartScript)
+	prov, err := executor.New(executor.Options{Binary: agentdtest.Binary(t), RunDir: filepath.Join(shortDir(t), "run"),
 		Path: bin + ":/usr/local/bin:/usr/bin:/bin"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := testenv.Start(t, agentd.Config{
+	srv := agentdtest.Start(t, agentd.Config{
 		Env:       map[string]string{"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "test-key"},
 		Sandboxes: map[string]sandbox.Provider{"executor": prov},
 		Sandbox:   "executor",

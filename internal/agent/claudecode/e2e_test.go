@@ -14,23 +14,23 @@ import (
 	"time"
 
 	"github.com/agentd/agentd"
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/internal/agent/claudecode"
 	"github.com/agentd/agentd/internal/agent/claudecode/claudeconv"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/mockllm"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
-	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/profile"
 	"github.com/agentd/agentd/restapi"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // End-to-end tests: agentd in this process, the pinned Claude Code CLI
 // (tools/agents) in a local sandbox, mock-llm as the model. They skip when
 // the CLI is not installed (scripts/setup.sh) and under -short. Each server
-// gets its own sandbox PATH (instead of testenv.WithPath), so the tests run
+// gets its own sandbox PATH (instead of agentdtest.WithPath), so the tests run
 // in parallel; a CLI start costs about a second.
 
 // e2eScript answers every scenario below; rules are matched in order.
@@ -138,7 +138,7 @@ var autoProfile = profile.Profile{
 
 type e2e struct {
 	t    *testing.T
-	srv  *testenv.Server
+	srv  *agentdtest.Server
 	mock *mockllm.Server
 	c    *client.Client
 }
@@ -151,10 +151,10 @@ func newE2E(t *testing.T, binDir string, mod func(*agentd.Config)) *e2e {
 		t.Skip("-short: end-to-end test")
 	}
 	if binDir == "" {
-		binDir = testenv.AgentBin(t, "claude")
+		binDir = agentdtest.AgentBin(t, "claude")
 	}
 	t.Parallel()
-	mock, url := testenv.MockLLM(t, e2eScript)
+	mock, url := agentdtest.MockLLM(t, e2eScript)
 	cfg := agentd.Config{
 		Env:       map[string]string{"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "test-key"},
 		Sandboxes: map[string]sandbox.Provider{"local": local.New(local.Options{Path: binDir + ":/usr/local/bin:/usr/bin:/bin"})},
@@ -164,7 +164,7 @@ func newE2E(t *testing.T, binDir string, mod func(*agentd.Config)) *e2e {
 	if mod != nil {
 		mod(&cfg)
 	}
-	srv := testenv.Start(t, cfg)
+	srv := agentdtest.Start(t, cfg)
 	return &e2e{t: t, srv: srv, mock: mock, c: srv.Client}
 }
 
@@ -686,7 +686,7 @@ func TestE2EProbeRealCLI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	bin := testenv.AgentBin(t, "claude")
+	bin := agentdtest.AgentBin(t, "claude")
 	t.Parallel()
 	v, err := claudecode.New(claudecode.Options{Command: filepath.Join(bin, "claude")}).Probe(context.Background())
 	if err != nil || v != "2.1.197" {

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // chunkProc is a sandbox.Process that delivers given chunks and exits.

@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/agentd/agentd/internal/agent/agenttest"
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/internal/executor"
 )
 

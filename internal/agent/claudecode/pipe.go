@@ -3,9 +3,9 @@ package claudecode
 import (
 	"context"
 
-	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/internal/agent/agentproc"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // cliLine is one stdout line of the CLI with its byte offsets in the

@@ -11,8 +11,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/profile"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // configRel is the session's CLAUDE_CONFIG_DIR, relative to the workspace.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/profile"
 )
 

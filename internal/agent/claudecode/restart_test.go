@@ -17,11 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/agent"
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/agent/agenttest"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Restart tests: the runner in the executor sandbox (the test binary is
@@ -78,7 +78,7 @@ func newExecWorld(t testing.TB, mod func(*executor.Options)) *execWorld {
 // recover connects to the executor again, as a restarted server does.
 func (w *execWorld) recover() sandbox.Environment {
 	w.t.Helper()
-	env, err := w.prov.Recover(context.Background(), w.spec, w.env.(sandbox.Handler).Handle())
+	env, err := w.prov.Recover(context.Background(), w.spec, w.env.(sandbox.HandleReporter).Handle())
 	if err != nil {
 		w.t.Fatal(err)
 	}

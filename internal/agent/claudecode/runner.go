@@ -11,10 +11,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/internal/agent/claudecode/claudeconv"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // agentState is what the runner saves with the session (Host.SaveAgentState)

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/agent"
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/agent/agenttest"
 )
 
 // Runner tests against the fake CLI (fakecli_test.go): the control

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/internal/agent/agentcli"
 	"github.com/agentd/agentd/profile"
 )

@@ -3,7 +3,7 @@ package codex_test
 import (
 	"testing"
 
-	"github.com/agentd/agentd/internal/agent/agenttest"
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/internal/agent/codex"
 )
 

@@ -7,12 +7,12 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd"
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/internal/agent/agenttest/e2etest"
 	"github.com/agentd/agentd/internal/agent/codex"
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/restapi"
 )
 
@@ -66,9 +66,9 @@ var e2eScript = e2etest.Script(`
 `)
 
 func TestE2ECodex(t *testing.T) {
-	testenv.WithPath(t, testenv.AgentBin(t, "codex"))
-	mock, url := testenv.MockLLM(t, e2eScript)
-	srv := testenv.Start(t, agentd.Config{Env: map[string]string{
+	agentdtest.WithPath(t, agentdtest.AgentBin(t, "codex"))
+	mock, url := agentdtest.MockLLM(t, e2eScript)
+	srv := agentdtest.Start(t, agentd.Config{Env: map[string]string{
 		"OPENAI_BASE_URL": url + "/v1", "OPENAI_API_KEY": "sk-test-not-a-real-key",
 	}})
 	c := srv.Client

@@ -10,12 +10,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/internal/agent/agentcli"
 	"github.com/agentd/agentd/internal/agent/agentproc"
 	"github.com/agentd/agentd/internal/agent/convkit"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // State is what the runner saves with host.SaveAgentState: the Codex

@@ -12,9 +12,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/agentd/agentd/agent"
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/profile"
 )
 

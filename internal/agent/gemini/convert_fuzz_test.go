@@ -3,8 +3,8 @@ package gemini_test
 import (
 	"testing"
 
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/internal/agent/gemini"
 )
 

@@ -6,13 +6,13 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd"
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/internal/agent/agenttest/e2etest"
 	"github.com/agentd/agentd/internal/agent/gemini"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/mockllm"
-	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/profile"
 	"github.com/agentd/agentd/restapi"
 )
@@ -40,10 +40,10 @@ var e2eScript = e2etest.Script(`
           input: {command: "echo nope > forbidden.txt", description: "write"}
 `)
 
-func newServer(t *testing.T) (*testenv.Server, *mockllm.Server) {
-	testenv.WithPath(t, testenv.AgentBin(t, "gemini"))
-	mock, url := testenv.MockLLM(t, e2eScript)
-	srv := testenv.Start(t, agentd.Config{
+func newServer(t *testing.T) (*agentdtest.Server, *mockllm.Server) {
+	agentdtest.WithPath(t, agentdtest.AgentBin(t, "gemini"))
+	mock, url := agentdtest.MockLLM(t, e2eScript)
+	srv := agentdtest.Start(t, agentd.Config{
 		Env: map[string]string{"GOOGLE_GEMINI_BASE_URL": url, "GEMINI_API_KEY": "test-not-a-real-key"},
 		Profiles: []profile.Profile{{ID: "yolo", Name: "Gemini, all tools", ApprovalMode: "yolo",
 			SystemPrompt: "You are tested by agentd."}},

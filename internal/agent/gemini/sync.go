@@ -3,7 +3,7 @@ package gemini
 import (
 	"context"
 
-	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/agent"
 )
 
 var _ agent.Syncer = (*runner)(nil)

@@ -7,12 +7,12 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd"
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/internal/agent/agenttest/e2etest"
 	"github.com/agentd/agentd/internal/agent/opencode"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/mockllm"
-	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/profile"
 	"github.com/agentd/agentd/restapi"
 )
@@ -63,9 +63,9 @@ var e2eScript = e2etest.Script(`
 `)
 
 func TestE2EOpenCode(t *testing.T) {
-	testenv.WithPath(t, testenv.AgentBin(t, "opencode"))
-	mock, url := testenv.MockLLM(t, e2eScript)
-	srv := testenv.Start(t, agentd.Config{
+	agentdtest.WithPath(t, agentdtest.AgentBin(t, "opencode"))
+	mock, url := agentdtest.MockLLM(t, e2eScript)
+	srv := agentdtest.Start(t, agentd.Config{
 		Env: map[string]string{"OPENAI_BASE_URL": url + "/v1", "OPENAI_API_KEY": "sk-test-not-a-real-key"},
 		Profiles: []profile.Profile{{ID: "bash-ok", Name: "OpenCode, bash allowed", AllowedTools: []string{"bash"},
 			SystemPrompt: "You are tested by agentd."}},

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
 	"github.com/agentd/agentd/internal/agent/agentcli"
 )
 

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/agent"
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/profile"
 )
 

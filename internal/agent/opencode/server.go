@@ -17,9 +17,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/agentd/agentd/internal/agent"
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/internal/agent/agentproc"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // ParseListening returns the base URL from the line `opencode serve`

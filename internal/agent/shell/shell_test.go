@@ -8,12 +8,12 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/agentd/agentd/agent"
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent"
-	"github.com/agentd/agentd/internal/agent/agenttest"
 	"github.com/agentd/agentd/internal/agent/shell"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/local"
+	"github.com/agentd/agentd/sandbox"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -65,4 +65,8 @@ func TestTurnEndsWhenOutputCannotBeRecorded(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the turn still runs 20 s after its output could not be recorded")
 	}
+}
+
+func TestConformance(t *testing.T) {
+	agenttest.Run(t, agenttest.Suite{Architecture: shell.Architecture{}, Prompt: "echo hello", Slow: "echo started; exec sleep 60"})
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Client is the server's typed view of an executor connection. Methods are

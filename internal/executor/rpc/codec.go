@@ -8,7 +8,7 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // DefaultMaxLine bounds one JSON-RPC message (one line) in bytes.

@@ -18,7 +18,7 @@ import (
 	"os/exec"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // ProtocolVersion is the executor protocol's version; ping reports it and

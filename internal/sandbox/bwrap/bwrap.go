@@ -25,8 +25,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Name is the backend name given to --sandbox.

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
+	"github.com/agentd/agentd/sandbox"
 )
 
 func TestWrapCommandLine(t *testing.T) {
@@ -325,7 +325,7 @@ func TestRecover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env2, err := p2.Recover(bg, spec, env.(sandbox.Handler).Handle())
+	env2, err := p2.Recover(bg, spec, env.(sandbox.HandleReporter).Handle())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +347,7 @@ func TestRecover(t *testing.T) {
 		t.Fatal("bubblewrap still running after Terminate")
 	}
 	// Recovering a terminated sandbox says it is gone.
-	if _, err := p2.Recover(bg, spec, env.(sandbox.Handler).Handle()); !errors.Is(err, sandbox.ErrGone) {
+	if _, err := p2.Recover(bg, spec, env.(sandbox.HandleReporter).Handle()); !errors.Is(err, sandbox.ErrGone) {
 		t.Fatalf("recover after terminate: %v", err)
 	}
 }

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
+	"github.com/agentd/agentd/sandbox"
 )
 
 var bg = context.Background()
@@ -62,7 +62,7 @@ func newProvider(t testing.TB, mod func(*Options)) (*Provider, string) {
 func handleOf(t testing.TB, env sandbox.Environment) executor.Handle {
 	t.Helper()
 	var h executor.Handle
-	if err := json.Unmarshal(env.(sandbox.Handler).Handle(), &h); err != nil {
+	if err := json.Unmarshal(env.(sandbox.HandleReporter).Handle(), &h); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -87,7 +87,7 @@ func dyingServer(dir string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	fmt.Println(string(env.(sandbox.Handler).Handle()))
+	fmt.Println(string(env.(sandbox.HandleReporter).Handle()))
 	os.Exit(0)
 	return 0
 }

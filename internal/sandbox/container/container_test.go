@@ -17,8 +17,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentd/agentd/internal/executor/rpc"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor"
+	"github.com/agentd/agentd/sandbox"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

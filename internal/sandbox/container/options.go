@@ -6,8 +6,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Defaults for Options fields left empty (the start timeout's is the

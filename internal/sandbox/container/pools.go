@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/warmpool"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Named is a container started ahead, named in logs.

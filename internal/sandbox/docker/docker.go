@@ -31,9 +31,9 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/container"
 	"github.com/agentd/agentd/internal/sandbox/executor"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Name is the backend name given to --sandbox.

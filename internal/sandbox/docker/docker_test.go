@@ -18,15 +18,15 @@ import (
 	"github.com/moby/moby/client"
 	"go.uber.org/goleak"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/sandbox/container"
 	"github.com/agentd/agentd/internal/sandbox/docker"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // These tests run real containers on a real Docker daemon (DOCKER_HOST):
-// see testenv.Docker. Each test labels its containers with a node of its
+// see agentdtest.Docker. Each test labels its containers with a node of its
 // own, so tests of other packages on the same daemon are not touched.
 
 func TestMain(m *testing.M) {
@@ -49,7 +49,7 @@ func newFixture(t testing.TB) *fixture {
 	if testing.Short() {
 		t.Skip("starts containers")
 	}
-	cli := testenv.Docker(t)
+	cli := agentdtest.Docker(t)
 	dir := sandboxtest.ShortTempDir(t, "dk")
 	var rnd [4]byte
 	rand.Read(rnd[:])
@@ -57,15 +57,15 @@ func newFixture(t testing.TB) *fixture {
 	t.Cleanup(f.proxy.Close)
 	f.opts = docker.Options{
 		Options: container.Options{
-			Image: testenv.SandboxImage(), RunDir: filepath.Join(dir, "run"),
+			Image: agentdtest.SandboxImage(), RunDir: filepath.Join(dir, "run"),
 			Node: "test-" + hex.EncodeToString(rnd[:]), ModelProxy: f.proxy,
 			Limits: sandbox.Limits{MemoryBytes: 512 << 20, Pids: 128},
 		},
-		Client: cli, Executor: testenv.Binary(t), WarmDir: filepath.Join(dir, "warm"),
+		Client: cli, Executor: agentdtest.Binary(t), WarmDir: filepath.Join(dir, "warm"),
 	}
 	t.Cleanup(func() {
 		// Nothing of this test may be left.
-		if left := testenv.DockerContainers(t, cli, f.opts.Node); len(left) > 0 {
+		if left := agentdtest.DockerContainers(t, cli, f.opts.Node); len(left) > 0 {
 			t.Errorf("containers left: %v", left)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -254,7 +254,7 @@ func TestWarmPool(t *testing.T) {
 	if err := p.Close(cctx); err != nil {
 		t.Fatal(err)
 	}
-	if left := testenv.DockerContainers(t, f.cli, f.opts.Node); len(left) != 1 {
+	if left := agentdtest.DockerContainers(t, f.cli, f.opts.Node); len(left) != 1 {
 		t.Fatalf("containers after Close: %v", left)
 	}
 	if ws, _ := os.ReadDir(f.opts.WarmDir); len(ws) != 0 {
@@ -274,7 +274,7 @@ func TestStartFailure(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "cannot start here") {
 		t.Fatalf("create with a failing executor: %v", err)
 	}
-	if left := testenv.DockerContainers(t, f.cli, f.opts.Node); len(left) != 0 {
+	if left := agentdtest.DockerContainers(t, f.cli, f.opts.Node); len(left) != 0 {
 		t.Fatalf("containers left: %v", left)
 	}
 	if ents, _ := os.ReadDir(p.RunDir()); len(ents) != 0 {

@@ -10,9 +10,9 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/container"
 	"github.com/agentd/agentd/internal/sandbox/executor"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Environment is a session's container: the executor backend's
@@ -25,10 +25,10 @@ type Environment struct {
 }
 
 var (
-	_ sandbox.Environment = (*Environment)(nil)
-	_ sandbox.Handler     = (*Environment)(nil)
-	_ sandbox.Attacher    = (*Environment)(nil)
-	_ sandbox.Releaser    = (*Environment)(nil)
+	_ sandbox.Environment    = (*Environment)(nil)
+	_ sandbox.HandleReporter = (*Environment)(nil)
+	_ sandbox.Attacher       = (*Environment)(nil)
+	_ sandbox.Releaser       = (*Environment)(nil)
 )
 
 // removeTimeout bounds a container's removal (docker rm -f: kill, unmount,

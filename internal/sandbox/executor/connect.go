@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/agentd/agentd/internal/executor/rpc"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Connect returns the Environment of an executor this provider did not

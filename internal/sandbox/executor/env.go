@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/executor/rpc"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor/cgroup"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Environment is one session's environment, served by its executor over
@@ -64,12 +64,12 @@ type Environment struct {
 }
 
 var (
-	_ sandbox.Releaser    = (*Environment)(nil)
-	_ sandbox.Environment = (*Environment)(nil)
-	_ sandbox.Handler     = (*Environment)(nil)
-	_ sandbox.Attacher    = (*Environment)(nil)
-	_ sandbox.WatchSyncer = (*Environment)(nil)
-	_ sandbox.FileOpener  = (*Environment)(nil)
+	_ sandbox.Releaser       = (*Environment)(nil)
+	_ sandbox.Environment    = (*Environment)(nil)
+	_ sandbox.HandleReporter = (*Environment)(nil)
+	_ sandbox.Attacher       = (*Environment)(nil)
+	_ sandbox.WatchSyncer    = (*Environment)(nil)
+	_ sandbox.FileOpener     = (*Environment)(nil)
 )
 
 func newEnvironment(p *Provider, spec sandbox.Spec, h Handle) *Environment {

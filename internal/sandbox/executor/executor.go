@@ -23,9 +23,9 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/executor/rpc"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor/cgroup"
 	"github.com/agentd/agentd/internal/sandbox/local"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Name is the backend name given to --sandbox.

@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // TestReadFileUnderMemoryLimit: reading a 2 GiB file through an executor

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor/cgroup"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // LimitMode says how an environment's limits are enforced.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // The test binary doubles as the agentd binary (an executor) and, with
@@ -111,7 +111,7 @@ loop:
 		}
 	}
 	out, _ := json.Marshal(serverReport{
-		Handle: env.(sandbox.Handler).Handle(), Spec: spec, Tag: "count",
+		Handle: env.(sandbox.HandleReporter).Handle(), Spec: spec, Tag: "count",
 		Consumed: string(consumed), Offsets: sandbox.Offsets{Stdout: int64(len(consumed))},
 	})
 	fmt.Println(string(out))

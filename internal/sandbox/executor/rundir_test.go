@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd/internal/executor/rpc"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // TestRunDirRefusesOthers: a run folder the server did not make is

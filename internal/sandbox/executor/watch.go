@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/executor/rpc"
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // maxQueuedEvents bounds the events waiting for a slow Watch reader; beyond

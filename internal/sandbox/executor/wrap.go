@@ -1,6 +1,6 @@
 package executor
 
-import "github.com/agentd/agentd/internal/sandbox"
+import "github.com/agentd/agentd/sandbox"
 
 // Launch describes an executor about to start, for a Wrapper.
 type Launch struct {

@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/container"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Create starts a pod for spec, or claims one started ahead when one of

@@ -11,9 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/container"
 	"github.com/agentd/agentd/internal/sandbox/executor"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Environment is a session's pod: the executor backend's environment
@@ -29,11 +29,11 @@ type Environment struct {
 }
 
 var (
-	_ sandbox.Environment = (*Environment)(nil)
-	_ sandbox.Handler     = (*Environment)(nil)
-	_ sandbox.Attacher    = (*Environment)(nil)
-	_ sandbox.WatchSyncer = (*Environment)(nil)
-	_ sandbox.Releaser    = (*Environment)(nil)
+	_ sandbox.Environment    = (*Environment)(nil)
+	_ sandbox.HandleReporter = (*Environment)(nil)
+	_ sandbox.Attacher       = (*Environment)(nil)
+	_ sandbox.WatchSyncer    = (*Environment)(nil)
+	_ sandbox.Releaser       = (*Environment)(nil)
 )
 
 // Handle is what Environment.Handle records and Recover reads.

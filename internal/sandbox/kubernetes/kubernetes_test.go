@@ -18,15 +18,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/sandbox/container"
 	"github.com/agentd/agentd/internal/sandbox/kubernetes"
 	"github.com/agentd/agentd/internal/sandbox/sandboxtest"
-	"github.com/agentd/agentd/internal/testenv"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // These tests run real pods on the test cluster (scripts/kube.sh; see
-// testenv.Kube), as the agentd service account of deploy/kubernetes/
+// agentdtest.Kube), as the agentd service account of deploy/kubernetes/
 // rbac.yaml. Each test labels its pods with a node of its own, so tests
 // of other packages on the same cluster are not touched.
 
@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 		slog.SetDefault(slog.New(slog.DiscardHandler))
 	}
 	code := m.Run()
-	testenv.CloseKube()
+	agentdtest.CloseKube()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 
 type fixture struct {
 	t     testing.TB
-	kube  *testenv.KubeCluster
+	kube  *agentdtest.KubeCluster
 	opts  kubernetes.Options
 	proxy *sandboxtest.FakeProxy
 }
@@ -57,8 +57,8 @@ func newFixture(t testing.TB) *fixture {
 	if testing.Short() {
 		t.Skip("starts pods")
 	}
-	kube := testenv.Kube(t)
-	image := testenv.KubeImage(t)
+	kube := agentdtest.Kube(t)
+	image := agentdtest.KubeImage(t)
 	var rnd [4]byte
 	rand.Read(rnd[:])
 	f := &fixture{t: t, kube: kube, proxy: &sandboxtest.FakeProxy{}}
@@ -73,7 +73,7 @@ func newFixture(t testing.TB) *fixture {
 	}
 	t.Cleanup(func() {
 		// Nothing of this test may be left.
-		if left := testenv.KubePods(t, kube, f.opts.Node); len(left) > 0 {
+		if left := agentdtest.KubePods(t, kube, f.opts.Node); len(left) > 0 {
 			t.Errorf("pods left: %v", left)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -261,7 +261,7 @@ func TestWarmPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		left := testenv.KubePods(t, f.kube, f.opts.Node)
+		left := agentdtest.KubePods(t, f.kube, f.opts.Node)
 		if len(left) == 1 && left[0] == name {
 			break
 		}
@@ -286,9 +286,9 @@ func TestStartFailure(t *testing.T) {
 		t.Errorf("the failure took %v", d)
 	}
 	t.Logf("%v", err)
-	for deadline := time.Now().Add(30 * time.Second); len(testenv.KubePods(t, f.kube, f.opts.Node)) > 0; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); len(agentdtest.KubePods(t, f.kube, f.opts.Node)) > 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("pods left: %v", testenv.KubePods(t, f.kube, f.opts.Node))
+			t.Fatalf("pods left: %v", agentdtest.KubePods(t, f.kube, f.opts.Node))
 		}
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // BenchmarkExecTrue is an exec round trip: start `true`, read its (empty)

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // tmpPrefix starts the names of atomic writes' temporary files; tmpPattern

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 func TestCreateWorkspace(t *testing.T) {

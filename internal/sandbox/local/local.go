@@ -18,8 +18,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/watch"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Name is the backend name given to --sandbox.

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/watch"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // events reads n events (generously bounded: the machine may be loaded),

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // The scenarios every container backend (internal/sandbox/docker,
@@ -202,7 +202,7 @@ func recoverAttach(t *testing.T, p sandbox.Provider, spec sandbox.Spec, restart 
 	if between != nil {
 		between(env)
 	}
-	recovered, err = restart().Recover(ctx, spec, env.(sandbox.Handler).Handle())
+	recovered, err = restart().Recover(ctx, spec, env.(sandbox.HandleReporter).Handle())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func RecoverGone(t *testing.T, p sandbox.Provider, spec sandbox.Spec, restart fu
 	if err != nil {
 		t.Fatal(err)
 	}
-	handle := env.(sandbox.Handler).Handle()
+	handle := env.(sandbox.HandleReporter).Handle()
 	kill(env)
 	p2 := restart()
 	if _, err := p2.Recover(ctx, spec, handle); !errors.Is(err, sandbox.ErrGone) {
@@ -286,7 +286,7 @@ func CollectLeftovers(t *testing.T, p, other sandbox.Provider, spec func(id stri
 	}
 	defer Terminate(t, l.Foreign)
 	p2 := restart()
-	kept := l.Kept.(sandbox.Handler).Handle()
+	kept := l.Kept.(sandbox.HandleReporter).Handle()
 	if err := p2.Collect(ctx, []json.RawMessage{kept, []byte(`"not a handle"`)}); err != nil {
 		t.Fatal(err)
 	}

@@ -20,8 +20,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentd/agentd/internal/executor"
-	"github.com/agentd/agentd/internal/sandbox"
 	"github.com/agentd/agentd/internal/sandbox/executor/cgroup"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // Main is TestMain for a test binary that doubles as the agentd binary:

@@ -15,7 +15,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 	"github.com/agentd/agentd/store"
 )
 

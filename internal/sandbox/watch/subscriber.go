@@ -3,7 +3,7 @@ package watch
 import (
 	"sync"
 
-	"github.com/agentd/agentd/internal/sandbox"
+	"github.com/agentd/agentd/sandbox"
 )
 
 // subscriber is one Subscribe call's delivery queue. The watcher pushes

@@ -1,5 +1,5 @@
 // Package e2etest drives agentd end to end for the architecture tests: a
-// server (internal/testenv) with the real CLI and mock-llm as the model,
+// server (internal/agentdtest) with the real CLI and mock-llm as the model,
 // turns followed over the client, and the scenarios the architectures
 // share. It imports the server, so only external test packages (package
 // codex_test) may use it.

@@ -11,8 +11,8 @@ import (
 	"github.com/agentd/agentd"
 	"github.com/agentd/agentd/client"
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/mockllm"
-	"github.com/agentd/agentd/internal/testenv"
 	"github.com/agentd/agentd/restapi"
 )
 
@@ -262,7 +262,7 @@ type Recall struct {
 // ask first?": the agent resumes its own session, so the one model
 // request of the turn carries each of wants, and the answer is the
 // recall.
-func RecallAfterRestart(t testing.TB, srv *testenv.Server, mock *mockllm.Server, id string, wants ...string) Recall {
+func RecallAfterRestart(t testing.TB, srv *agentdtest.Server, mock *mockllm.Server, id string, wants ...string) Recall {
 	t.Helper()
 	before := State(t, srv.Client, id)
 	srv.Restart()
@@ -287,7 +287,7 @@ func RecallAfterRestart(t testing.TB, srv *testenv.Server, mock *mockllm.Server,
 // lacks it: the runner writes the transcript it saved with the session
 // back, so "what did I ask first? (again)" reaches the model (one request)
 // with each of wants, and nothing says the earlier turns were lost.
-func ResumeInAFreshWorkspace(t testing.TB, srv *testenv.Server, mock *mockllm.Server, id, agentDir string, wants ...string) {
+func ResumeInAFreshWorkspace(t testing.TB, srv *agentdtest.Server, mock *mockllm.Server, id, agentDir string, wants ...string) {
 	t.Helper()
 	srv.Restart()
 	c := srv.Client
@@ -311,7 +311,7 @@ func ResumeInAFreshWorkspace(t testing.TB, srv *testenv.Server, mock *mockllm.Se
 // with AGENT_NOT_FOUND naming mention (not at the first message).
 func Missing(t *testing.T, arch, mention string) {
 	t.Setenv("PATH", "/usr/bin:/bin")
-	srv := testenv.Start(t, agentd.Config{Env: map[string]string{}})
+	srv := agentdtest.Start(t, agentd.Config{Env: map[string]string{}})
 	c := srv.Client
 	ctx := context.Background()
 	archs, _ := c.Architectures(ctx)
@@ -333,13 +333,13 @@ func Missing(t *testing.T, arch, mention string) {
 // Crash puts a CLI named cli that is the shell script script first on the
 // PATH and starts a server: a turn of arch fails with AGENT_EXITED and an
 // error mentioning each of wants. It returns the server and the session.
-func Crash(t *testing.T, arch, cli, script string, wants ...string) (*testenv.Server, string) {
+func Crash(t *testing.T, arch, cli, script string, wants ...string) (*agentdtest.Server, string) {
 	bin := t.TempDir()
 	if err := os.WriteFile(filepath.Join(bin, cli), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WithPath(t, bin)
-	srv := testenv.Start(t, agentd.Config{Env: map[string]string{}})
+	agentdtest.WithPath(t, bin)
+	srv := agentdtest.Start(t, agentd.Config{Env: map[string]string{}})
 	c := srv.Client
 	created, err := c.CreateSession(context.Background(), restapi.CreateSessionRequest{Architecture: arch})
 	if err != nil {

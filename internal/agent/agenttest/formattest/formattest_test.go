@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd/agentd/internal/agent/agenttest"
+	"github.com/agentd/agentd/agent/agenttest"
 )
 
 func write(t *testing.T, name, data string) {

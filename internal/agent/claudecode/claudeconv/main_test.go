@@ -3,7 +3,7 @@ package claudeconv
 import (
 	"testing"
 
-	"github.com/agentd/agentd/internal/agent/agenttest"
+	"github.com/agentd/agentd/agent/agenttest"
 )
 
 func TestMain(m *testing.M) { agenttest.VerifyTestMain(m) }

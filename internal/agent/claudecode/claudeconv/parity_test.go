@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent/agenttest"
 )
 
 // TestStreamTranscriptParity converts the live stream-json output of one run

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent/agenttest"
 )
 
 // convertLines runs lines through one StreamConverter; any skipped line

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/agentd/agentd/agent/agenttest"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent/agenttest"
 )
 
 type warning struct {

@@ -1,4 +1,0 @@
-package agentd
-
-// LoopbackAddr exports loopbackAddr to the tests.
-var LoopbackAddr = loopbackAddr

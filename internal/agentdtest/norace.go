@@ -1,0 +1,5 @@
+//go:build !race
+
+package agentdtest
+
+const raceEnabled = false

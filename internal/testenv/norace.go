@@ -1,5 +1,0 @@
-//go:build !race
-
-package testenv
-
-const raceEnabled = false

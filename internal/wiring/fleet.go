@@ -1,0 +1,64 @@
+package wiring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentd/agentd/internal/bus"
+	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/restapi"
+	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/store/postgres"
+	"github.com/agentd/agentd/store/sqlite"
+)
+
+// busCluster is the bus as the session manager's Cluster.
+type busCluster struct{ *bus.Bus }
+
+func (c busCluster) Request(ctx context.Context, sessionID string, req []byte) ([]byte, error) {
+	rep, err := c.Bus.Request(ctx, sessionID, req)
+	if errors.Is(err, bus.ErrNoResponder) {
+		return nil, fmt.Errorf("%w: %v", session.ErrNoHolder, err)
+	}
+	return rep, err
+}
+
+// health answers GET /health: this node, its store and its bus. The
+// status is "degraded" when the store does not answer or the bus (in a
+// fleet) is disconnected.
+func (s *Server) health(ctx context.Context) restapi.Health {
+	h := restapi.Health{Status: "ok", Version: s.cfg.Version, Node: s.node}
+	st := &restapi.ComponentHealth{Kind: storeKind(s.store), Status: "ok"}
+	if p, ok := s.store.(store.Pinger); ok {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := p.Ping(pctx); err != nil {
+			st.Status, st.Error = "error", err.Error()
+			h.Status = "degraded"
+		}
+		cancel()
+	}
+	h.Store = st
+	if s.bus == nil {
+		h.Bus = &restapi.ComponentHealth{Kind: "none", Status: "off"}
+		return h
+	}
+	bs := s.bus.Status()
+	h.Bus = &restapi.ComponentHealth{Kind: "nats", Status: "ok", URL: bs.URL}
+	if !bs.Connected {
+		h.Bus.Status, h.Bus.Error = "disconnected", bs.Error
+		h.Status = "degraded"
+	}
+	return h
+}
+
+func storeKind(st store.Store) string {
+	switch st.(type) {
+	case *postgres.Store:
+		return "postgres"
+	case *sqlite.Store:
+		return "sqlite"
+	}
+	return "custom"
+}
