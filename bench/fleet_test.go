@@ -96,7 +96,7 @@ type nodeStats struct {
 }
 
 // readNode reads a node's /metrics and its process's CPU time.
-func readNode(tb testing.TB, hc *http.Client, p *testenv.Process) nodeStats {
+func readNode(tb testing.TB, hc *http.Client, p *agentdtest.Process) nodeStats {
 	tb.Helper()
 	st := nodeStats{metrics: map[string]float64{}}
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID())); err == nil {
