@@ -387,11 +387,7 @@ func TestFleetThreeNodes(t *testing.T) {
 	a, b, c := f.nodes[0], f.nodes[1], f.nodes[2]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	created, err := a.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := created.SessionID
+	id := createShell(ctx, t, a)
 	var fs []*follower
 	for _, n := range f.nodes {
 		fs = append(fs, follow(t, "ws", id, n.URL), follow(t, "sse", id, n.URL))
@@ -534,11 +530,7 @@ func TestFleetKillNode(t *testing.T) {
 	a, b, c := f.nodes[0], f.nodes[1], f.nodes[2]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	created, err := a.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := created.SessionID
+	id := createShell(ctx, t, a)
 	fs := []*follower{
 		follow(t, "ws", id, a.URL, b.URL), follow(t, "sse", id, a.URL, c.URL),
 		follow(t, "ws", id, b.URL), follow(t, "sse", id, c.URL),
@@ -646,11 +638,7 @@ func executorFleet(ctx context.Context, t *testing.T, n int, ttl time.Duration, 
 	t.Cleanup(func() { os.RemoveAll(run) })
 	ws := filepath.Join(t.TempDir(), "workspaces")
 	f := startFleet(t, n, ttl, []string{"XDG_RUNTIME_DIR=" + run}, "--sandbox", "executor", "--workspaces", ws)
-	created, err := f.nodes[0].Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := created.SessionID
+	id := createShell(ctx, t, f.nodes[0])
 	last := f.nodes[n-1]
 	t.Cleanup(func() {
 		dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -658,6 +646,16 @@ func executorFleet(ctx context.Context, t *testing.T, n int, ttl time.Duration, 
 		_ = last.Client.DeleteSession(dctx, id, true)
 	})
 	return f, id
+}
+
+// createShell creates a shell session through node and returns its id.
+func createShell(ctx context.Context, t *testing.T, node *agentdtest.Process) string {
+	t.Helper()
+	created, err := node.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created.SessionID
 }
 
 // sendLines sends, through node, a command printing "line 1" to "line n",
