@@ -288,6 +288,15 @@ func turnEnd(evs []received, query string) (received, bool) {
 	return received{}, false
 }
 
+// end returns the end event of query among the events f has received
+// (the zero received if not there).
+func (f *follower) end(query string) received {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, _ := turnEnd(f.events, query)
+	return e
+}
+
 func hasTurnEnd(query string) func([]received) bool {
 	return func(evs []received) bool { _, ok := turnEnd(evs, query); return ok }
 }
@@ -378,11 +387,7 @@ func TestFleetThreeNodes(t *testing.T) {
 	a, b, c := f.nodes[0], f.nodes[1], f.nodes[2]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	created, err := a.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := created.SessionID
+	id := createShell(ctx, t, a)
 	var fs []*follower
 	for _, n := range f.nodes {
 		fs = append(fs, follow(t, "ws", id, n.URL), follow(t, "sse", id, n.URL))
@@ -525,11 +530,7 @@ func TestFleetKillNode(t *testing.T) {
 	a, b, c := f.nodes[0], f.nodes[1], f.nodes[2]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	created, err := a.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := created.SessionID
+	id := createShell(ctx, t, a)
 	fs := []*follower{
 		follow(t, "ws", id, a.URL, b.URL), follow(t, "sse", id, a.URL, c.URL),
 		follow(t, "ws", id, b.URL), follow(t, "sse", id, c.URL),
@@ -544,9 +545,7 @@ func TestFleetKillNode(t *testing.T) {
 
 	fs[3].waitFor(t, "another node takes the session over", hasTurnEnd(sent.QueryID))
 	t.Logf("taken over %v after kill -9 (lease ttl %v)", time.Since(killed).Round(time.Millisecond), ttl)
-	fs[3].mu.Lock()
-	end, _ := turnEnd(fs[3].events, sent.QueryID)
-	fs[3].mu.Unlock()
+	end := fs[3].end(sent.QueryID)
 	if _, code := endOf(t, end); end.typ != conversation.TypeQueryFailed || code != "SERVER_LOST" {
 		t.Fatalf("the turn ended %s", end.json)
 	}
@@ -558,9 +557,7 @@ func TestFleetKillNode(t *testing.T) {
 	}
 	fs[0].waitFor(t, "the next turn ends", hasTurnEnd(next.QueryID))
 	sameEvents(t, idleAfter(t, fs[0], next.QueryID), fs...)
-	fs[0].mu.Lock()
-	e, _ := turnEnd(fs[0].events, next.QueryID)
-	fs[0].mu.Unlock()
+	e := fs[0].end(next.QueryID)
 	if e.typ != conversation.TypeQueryCompleted {
 		t.Fatalf("the next turn ended %s", e.json)
 	}
@@ -585,56 +582,24 @@ func TestFleetKillNode(t *testing.T) {
 // of its node and its output continues, every line exactly once.
 func TestFleetKillNodeExecutor(t *testing.T) {
 	const ttl = 2 * time.Second
-	run, err := os.MkdirTemp("", "afx") // short: socket paths are limited
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(run) })
-	ws := filepath.Join(t.TempDir(), "workspaces")
-	f := startFleet(t, 3, ttl, []string{"XDG_RUNTIME_DIR=" + run}, "--sandbox", "executor", "--workspaces", ws)
-	a, b, c := f.nodes[0], f.nodes[1], f.nodes[2]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	created, err := a.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := created.SessionID
-	t.Cleanup(func() {
-		// Stop the executor (its node was killed without stopping it).
-		dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer dcancel()
-		_ = c.Client.DeleteSession(dctx, id, true)
-	})
+	f, id := executorFleet(ctx, t, 3, ttl, "afx")
+	a, b, c := f.nodes[0], f.nodes[1], f.nodes[2]
 	fs := []*follower{
 		follow(t, "ws", id, a.URL, b.URL), follow(t, "sse", id, a.URL, c.URL),
 		follow(t, "ws", id, c.URL), follow(t, "sse", id, b.URL),
 	}
 	const lines = 80
-	sent, err := a.Client.Send(ctx, id, fmt.Sprintf(`for i in $(seq 1 %d); do echo line $i; sleep 0.05; done`, lines))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs[2].waitFor(t, "the turn streams", func(evs []received) bool {
-		for _, e := range evs {
-			if bytes.Contains(e.json, []byte("line 15")) {
-				return true
-			}
-		}
-		return false
-	})
+	sent := sendLines(ctx, t, a, id, lines)
+	fs[2].waitFor(t, "the turn streams", streamed("line 15"))
 	a.Kill()
 	fs[2].waitFor(t, "the turn ends", hasTurnEnd(sent.QueryID))
-	fs[2].mu.Lock()
-	end, _ := turnEnd(fs[2].events, sent.QueryID)
-	fs[2].mu.Unlock()
+	end := fs[2].end(sent.QueryID)
 	if end.typ != conversation.TypeQueryCompleted {
 		t.Fatalf("the turn ended %s", end.json)
 	}
-	var want strings.Builder
-	for i := 1; i <= lines; i++ {
-		fmt.Fprintf(&want, "line %d\n", i)
-	}
+	want := linesOutput(lines)
 	st, err := b.Client.Session(ctx, id)
 	if err != nil {
 		t.Fatal(err)
@@ -645,8 +610,8 @@ func TestFleetKillNodeExecutor(t *testing.T) {
 			out = bl.Output
 		}
 	}
-	if out != want.String() {
-		t.Fatalf("the command's output across the take-over:\n%s\nwant every line once:\n%s", out, want.String())
+	if out != want {
+		t.Fatalf("the command's output across the take-over:\n%s\nwant every line once:\n%s", out, want)
 	}
 	if !strings.Contains(b.Logs()+c.Logs(), "environment re-attached") {
 		t.Fatalf("no node re-attached the executor:\nB:\n%s\nC:\n%s", b.Logs(), c.Logs())
@@ -659,6 +624,72 @@ func TestFleetKillNodeExecutor(t *testing.T) {
 	sameEvents(t, idleAfter(t, fs[3], next.QueryID), fs...)
 }
 
+// executorFleet starts n nodes running sessions in the executor sandbox
+// and creates a shell session on the first. When the test ends the
+// session is deleted (stopping its executor) through the last node, as the
+// first may have been killed by then. runPrefix names the runtime folder,
+// short as socket paths are limited.
+func executorFleet(ctx context.Context, t *testing.T, n int, ttl time.Duration, runPrefix string) (*fleet, string) {
+	t.Helper()
+	run, err := os.MkdirTemp("", runPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(run) })
+	ws := filepath.Join(t.TempDir(), "workspaces")
+	f := startFleet(t, n, ttl, []string{"XDG_RUNTIME_DIR=" + run}, "--sandbox", "executor", "--workspaces", ws)
+	id := createShell(ctx, t, f.nodes[0])
+	last := f.nodes[n-1]
+	t.Cleanup(func() {
+		dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer dcancel()
+		_ = last.Client.DeleteSession(dctx, id, true)
+	})
+	return f, id
+}
+
+// createShell creates a shell session through node and returns its id.
+func createShell(ctx context.Context, t *testing.T, node *agentdtest.Process) string {
+	t.Helper()
+	created, err := node.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created.SessionID
+}
+
+// sendLines sends, through node, a command printing "line 1" to "line n",
+// one every 50ms.
+func sendLines(ctx context.Context, t *testing.T, node *agentdtest.Process, id string, n int) restapi.MessageResponse {
+	t.Helper()
+	sent, err := node.Client.Send(ctx, id, fmt.Sprintf(`for i in $(seq 1 %d); do echo line $i; sleep 0.05; done`, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sent
+}
+
+// linesOutput is what sendLines' command prints.
+func linesOutput(n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "line %d\n", i)
+	}
+	return b.String()
+}
+
+// streamed holds once an event holding text has been received.
+func streamed(text string) func([]received) bool {
+	return func(evs []received) bool {
+		for _, e := range evs {
+			if bytes.Contains(e.json, []byte(text)) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 // TestFleetDrainHandsOver: SIGTERM to the node running a session of the
 // executor sandbox hands the session over instead of failing its turn: the
 // node detaches from the executor, releases the lease and says so, and
@@ -666,49 +697,21 @@ func TestFleetKillNodeExecutor(t *testing.T) {
 // expired); the command's output continues, every line once.
 func TestFleetDrainHandsOver(t *testing.T) {
 	const ttl = time.Minute // a take-over by expiry would be far too late
-	run, err := os.MkdirTemp("", "afd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(run) })
-	ws := filepath.Join(t.TempDir(), "workspaces")
-	f := startFleet(t, 2, ttl, []string{"XDG_RUNTIME_DIR=" + run}, "--sandbox", "executor", "--workspaces", ws)
-	a, b := f.nodes[0], f.nodes[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	created, err := a.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := created.SessionID
-	t.Cleanup(func() {
-		dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer dcancel()
-		_ = b.Client.DeleteSession(dctx, id, true)
-	})
+	f, id := executorFleet(ctx, t, 2, ttl, "afd")
+	a, b := f.nodes[0], f.nodes[1]
 	fl := follow(t, "ws", id, b.URL)
 	const lines = 60
-	sent, err := a.Client.Send(ctx, id, fmt.Sprintf(`for i in $(seq 1 %d); do echo line $i; sleep 0.05; done`, lines))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fl.waitFor(t, "the turn streams", func(evs []received) bool {
-		for _, e := range evs {
-			if bytes.Contains(e.json, []byte("line 10")) {
-				return true
-			}
-		}
-		return false
-	})
+	sent := sendLines(ctx, t, a, id, lines)
+	fl.waitFor(t, "the turn streams", streamed("line 10"))
 	stopped := time.Now()
 	a.Terminate()
 	fl.waitFor(t, "the turn ends", hasTurnEnd(sent.QueryID))
 	if d := time.Since(stopped); d > ttl/2 {
 		t.Fatalf("handed over after %v: the lease expired, it was not released", d)
 	}
-	fl.mu.Lock()
-	end, _ := turnEnd(fl.events, sent.QueryID)
-	fl.mu.Unlock()
+	end := fl.end(sent.QueryID)
 	if end.typ != conversation.TypeQueryCompleted {
 		t.Fatalf("the turn ended %s", end.json)
 	}
@@ -716,11 +719,8 @@ func TestFleetDrainHandsOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want strings.Builder
-	for i := 1; i <= lines; i++ {
-		fmt.Fprintf(&want, "line %d\n", i)
-	}
-	if out := st.Blocks[len(st.Blocks)-1].Output; out != want.String() {
+	want := linesOutput(lines)
+	if out := st.Blocks[len(st.Blocks)-1].Output; out != want {
 		t.Fatalf("the command's output across the hand-over:\n%s", out)
 	}
 	if !strings.Contains(b.Logs(), "environment re-attached") {

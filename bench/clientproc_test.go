@@ -126,19 +126,32 @@ func startClientProc(tb testing.TB, url string, fs []*follower) *clientProc {
 // and sending their commands to sendURL ("": url).
 func startClientProcSend(tb testing.TB, url, sendURL string, fs []*follower) *clientProc {
 	tb.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		tb.Fatal(err)
-	}
 	ids := make([]string, len(fs))
 	for i, f := range fs {
 		ids[i] = f.id
 	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), clientURLEnv+"="+url, clientSessionsEnv+"="+strings.Join(ids, ","))
+	env := []string{clientURLEnv + "=" + url, clientSessionsEnv + "=" + strings.Join(ids, ",")}
 	if sendURL != "" {
-		cmd.Env = append(cmd.Env, clientSendURLEnv+"="+sendURL)
+		env = append(env, clientSendURLEnv+"="+sendURL)
 	}
+	cmd, in, out := startChild(tb, env, 64<<20)
+	p := &clientProc{cmd: cmd, in: in, out: out}
+	return p
+}
+
+// startChild starts this test binary again with env added (its TestMain
+// runs the child's part), its stderr ours, killed when we die. It returns
+// the child's stdin and a scanner of its stdout taking lines of up to
+// maxLine bytes. When tb ends, stdin is closed and the child waited for,
+// killed after 10s.
+func startChild(tb testing.TB, env []string, maxLine int) (*exec.Cmd, io.WriteCloser, *bufio.Scanner) {
+	tb.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	in, err := cmd.StdinPipe()
@@ -152,8 +165,8 @@ func startClientProcSend(tb testing.TB, url, sendURL string, fs []*follower) *cl
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	p := &clientProc{cmd: cmd, in: in, out: bufio.NewScanner(outPipe)}
-	p.out.Buffer(make([]byte, 1<<20), 64<<20)
+	out := bufio.NewScanner(outPipe)
+	out.Buffer(make([]byte, 1<<20), maxLine)
 	tb.Cleanup(func() {
 		in.Close()
 		done := make(chan error, 1)
@@ -165,7 +178,7 @@ func startClientProcSend(tb testing.TB, url, sendURL string, fs []*follower) *cl
 			<-done
 		}
 	})
-	return p
+	return cmd, in, out
 }
 
 // round runs command in every session through the client process and

@@ -14,11 +14,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -189,38 +187,8 @@ type fanoutProc struct {
 
 func startFanoutProc(tb testing.TB, url, session string, subs int) *fanoutProc {
 	tb.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), fanoutURLEnv+"="+url, fanoutSessionEnv+"="+session, fanoutSubsEnv+"="+strconv.Itoa(subs))
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	outPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	p := &fanoutProc{in: in, out: bufio.NewScanner(outPipe)}
-	p.out.Buffer(make([]byte, 1<<20), 16<<20)
-	tb.Cleanup(func() {
-		in.Close()
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
+	_, in, out := startChild(tb, []string{fanoutURLEnv + "=" + url, fanoutSessionEnv + "=" + session, fanoutSubsEnv + "=" + strconv.Itoa(subs)}, 16<<20)
+	p := &fanoutProc{in: in, out: out}
 	if !p.out.Scan() || p.out.Text() != "ready" {
 		tb.Fatalf("subscriber process: %q %v", p.out.Text(), p.out.Err())
 	}

@@ -1,10 +1,16 @@
 package bench
 
 import (
+	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"net/http"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +71,8 @@ func BenchmarkFleetLatency(b *testing.B) {
 					streamURL = nodes[0].URL
 				}
 				p := startClientProcSend(b, streamURL, nodes[0].URL, fs)
+				hc := newHTTPClient(b)
+				a0, b0 := readNode(b, hc, nodes[0]), readNode(b, hc, nodes[1])
 				var all lineLatencies
 				for b.Loop() {
 					lat, _, err := p.round(command(), latencyLines)
@@ -74,9 +82,107 @@ func BenchmarkFleetLatency(b *testing.B) {
 					all.merge(lat)
 				}
 				reportLatency(b, all)
+				reportNodes(b, a0, readNode(b, hc, nodes[0]), b0, readNode(b, hc, nodes[1]), len(all.all))
 			})
 		}
 	}
+}
+
+// nodeStats is a fleet node's CPU time and Prometheus series (name with
+// labels → value) at one instant.
+type nodeStats struct {
+	cpu     time.Duration
+	metrics map[string]float64
+}
+
+// readNode reads a node's /metrics and its process's CPU time.
+func readNode(tb testing.TB, hc *http.Client, p *agentdtest.Process) nodeStats {
+	tb.Helper()
+	st := nodeStats{metrics: map[string]float64{}}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID())); err == nil {
+		// utime and stime, fields 14 and 15, after the parenthesised name.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 12 {
+			u, _ := strconv.ParseInt(f[11], 10, 64)
+			s, _ := strconv.ParseInt(f[12], 10, 64)
+			st.cpu = time.Duration(u+s) * 10 * time.Millisecond // USER_HZ 100
+		}
+	}
+	resp, err := hc.Get(p.URL + "/metrics")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "agentd_event") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			st.metrics[line[:i]] = v
+		}
+	}
+	return st
+}
+
+// histQuantile is the q quantile of a Prometheus histogram's observations
+// between two readings, interpolated within its bucket as Prometheus does.
+func histQuantile(before, after nodeStats, name string, q float64) float64 {
+	type bucket struct{ le, n float64 }
+	var bs []bucket
+	prefix := name + `_bucket{le="`
+	for k, v := range after.metrics {
+		if !strings.HasPrefix(k, prefix) {
+			continue
+		}
+		le, err := strconv.ParseFloat(strings.TrimSuffix(k[len(prefix):], `"}`), 64)
+		if err != nil {
+			continue
+		}
+		bs = append(bs, bucket{le, v - before.metrics[k]})
+	}
+	if len(bs) == 0 {
+		return math.NaN()
+	}
+	slices.SortFunc(bs, func(x, y bucket) int { return cmp.Compare(x.le, y.le) })
+	total := bs[len(bs)-1].n
+	if total == 0 {
+		return math.NaN()
+	}
+	rank, lo, below := q*total, 0.0, 0.0
+	for _, b := range bs {
+		if b.n >= rank {
+			if math.IsInf(b.le, 1) {
+				return lo
+			}
+			return lo + (b.le-lo)*(rank-below)/(b.n-below)
+		}
+		lo, below = b.le, b.n
+	}
+	return lo
+}
+
+// reportNodes reports where a fleet latency run's time went, from node A
+// (runs the sessions, commits, publishes) and node B (the othernode
+// clients' server): each node's CPU per line, A's commit (one store
+// transaction) and append (Append to stored and published) times, and the
+// peer messages and store reads (gap fills: every notice) of B.
+func reportNodes(b *testing.B, a0, a1, b0, b1 nodeStats, lines int) {
+	ms := func(s float64) float64 { return s * 1000 }
+	d := func(before, after nodeStats, k string) float64 { return after.metrics[k] - before.metrics[k] }
+	commits := d(a0, a1, "agentd_event_commit_seconds_count")
+	b.ReportMetric(float64((a1.cpu-a0.cpu).Microseconds())/float64(lines), "A-cpu-µs/line")
+	b.ReportMetric(float64((b1.cpu-b0.cpu).Microseconds())/float64(lines), "B-cpu-µs/line")
+	b.ReportMetric(commits/float64(lines), "commits/line")
+	b.ReportMetric(ms(histQuantile(a0, a1, "agentd_event_commit_seconds", 0.5)), "commit-p50-ms")
+	b.ReportMetric(ms(histQuantile(a0, a1, "agentd_event_commit_seconds", 0.99)), "commit-p99-ms")
+	b.ReportMetric(ms(histQuantile(a0, a1, "agentd_event_append_latency_seconds", 0.5)), "append-p50-ms")
+	b.ReportMetric(ms(histQuantile(a0, a1, "agentd_event_append_latency_seconds", 0.99)), "append-p99-ms")
+	b.ReportMetric(d(b0, b1, "agentd_event_peer_messages_total")/float64(lines), "B-peer-msgs/line")
+	b.ReportMetric(d(b0, b1, "agentd_event_peer_gap_fills_total")/float64(lines), "B-store-reads/line")
+	b.ReportMetric(d(a0, a1, "agentd_event_slow_consumers_total")+d(b0, b1, "agentd_event_slow_consumers_total"), "slow-cutoffs")
 }
 
 // TestFleetLatencySmoke: a small cross-node round (2 sessions, 20 lines).

@@ -26,6 +26,7 @@ import (
 	"github.com/agentd/agentd/internal/eventlog"
 	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/store/memstore"
 )
 
@@ -61,7 +62,12 @@ func newEnv(t *testing.T, key string) *env {
 // and tune.
 func newEnvWith(t *testing.T, opts eventlog.Options, tune func(*api.Config)) *env {
 	t.Helper()
-	st := memstore.New()
+	return newEnvOn(t, memstore.New(), opts, tune)
+}
+
+// newEnvOn is newEnvWith on the store st.
+func newEnvOn(t *testing.T, st store.Store, opts eventlog.Options, tune func(*api.Config)) *env {
+	t.Helper()
 	lg := eventlog.New(st, opts)
 	archs := agent.NewRegistry()
 	archs.Register(shell.Architecture{})

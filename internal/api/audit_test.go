@@ -7,14 +7,10 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"testing"
-	"time"
 
-	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent/shell"
 	"github.com/agentd/agentd/internal/api"
 	"github.com/agentd/agentd/internal/eventlog"
-	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/store/memstore"
@@ -29,31 +25,8 @@ func (fixedUsage) SessionUsage(ctx context.Context, id string) (conversation.Usa
 func newAuditServer(t *testing.T, key string) (*httptest.Server, *memstore.Store, string) {
 	t.Helper()
 	st := memstore.New()
-	lg := eventlog.New(st, eventlog.Options{})
-	archs := agent.NewRegistry()
-	archs.Register(shell.Architecture{})
-	mgr, err := session.New(session.Config{Store: st, Log: lg, Sandbox: local.New(local.Options{}), Architectures: archs, DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mgr.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	a, err := api.New(api.Config{Sessions: mgr, Log: lg, Profiles: session.NewProfiles(st, nil), Architectures: archs,
-		APIKey: key, Audit: st, ModelUsage: fixedUsage{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(a)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		mgr.Close(ctx)
-		lg.Close()
-		a.Shutdown(ctx)
-		srv.Close()
-	})
-	rec, err := mgr.Create(context.Background(), session.CreateRequest{Architecture: "shell"}, "alice")
+	e := newEnvOn(t, st, eventlog.Options{}, func(c *api.Config) { c.APIKey, c.Audit, c.ModelUsage = key, st, fixedUsage{} })
+	rec, err := e.mgr.Create(context.Background(), session.CreateRequest{Architecture: "shell"}, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +37,7 @@ func newAuditServer(t *testing.T, key string) (*httptest.Server, *memstore.Store
 	if err := st.AppendAudit(context.Background(), batch); err != nil {
 		t.Fatal(err)
 	}
-	return srv, st, rec.ID
+	return e.srv, st, rec.ID
 }
 
 func getJSON(t *testing.T, url, key string, v any) (int, map[string]any) {

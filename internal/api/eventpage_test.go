@@ -3,16 +3,10 @@ package api_test
 import (
 	"context"
 	"encoding/json"
-	"net/http/httptest"
 	"testing"
-	"time"
 
-	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/agent/shell"
-	"github.com/agentd/agentd/internal/api"
 	"github.com/agentd/agentd/internal/eventlog"
-	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/restapi"
 	"github.com/agentd/agentd/store"
@@ -44,30 +38,8 @@ func (s *stallingStore) AppendEvents(ctx context.Context, evs []conversation.Eve
 // the page's last event (the chaos test saw lastSeq 362 with event 363).
 func TestEventPageLastSeqCoversItsEvents(t *testing.T) {
 	st := &stallingStore{Store: memstore.New(), armed: make(chan struct{}, 1), stored: make(chan struct{}), release: make(chan struct{})}
-	lg := eventlog.New(st, eventlog.Options{})
-	archs := agent.NewRegistry()
-	archs.Register(shell.Architecture{})
-	mgr, err := session.New(session.Config{Store: st, Log: lg, Sandbox: local.New(local.Options{}), Architectures: archs, DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := mgr.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	a, err := api.New(api.Config{Sessions: mgr, Log: lg, Profiles: session.NewProfiles(st, nil), Architectures: archs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(a)
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		mgr.Close(cctx)
-		lg.Close()
-		a.Shutdown(cctx)
-		srv.Close()
-	})
+	e := newEnvOn(t, st, eventlog.Options{}, nil)
+	ctx, mgr, lg := context.Background(), e.mgr, e.log
 	rec, err := mgr.Create(ctx, session.CreateRequest{Architecture: "shell"}, "alice")
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +52,7 @@ func TestEventPageLastSeqCoversItsEvents(t *testing.T) {
 	}()
 	<-st.stored
 	var page restapi.EventPage
-	_, _ = getJSON(t, srv.URL+"/api/sessions/"+rec.ID+"/events", "", &page)
+	_, _ = getJSON(t, e.srv.URL+"/api/sessions/"+rec.ID+"/events", "", &page)
 	close(st.release)
 	if err := <-appended; err != nil {
 		t.Fatal(err)

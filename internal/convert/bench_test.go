@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -27,21 +26,7 @@ import (
 // cpu-MB/s divides by the process's CPU time rather than wall time, so it
 // holds on a loaded machine (the garbage collector's work is included).
 func BenchmarkClaudeTranscript(b *testing.B) {
-	seed, err := synth.ReadClaudeSeed()
-	if err != nil {
-		b.Skip("shared test data not available:", err)
-	}
-	mb := 50.0
-	if s := os.Getenv("AGENTD_BENCH_CONVERT_MB"); s != "" {
-		if mb, err = strconv.ParseFloat(s, 64); err != nil {
-			b.Fatal(err)
-		}
-	}
-	in := filepath.Join(b.TempDir(), "claude.jsonl")
-	size, err := synth.WriteClaudeTranscriptFile(in, seed, int64(mb*1e6))
-	if err != nil {
-		b.Fatal(err)
-	}
+	in, size := synth.BenchClaudeTranscript(b)
 	for _, mode := range []string{"events", "blocks", "events/encoder=encoding-json", "blocks/encoder=encoding-json"} {
 		b.Run(mode, func(b *testing.B) {
 			b.SetBytes(size)

@@ -668,7 +668,6 @@ func fences(batch []*appendReq) []store.Fence {
 // publish hands events to every live subscriber without blocking; a
 // subscriber whose queue is full is cut off.
 func (sl *sessionLog) publish(l *Log, events []conversation.Event) {
-	max, m := l.opts.QueueSize, l.m
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	if n := events[len(events)-1].Seq; n > sl.published {
@@ -686,21 +685,28 @@ func (sl *sessionLog) publish(l *Log, events []conversation.Event) {
 			l.log.Error("event cannot be encoded; not published", "session", sl.id, "seq", e.Seq, "err", err)
 		}
 		rec := &Record{Event: e, JSON: b, unencodable: err != nil}
-		for s := range sl.subs {
-			if !s.offerLocked(rec, max) {
-				cut = append(cut, s)
-			}
-		}
-		for _, s := range cut {
-			m.slow.Inc()
-			sl.dropLocked(s, ErrSlowConsumer)
-		}
-		cut = cut[:0]
+		cut = sl.deliverLocked(l, rec, cut)
 	}
 	// One wake-up per subscriber for the whole batch.
 	for s := range sl.subs {
 		s.signal()
 	}
+}
+
+// deliverLocked offers rec to every subscriber and cuts off, as slow
+// consumers, those whose queue is full. cut is scratch space, returned
+// empty for the next record.
+func (sl *sessionLog) deliverLocked(l *Log, rec *Record, cut []*Subscription) []*Subscription {
+	for s := range sl.subs {
+		if !s.offerLocked(rec, l.opts.QueueSize) {
+			cut = append(cut, s)
+		}
+	}
+	for _, s := range cut {
+		l.m.slow.Inc()
+		sl.dropLocked(s, ErrSlowConsumer)
+	}
+	return cut[:0]
 }
 
 // dropLocked unregisters s; its consumer gets what was queued, then err.

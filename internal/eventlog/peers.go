@@ -150,7 +150,6 @@ func (l *Log) readStored(id string, after, last int64) ([]*Record, error) {
 // above it must be published+1 (else, a bug, the subscribers are cut off
 // rather than given a stream with a hole).
 func (sl *sessionLog) publishRecordsLocked(l *Log, recs []*Record) {
-	max, m := l.opts.QueueSize, l.m
 	var cut []*Subscription
 	for _, rec := range recs {
 		if rec.Event.Seq <= sl.published {
@@ -165,16 +164,7 @@ func (sl *sessionLog) publishRecordsLocked(l *Log, recs []*Record) {
 			return
 		}
 		sl.published = rec.Event.Seq
-		for s := range sl.subs {
-			if !s.offerLocked(rec, max) {
-				cut = append(cut, s)
-			}
-		}
-		for _, s := range cut {
-			m.slow.Inc()
-			sl.dropLocked(s, ErrSlowConsumer)
-		}
-		cut = cut[:0]
+		cut = sl.deliverLocked(l, rec, cut)
 	}
 	for s := range sl.subs {
 		s.signal()

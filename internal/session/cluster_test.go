@@ -15,7 +15,6 @@ import (
 	"github.com/agentd/agentd/internal/bus"
 	"github.com/agentd/agentd/internal/bus/natstest"
 	"github.com/agentd/agentd/internal/eventlog"
-	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/store/memstore"
@@ -46,26 +45,11 @@ func newFleetNode(t *testing.T, st store.Store, url, prefix, holder string) *fle
 	if err != nil {
 		t.Fatal(err)
 	}
-	lg := eventlog.New(st, eventlog.Options{Peers: b})
-	archs := agent.NewRegistry()
-	archs.Register(permArch{})
-	m, err := session.New(session.Config{
-		Store: st, Log: lg, Sandbox: local.New(local.Options{}), Architectures: archs, DataDir: t.TempDir(),
+	t.Cleanup(b.Close) // after the manager and the log
+	m, lg := startManager(t, session.Config{
+		Store: st, Log: eventlog.New(st, eventlog.Options{Peers: b}),
 		Holder: holder, LeaseTTL: 2 * time.Second, Cluster: busCluster{b}, Logger: quiet, InterruptGrace: 100 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		m.Close(ctx)
-		lg.Close()
-		b.Close()
-	})
+	}, permArch{})
 	return &fleetNode{m: m, log: lg}
 }
 

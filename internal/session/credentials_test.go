@@ -13,7 +13,6 @@ import (
 	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/eventlog"
-	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/profile"
 	"github.com/agentd/agentd/sandbox"
@@ -105,32 +104,13 @@ type credFixture struct {
 func newCredFixture(t *testing.T, sb sandbox.Provider) *credFixture {
 	t.Helper()
 	st := memstore.New()
-	lg := eventlog.New(st, eventlog.Options{})
-	archs := agent.NewRegistry()
-	archs.Register(envArch{})
-	if sb == nil {
-		sb = local.New(local.Options{})
-	}
-	f := &credFixture{log: lg, creds: &fakeCreds{}}
-	m, err := session.New(session.Config{
-		Store: st, Log: lg, Sandbox: sb, Architectures: archs, DataDir: t.TempDir(),
+	f := &credFixture{creds: &fakeCreds{}}
+	f.m, f.log = startManager(t, session.Config{
+		Store: st, Sandbox: sb,
 		Env:         map[string]string{"KEY": "the-real-key", "SERVER": "1"},
 		Profiles:    session.NewProfiles(st, []profile.Profile{{ID: "p", Name: "p", EnvironmentVariables: map[string]string{"PROFILE": "2"}}}),
 		Credentials: f.creds, InterruptGrace: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		m.Close(ctx)
-		lg.Close()
-	})
-	f.m = m
+	}, envArch{})
 	return f
 }
 

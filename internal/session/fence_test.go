@@ -16,7 +16,6 @@ import (
 	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/eventlog"
-	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/store/memstore"
 )
@@ -109,25 +108,9 @@ func (s *syncBuffer) String() string {
 func newServer(t *testing.T, cfg session.Config, holder string, ttl time.Duration, arch agent.Architecture, dataDir string) *server {
 	t.Helper()
 	out := &syncBuffer{}
-	lg := eventlog.New(cfg.Store, eventlog.Options{})
-	archs := agent.NewRegistry()
-	archs.Register(arch)
-	cfg.Log, cfg.Sandbox, cfg.Architectures, cfg.DataDir = lg, local.New(local.Options{}), archs, dataDir
-	cfg.Holder, cfg.LeaseTTL = holder, ttl
+	cfg.DataDir, cfg.Holder, cfg.LeaseTTL = dataDir, holder, ttl
 	cfg.Logger = slog.New(slog.NewTextHandler(out, nil))
-	m, err := session.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		m.Close(ctx)
-		lg.Close()
-	})
+	m, lg := startManager(t, cfg, arch)
 	return &server{m: m, log: lg, out: out}
 }
 

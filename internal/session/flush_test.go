@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent/shell"
 	"github.com/agentd/agentd/internal/eventlog"
@@ -20,27 +19,7 @@ import (
 
 func shellManager(t *testing.T, sb sandbox.Provider) (*session.Manager, *eventlog.Log) {
 	t.Helper()
-	st := memstore.New()
-	lg := eventlog.New(st, eventlog.Options{})
-	archs := agent.NewRegistry()
-	archs.Register(shell.Architecture{})
-	m, err := session.New(session.Config{
-		Store: st, Log: lg, Sandbox: sb, Architectures: archs, DataDir: t.TempDir(),
-		PersistFilesMax: 1 << 20,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		m.Close(ctx)
-		lg.Close()
-	})
-	return m, lg
+	return startManager(t, session.Config{Store: memstore.New(), Sandbox: sb, PersistFilesMax: 1 << 20}, shell.Architecture{})
 }
 
 // A turn's workspace changes are in the log before its query:completed: a

@@ -95,6 +95,35 @@ func (o *owner) releaseLease() {
 	s.m.announce(notice{Kind: noticeReleased, SessionID: s.id})
 }
 
+// holdForWrite makes sure this server may write the session's record and
+// log (owner goroutine). In a fleet, a server that does not hold the lease
+// takes it, which reloads the record another server may have changed (a
+// write of the copy it had would undo theirs), and the returned release
+// lets it go again unless something runs here by then. ErrLeased: another
+// server holds it (route forwards the command there). Without a fleet, or
+// with the lease held, it does nothing.
+func (o *owner) holdForWrite(ctx context.Context) (release func(), err error) {
+	s := o.s
+	if s.m.cluster == nil || s.holding() {
+		return func() {}, nil
+	}
+	orphaned, err := o.takeLease(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if orphaned {
+		if err := o.adopt(takeoverReason, agent.CodeServerLost); err != nil {
+			o.releaseLease()
+			return nil, fmt.Errorf("take the session over: %w", err)
+		}
+	}
+	return func() {
+		if o.env == nil && !o.starting && o.turn == nil {
+			o.releaseLease()
+		}
+	}, nil
+}
+
 // adopt takes over a session another server left active (owner
 // goroutine, lease held): with a sandbox whose environments outlive their
 // server and a recorded handle, it re-attaches to the environment and

@@ -70,6 +70,12 @@ func (s *Session) updateOptionsHere(ctx context.Context, patch json.RawMessage, 
 		runner agent.Runner // the running agent's, when the options changed
 	}
 	res, err := doSync(ctx, s, func(o *owner, done func(result, error)) {
+		release, err := o.holdForWrite(ctx)
+		if err != nil {
+			done(result{}, err)
+			return
+		}
+		defer release()
 		s.mu.Lock()
 		cur := map[string]json.RawMessage{}
 		_ = json.Unmarshal(s.rec.SessionOptions, &cur)

@@ -10,13 +10,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent/shell"
 	"github.com/agentd/agentd/internal/eventlog"
-	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/store/memstore"
@@ -60,24 +58,7 @@ func (r *optsRunner) Sync(ctx context.Context) error {
 func optsManager(t *testing.T) (*session.Manager, *eventlog.Log, store.Store) {
 	t.Helper()
 	st := memstore.New()
-	lg := eventlog.New(st, eventlog.Options{})
-	archs := agent.NewRegistry()
-	archs.Register(shell.Architecture{})
-	archs.Register(optsArch{})
-	m, err := session.New(session.Config{Store: st, Log: lg, Sandbox: local.New(local.Options{}), Architectures: archs,
-		DataDir: t.TempDir(), PersistFilesMax: 1 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		m.Close(ctx)
-		lg.Close()
-	})
+	m, lg := startManager(t, session.Config{Store: st, PersistFilesMax: 1 << 10}, shell.Architecture{}, optsArch{})
 	return m, lg, st
 }
 

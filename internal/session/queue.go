@@ -56,6 +56,12 @@ func (s *Session) CancelQueued(ctx context.Context, messageID, actor string) err
 // cancelQueuedHere is CancelQueued on this server.
 func (s *Session) cancelQueuedHere(ctx context.Context, messageID, actor string) error {
 	_, err := doSync(ctx, s, func(o *owner, done func(struct{}, error)) {
+		release, err := o.holdForWrite(ctx)
+		if err != nil {
+			done(struct{}{}, err)
+			return
+		}
+		defer release()
 		done(struct{}{}, o.cancelQueued(ctx, messageID, actor))
 	})
 	return err
@@ -77,7 +83,9 @@ func (o *owner) submit(ctx context.Context, content, actor string) (SubmitResult
 	if o.terminating != "" {
 		return SubmitResult{}, fmt.Errorf("%w: session is terminating", ErrBusy)
 	}
-	o.nameAfter(ctx, content)
+	// The session is named once the message is in (after send took the
+	// lease, in a fleet): a server writing its record must hold the lease,
+	// or it would write back a stale copy.
 	if o.turn == nil {
 		// Whatever waits goes first: a queue left by a restart, or by a
 		// queued message that could not start.
@@ -86,6 +94,9 @@ func (o *owner) submit(ctx context.Context, content, actor string) (SubmitResult
 		}
 		if o.turn == nil {
 			qid, err := o.send(ctx, content, actor)
+			if err == nil {
+				o.nameAfter(ctx, content)
+			}
 			return SubmitResult{QueryID: qid}, err
 		}
 	}
@@ -95,6 +106,7 @@ func (o *owner) submit(ctx context.Context, content, actor string) (SubmitResult
 		return SubmitResult{}, fmt.Errorf("queue message: %w", err)
 	}
 	o.s.m.log.Info("message queued", "session", o.s.id, "message", id)
+	o.nameAfter(ctx, content)
 	o.noteQueue(ctx)
 	return SubmitResult{MessageID: id}, nil
 }
@@ -242,6 +254,12 @@ func (m *Manager) Rename(ctx context.Context, id, name, actor string) (Summary, 
 func (s *Session) renameHere(ctx context.Context, name, actor string) (Summary, error) {
 	m, id := s.m, s.id
 	return doSync(ctx, s, func(o *owner, done func(Summary, error)) {
+		release, err := o.holdForWrite(ctx)
+		if err != nil {
+			done(Summary{}, err)
+			return
+		}
+		defer release()
 		s.mu.Lock()
 		s.rec.Name = name
 		rec := s.rec

@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
-	"time"
 
-	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/eventlog"
 	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/sandbox"
@@ -38,23 +35,8 @@ func (p killedCreate) Create(ctx context.Context, spec sandbox.Spec) (sandbox.En
 func TestHandleRecordedBeforeCreateReturns(t *testing.T) {
 	ctx := context.Background()
 	st := memstore.New()
-	lg := eventlog.New(st, eventlog.Options{})
-	archs := agent.NewRegistry()
-	archs.Register(permArch{})
-	m, err := session.New(session.Config{Store: st, Log: lg, Sandbox: killedCreate{local.New(local.Options{})},
-		Architectures: archs, DataDir: t.TempDir(), Profiles: session.NewProfiles(st, nil)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		m.Close(cctx)
-		lg.Close()
-	})
+	m, lg := startManager(t, session.Config{Store: st, Sandbox: killedCreate{local.New(local.Options{})},
+		Profiles: session.NewProfiles(st, nil)}, permArch{})
 	rec, err := m.Create(ctx, session.CreateRequest{Architecture: "perm"}, "alice")
 	if err != nil {
 		t.Fatal(err)

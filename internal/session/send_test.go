@@ -8,10 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/eventlog"
-	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/profile"
 	"github.com/agentd/agentd/store"
@@ -44,26 +42,11 @@ func (h *hookStore) AppendEvents(ctx context.Context, evs []conversation.Event, 
 func hookFixture(t *testing.T) (*hookStore, *session.Manager, *eventlog.Log) {
 	t.Helper()
 	st := &hookStore{Store: memstore.New()}
-	lg := eventlog.New(st, eventlog.Options{})
-	archs := agent.NewRegistry()
-	archs.Register(permArch{})
-	m, err := session.New(session.Config{
-		Store: st, Log: lg, Sandbox: local.New(local.Options{}), Architectures: archs, DataDir: t.TempDir(),
+	m, lg := startManager(t, session.Config{
+		Store:    st,
 		Profiles: session.NewProfiles(st, []profile.Profile{{ID: "gitok", Name: "g", AllowedTools: []string{"Bash(git:*)"}}}),
 		Holder:   "me",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		m.Close(ctx)
-		lg.Close()
-	})
+	}, permArch{})
 	return st, m, lg
 }
 

@@ -50,12 +50,35 @@ type fixture struct {
 func newFixture(t *testing.T, cfg session.Config) *fixture {
 	t.Helper()
 	st := memstore.New()
-	lg := eventlog.New(st, eventlog.Options{})
-	archs := agent.NewRegistry()
-	archs.Register(permArch{})
-	cfg.Store, cfg.Log, cfg.Sandbox, cfg.Architectures, cfg.DataDir = st, lg, local.New(local.Options{}), archs, t.TempDir()
+	cfg.Store = st
 	if cfg.Profiles == nil {
 		cfg.Profiles = session.NewProfiles(st, []profile.Profile{{ID: "gitok", Name: "g", AllowedTools: []string{"Bash(git:*)"}, DisallowedTools: []string{"WebFetch"}}})
+	}
+	m, lg := startManager(t, cfg, permArch{})
+	return &fixture{m: m, log: lg}
+}
+
+// startManager makes the manager of cfg with archs registered, starts it,
+// and closes it, then its log, when the test ends. cfg.Store is required;
+// a nil Log is opened on the store, a nil Sandbox is a local one, an empty
+// DataDir a temporary one. The log is closed with the manager even when
+// the caller opened it.
+func startManager(t *testing.T, cfg session.Config, archs ...agent.Architecture) (*session.Manager, *eventlog.Log) {
+	t.Helper()
+	if cfg.Log == nil {
+		cfg.Log = eventlog.New(cfg.Store, eventlog.Options{})
+	}
+	lg := cfg.Log
+	reg := agent.NewRegistry()
+	for _, a := range archs {
+		reg.Register(a)
+	}
+	cfg.Architectures = reg
+	if cfg.Sandbox == nil {
+		cfg.Sandbox = local.New(local.Options{})
+	}
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
 	}
 	m, err := session.New(cfg)
 	if err != nil {
@@ -70,7 +93,7 @@ func newFixture(t *testing.T, cfg session.Config) *fixture {
 		m.Close(ctx)
 		lg.Close()
 	})
-	return &fixture{m: m, log: lg}
+	return m, lg
 }
 
 // next waits for the next event of a type.

@@ -9,8 +9,6 @@ import (
 
 	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/eventlog"
-	"github.com/agentd/agentd/internal/sandbox/local"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/store/memstore"
@@ -67,23 +65,7 @@ func (s *fullStore) setFull(full bool) (refused int) {
 func TestTurnEndSurvivesAFullStore(t *testing.T) {
 	ctx := context.Background()
 	st := &fullStore{Store: memstore.New()}
-	lg := eventlog.New(st, eventlog.Options{})
-	archs := agent.NewRegistry()
-	archs.Register(quickArch{})
-	m, err := session.New(session.Config{Store: st, Log: lg, Sandbox: local.New(local.Options{}),
-		Architectures: archs, DataDir: t.TempDir(), Profiles: session.NewProfiles(st, nil)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		m.Close(cctx)
-		lg.Close()
-	})
+	m, lg := startManager(t, session.Config{Store: st, Profiles: session.NewProfiles(st, nil)}, quickArch{})
 	rec, err := m.Create(ctx, session.CreateRequest{Architecture: "quick"}, "alice")
 	if err != nil {
 		t.Fatal(err)

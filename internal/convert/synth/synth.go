@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"testing"
 )
 
 // ClaudeSeed is the shared transcript the figures were measured
@@ -104,6 +105,29 @@ func WriteClaudeTranscriptFile(path string, seed []byte, size int64) (int64, err
 		err = fmt.Errorf("synth: %w", cerr)
 	}
 	return n, err
+}
+
+// BenchClaudeTranscript writes, in tb's temporary folder, a transcript of
+// the size AGENTD_BENCH_CONVERT_MB asks for (default 50 MB) and returns its
+// path and size. It skips tb when the shared seed is not available.
+func BenchClaudeTranscript(tb testing.TB) (string, int64) {
+	tb.Helper()
+	seed, err := ReadClaudeSeed()
+	if err != nil {
+		tb.Skip("shared test data not available:", err)
+	}
+	mb := 50.0
+	if s := os.Getenv("AGENTD_BENCH_CONVERT_MB"); s != "" {
+		if mb, err = strconv.ParseFloat(s, 64); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	path := filepath.Join(tb.TempDir(), "claude.jsonl")
+	size, err := WriteClaudeTranscriptFile(path, seed, int64(mb*1e6))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return path, size
 }
 
 const uuidStep = 0x9E3779B97F4A // 48 bits of the golden ratio: copies never meet

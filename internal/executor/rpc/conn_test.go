@@ -412,9 +412,11 @@ func TestParseOutputRejectsVariants(t *testing.T) {
 	}
 }
 
-func TestLineReader(t *testing.T) {
-	input := "a\nbb\n\nccc\n" + strings.Repeat("x", 100) + "\nlast"
-	lr := newLineReader(iotest.OneByteReader(strings.NewReader(input)), 10)
+// readLines reads lr to its end: its lines, "<too long>" for each line
+// over its limit, and the error that ended it (nil for EOF). A line
+// returned over the limit fails the test.
+func readLines(t *testing.T, lr *lineReader) ([]string, error) {
+	t.Helper()
 	var got []string
 	for {
 		l, err := lr.next()
@@ -422,13 +424,25 @@ func TestLineReader(t *testing.T) {
 			got = append(got, "<too long>")
 			continue
 		}
+		if errors.Is(err, io.EOF) {
+			return got, nil
+		}
 		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				t.Fatal(err)
-			}
-			break
+			return got, err
+		}
+		if len(l) > lr.max {
+			t.Fatalf("line of %d over max %d", len(l), lr.max)
 		}
 		got = append(got, string(l))
+	}
+}
+
+func TestLineReader(t *testing.T) {
+	input := "a\nbb\n\nccc\n" + strings.Repeat("x", 100) + "\nlast"
+	lr := newLineReader(iotest.OneByteReader(strings.NewReader(input)), 10)
+	got, err := readLines(t, lr)
+	if err != nil {
+		t.Fatal(err)
 	}
 	want := []string{"a", "bb", "", "ccc", "<too long>", "last"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {

@@ -1,21 +1,16 @@
 package claudeconv
 
 import (
-	"os"
 	"path/filepath"
+
+	"github.com/agentd/agentd/internal/convert/synth"
 )
 
 // The shared agent output lives outside the repository; AGENTD_TESTDATA
-// points elsewhere when it moves. Tests that need it skip without it.
+// points elsewhere when it moves (synth.SharedRoot). Tests that need it
+// skip without it.
 var (
-	testdataRoot = testdataDir()
+	testdataRoot = synth.SharedRoot()
 	streamDir    = filepath.Join(testdataRoot, "claude-stream-json")
 	sessionDir   = filepath.Join(testdataRoot, "claude-session-jsonl")
 )
-
-func testdataDir() string {
-	if d := os.Getenv("AGENTD_TESTDATA"); d != "" {
-		return d
-	}
-	return "/work/shared/testdata/agent-output"
-}

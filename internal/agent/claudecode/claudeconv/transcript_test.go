@@ -324,14 +324,7 @@ func TestLineReaderMatchesSplitLines(t *testing.T) {
 			"half":  iotest.HalfReader(strings.NewReader(in)),
 		} {
 			lr := newLineReader(r)
-			var got []numberedLine
-			for {
-				ln, ok := lr.next()
-				if !ok {
-					break
-				}
-				got = append(got, numberedLine{ln.no, bytes.Clone(ln.b)})
-			}
+			got := readLines(lr)
 			if lr.err != nil || len(got) != len(want) {
 				t.Fatalf("input %d, %s: %d lines, want %d (%v)", i, name, len(got), len(want), lr.err)
 			}
@@ -407,6 +400,18 @@ func TestTranscriptSidechainRootPointingAtMain(t *testing.T) {
 	}
 }
 
+// readLines reads lr to its end; each line is a copy.
+func readLines(lr *lineReader) []numberedLine {
+	var got []numberedLine
+	for {
+		ln, ok := lr.next()
+		if !ok {
+			return got
+		}
+		got = append(got, numberedLine{ln.no, bytes.Clone(ln.b)})
+	}
+}
+
 // FuzzLineReader: lineReader gives splitLines's lines for any input, read
 // in chunks of any size.
 func FuzzLineReader(f *testing.F) {
@@ -416,14 +421,7 @@ func FuzzLineReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
 		want := splitLines(data)
 		lr := newLineReader(&chunkReader{data: data, n: int(chunk%16) + 1})
-		var got []numberedLine
-		for {
-			ln, ok := lr.next()
-			if !ok {
-				break
-			}
-			got = append(got, numberedLine{ln.no, bytes.Clone(ln.b)})
-		}
+		got := readLines(lr)
 		if lr.err != nil || len(got) != len(want) {
 			t.Fatalf("%d lines, want %d (%v)", len(got), len(want), lr.err)
 		}

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
 
 	"github.com/agentd/agentd/conversation"
@@ -266,21 +264,7 @@ func convertToBlocks(file string, decode lineDecoder, w io.Writer) error {
 //	go test ./internal/agent/claudecode -run '^$' -bench Decoders -cpu 1 -count 5
 //	GOEXPERIMENT=jsonv2 go test ./internal/agent/claudecode -run '^$' -bench Decoders -cpu 1 -count 5
 func BenchmarkDecoders(b *testing.B) {
-	seed, err := synth.ReadClaudeSeed()
-	if err != nil {
-		b.Skip("shared test data not available:", err)
-	}
-	mb := 50.0
-	if s := os.Getenv("AGENTD_BENCH_CONVERT_MB"); s != "" {
-		if mb, err = strconv.ParseFloat(s, 64); err != nil {
-			b.Fatal(err)
-		}
-	}
-	in := filepath.Join(b.TempDir(), "claude.jsonl")
-	size, err := synth.WriteClaudeTranscriptFile(in, seed, int64(mb*1e6))
-	if err != nil {
-		b.Fatal(err)
-	}
+	in, size := synth.BenchClaudeTranscript(b)
 	want := ""
 	for _, name := range []string{"scanner", "encoding-json", "json-v2"} {
 		decode, ok := lineDecoders[name]
