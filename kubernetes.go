@@ -52,10 +52,11 @@ type KubernetesConfig struct {
 // (the server adds its node, limits, warm pool and the rest).
 func (kc KubernetesConfig) options() (kubernetes.Options, error) {
 	opts := kubernetes.Options{
-		Kubeconfig: kc.Kubeconfig, Namespace: kc.Namespace, Image: kc.Image,
+		Kubeconfig: kc.Kubeconfig, Namespace: kc.Namespace,
 		PullPolicy: corev1.PullPolicy(kc.PullPolicy), ServiceAccount: kc.ServiceAccount,
 		RuntimeClass: kc.RuntimeClass, AllowNetwork: kc.AllowNetwork, StorageClass: kc.StorageClass,
 	}
+	opts.Image = kc.Image
 	var err error
 	switch opts.PullPolicy {
 	case "", corev1.PullNever, corev1.PullIfNotPresent, corev1.PullAlways:

@@ -3,7 +3,6 @@ package wiring
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/agentd/agentd/internal/sandbox/kubernetes"
@@ -14,14 +13,12 @@ import (
 // kubernetesSandbox builds the kubernetes backend from the options the
 // root package parsed (agentd.KubernetesConfig) and this server's parts.
 func (s *Server) kubernetesSandbox(dataDir string) (sandbox.Provider, error) {
-	node, err := nodeID(dataDir)
+	opts := s.cfg.Kubernetes
+	co, err := s.containerOptions(dataDir, opts.Image)
 	if err != nil {
 		return nil, err
 	}
-	opts := s.cfg.Kubernetes
-	opts.Node, opts.Limits, opts.Ignore = node, s.cfg.SandboxLimits, append(slices.Clone(s.cfg.WatchIgnore), ".agentd")
-	opts.WarmPool, opts.ModelProxy, opts.Nice = s.cfg.WarmPool, s.executorModelProxy(), s.cfg.AgentNice
-	opts.OnCall, opts.Logger = s.audit.ExecutorCall, s.log
+	opts.Options = co
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	return kubernetes.New(ctx, opts)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentd/agentd/internal/sandbox/container"
 	"github.com/agentd/agentd/internal/sandbox/docker"
 	"github.com/agentd/agentd/restapi"
 	"github.com/agentd/agentd/sandbox"
@@ -18,19 +19,30 @@ import (
 
 // dockerSandbox builds the docker backend (docs/sandboxes.md).
 func (s *Server) dockerSandbox(dataDir string) (sandbox.Provider, error) {
-	node, err := nodeID(dataDir)
+	co, err := s.containerOptions(dataDir, s.cfg.DockerImage)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return docker.New(ctx, docker.Options{
-		Image: s.cfg.DockerImage, User: s.cfg.DockerUser, Executor: s.cfg.DockerExecutor,
-		WarmDir: filepath.Join(dataDir, "docker-warm"), Node: node,
-		Limits: s.cfg.SandboxLimits, Ignore: append(slices.Clone(s.cfg.WatchIgnore), ".agentd"),
+		Options: co, User: s.cfg.DockerUser, Executor: s.cfg.DockerExecutor,
+		WarmDir: filepath.Join(dataDir, "docker-warm"),
+	})
+}
+
+// containerOptions are what a container backend (docker, kubernetes)
+// takes from the server's configuration, image the backend's.
+func (s *Server) containerOptions(dataDir, image string) (container.Options, error) {
+	node, err := nodeID(dataDir)
+	if err != nil {
+		return container.Options{}, err
+	}
+	return container.Options{
+		Image: image, Node: node, Limits: s.cfg.SandboxLimits, Ignore: append(slices.Clone(s.cfg.WatchIgnore), ".agentd"),
 		WarmPool: s.cfg.WarmPool, ModelProxy: s.executorModelProxy(), Nice: s.cfg.AgentNice,
 		OnCall: s.audit.ExecutorCall, Logger: s.log,
-	})
+	}, nil
 }
 
 // collectSandbox has a backend whose environments live outside the

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/moby/moby/client"
+
+	"github.com/agentd/agentd/internal/sandbox/container"
 )
 
 // Collect removes this server's containers (label agentd.node) that no
@@ -17,14 +19,12 @@ import (
 // containers of a previous run — with their folders, and warm workspaces
 // no container uses. Then it starts the warm pools.
 func (p *Provider) Collect(ctx context.Context, keep []json.RawMessage) error {
-	kept := map[string]bool{} // container ids and names
-	for _, raw := range keep {
-		var h Handle
-		if json.Unmarshal(raw, &h) == nil && h.Container != "" {
-			kept[h.Container] = true
-			kept[h.Name] = true
+	kept := container.Kept(keep, func(h Handle) []string { // container ids and names
+		if h.Container == "" {
+			return nil
 		}
-	}
+		return []string{h.Container, h.Name}
+	})
 	list, err := p.cli.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
 		Filters: client.Filters{}.Add("label", LabelManaged+"=true", LabelNode+"="+p.opts.Node),
@@ -39,7 +39,7 @@ func (p *Provider) Collect(ctx context.Context, keep []json.RawMessage) error {
 		if len(c.Names) > 0 {
 			name = strings.TrimPrefix(c.Names[0], "/")
 		}
-		if kept[c.ID] || p.isLive(c.ID) || p.isLive(name) {
+		if kept[c.ID] || p.live.Has(c.ID) || p.live.Has(name) {
 			names[name] = true
 			continue
 		}
@@ -48,34 +48,17 @@ func (p *Provider) Collect(ctx context.Context, keep []json.RawMessage) error {
 		removed++
 		p.log.Info("container of no session removed", "container", name, "session", c.Labels[LabelSession], "pool", c.Labels[LabelPool])
 	}
-	// Folders of containers that are no more.
-	if ents, err := os.ReadDir(p.opts.RunDir); err == nil {
-		for _, e := range ents {
-			name := strings.TrimSuffix(e.Name(), ".mp")
-			if strings.HasPrefix(name, "agentd-") && !names[name] && !kept[name] && !p.isLive(name) {
-				_ = os.RemoveAll(filepath.Join(p.opts.RunDir, e.Name()))
-			}
-		}
-	}
+	container.RemoveStaleDirs(p.opts.RunDir, func(name string) bool { return names[name] || kept[name] || p.live.Has(name) })
 	if p.opts.WarmDir != "" {
 		if ents, err := os.ReadDir(p.opts.WarmDir); err == nil {
 			for _, e := range ents {
-				if !names[e.Name()] && !p.isLive(e.Name()) {
+				if !names[e.Name()] && !p.live.Has(e.Name()) {
 					_ = os.RemoveAll(filepath.Join(p.opts.WarmDir, e.Name()))
 				}
 			}
 		}
 	}
 	p.log.Info("docker sandbox: leftovers collected", "containers", len(list.Items), "removed", removed)
-	p.startPools()
+	p.pools.Fill()
 	return nil
-}
-
-// startPools has the default kind's pool filled: after Collect, or at
-// the first Create when the server did not call Collect.
-func (p *Provider) startPools() {
-	if p.pool == nil {
-		return
-	}
-	_ = p.pool.Warm(p.defaultShape())
 }

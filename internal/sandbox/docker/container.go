@@ -3,12 +3,10 @@ package docker
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,18 +14,20 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
-	"github.com/moby/moby/api/types/container"
+	mcontainer "github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentd/agentd/internal/executor/rpc"
+	"github.com/agentd/agentd/internal/sandbox/container"
 	"github.com/agentd/agentd/internal/sandbox/executor"
 	"github.com/agentd/agentd/sandbox"
 )
 
 // box is a started container whose executor answered ping, not yet
-// bound to a session's Environment.
+// bound to a session's Environment; started ahead (warm), it has a
+// workspace of its own under WarmDir.
 type box struct {
 	id, name  string
 	dir       string // the environment's folder here (mounted at /run/agentd)
@@ -36,25 +36,10 @@ type box struct {
 	startedAt time.Time
 }
 
-// warm is a box started ahead, with a workspace of its own under WarmDir.
-type warm struct {
-	box
-	shape shape
-}
+// Name is the container's name (also its folders' under RunDir).
+func (b *box) Name() string { return b.name }
 
 func (b *box) socket() string { return filepath.Join(b.dir, socketName) }
-
-// mpDir is the folder holding the environment's model proxy socket: the
-// executor backend's convention (its Handle.Dir + ".mp").
-func mpDir(dir string) string { return dir + ".mp" }
-
-// newName is a container name: short, unique, also the name of its
-// folders under RunDir.
-func newName() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "agentd-" + hex.EncodeToString(b[:])
-}
 
 // Create starts a container for spec, or claims one started ahead when the
 // workspace is new (missing or empty) and one of its kind is ready.
@@ -67,39 +52,28 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 		return nil, fmt.Errorf("create container: %w", err)
 	}
 	spec.Workspace = ws
-	sh := p.shapeOf(spec)
-	p.noteProfile(sh, spec.Profile)
-	if p.pool != nil {
-		p.startPools()
-		if missingOrEmpty(ws) {
-			for {
-				w, ok := p.pool.Take(sh)
-				if !ok {
-					break
-				}
-				e, err := p.claim(ctx, spec, w)
-				if err == nil {
-					return e, nil
-				}
-				p.log.Warn("warm container unusable", "container", w.name, "err", err)
-				p.stopWarm(context.WithoutCancel(ctx), sh, w)
-				if !missingOrEmpty(ws) {
-					break // not the container's fault: no other would do better
-				}
-			}
-		}
+	sh := p.def.For(spec)
+	// A workspace with files cannot take a warm one's place; once it has
+	// some, no other warm container would do better.
+	e, err := p.pools.Claim(ctx, sh, spec.Profile, func() bool { return missingOrEmpty(ws) },
+		func(w *box) (sandbox.Environment, error) { return p.claim(ctx, spec, w) })
+	if err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
+	if e != nil {
+		return e, nil
 	}
 	b, err := p.start(ctx, sh, ws, map[string]string{LabelSession: spec.SessionID}, spec.SessionID)
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
-	e, err := p.bind(ctx, spec, b)
+	env, err := p.bind(ctx, spec, b)
 	if err != nil {
 		p.remove(context.WithoutCancel(ctx), b)
 		return nil, fmt.Errorf("create container: %w", err)
 	}
 	p.log.Info("container started", "session", spec.SessionID, "container", b.name, "pid", b.pid)
-	return e, nil
+	return env, nil
 }
 
 // missingOrEmpty reports whether dir does not exist or is an empty folder
@@ -125,7 +99,7 @@ func missingOrEmpty(dir string) bool {
 // claim makes a warm container spec's: its workspace is renamed into
 // place (the container's mount follows the folder) and the executor's
 // environment is bound to the session.
-func (p *Provider) claim(ctx context.Context, spec sandbox.Spec, w *warm) (sandbox.Environment, error) {
+func (p *Provider) claim(ctx context.Context, spec sandbox.Spec, w *box) (sandbox.Environment, error) {
 	if err := os.MkdirAll(filepath.Dir(spec.Workspace), 0o755); err != nil {
 		return nil, err
 	}
@@ -134,7 +108,7 @@ func (p *Provider) claim(ctx context.Context, spec sandbox.Spec, w *warm) (sandb
 		return nil, fmt.Errorf("move the warm workspace into place: rename %s %s: %w", w.ws, spec.Workspace, err)
 	}
 	w.ws = spec.Workspace
-	e, err := p.bind(ctx, spec, &w.box)
+	e, err := p.bind(ctx, spec, w)
 	if err != nil {
 		return nil, err
 	}
@@ -155,20 +129,16 @@ func (p *Provider) bind(ctx context.Context, spec sandbox.Spec, b *box) (*Enviro
 
 // startWarm is the warm pool's Start: a container with an empty
 // workspace of its own, for no session yet.
-func (p *Provider) startWarm(ctx context.Context, sh shape) (*warm, error) {
-	name := newName()
+func (p *Provider) startWarm(ctx context.Context, sh container.Shape) (*box, error) {
+	name := container.NewName()
 	ws := filepath.Join(p.opts.WarmDir, name)
-	b, err := p.startNamed(ctx, name, sh, ws, map[string]string{LabelPool: sh.String()}, "")
-	if err != nil {
-		return nil, err
-	}
-	return &warm{box: *b, shape: sh}, nil
+	return p.startNamed(ctx, name, sh, ws, map[string]string{LabelPool: sh.String()}, "")
 }
 
 // stopWarm is the warm pool's Stop: the container, its folders and its
 // unused workspace go.
-func (p *Provider) stopWarm(ctx context.Context, _ shape, w *warm) {
-	p.remove(ctx, &w.box)
+func (p *Provider) stopWarm(ctx context.Context, _ container.Shape, w *box) {
+	p.remove(ctx, w)
 	if filepath.Dir(w.ws) == p.opts.WarmDir {
 		_ = os.RemoveAll(w.ws)
 	}
@@ -176,13 +146,13 @@ func (p *Provider) stopWarm(ctx context.Context, _ shape, w *warm) {
 
 // start creates and starts a container for a workspace folder and waits
 // for its executor.
-func (p *Provider) start(ctx context.Context, sh shape, ws string, labels map[string]string, session string) (*box, error) {
-	return p.startNamed(ctx, newName(), sh, ws, labels, session)
+func (p *Provider) start(ctx context.Context, sh container.Shape, ws string, labels map[string]string, session string) (*box, error) {
+	return p.startNamed(ctx, container.NewName(), sh, ws, labels, session)
 }
 
-func (p *Provider) startNamed(ctx context.Context, name string, sh shape, ws string, labels map[string]string, session string) (*box, error) {
+func (p *Provider) startNamed(ctx context.Context, name string, sh container.Shape, ws string, labels map[string]string, session string) (*box, error) {
 	b := &box{name: name, dir: filepath.Join(p.opts.RunDir, name), ws: ws}
-	p.track(name) // Collect leaves it alone from now on
+	p.live.Add(name) // Collect leaves it alone from now on
 	ok := false
 	defer func() {
 		if !ok {
@@ -210,7 +180,7 @@ func (p *Provider) startNamed(ctx context.Context, name string, sh shape, ws str
 		}
 	}
 	if p.opts.ModelProxy != nil {
-		if err := os.Mkdir(mpDir(b.dir), 0o711); err != nil {
+		if err := os.Mkdir(container.ProxyDir(b.dir), 0o711); err != nil {
 			return nil, err
 		}
 	}
@@ -221,7 +191,7 @@ func (p *Provider) startNamed(ctx context.Context, name string, sh shape, ws str
 		return nil, fmt.Errorf("docker create: %w", err)
 	}
 	b.id = created.ID
-	p.track(b.id)
+	p.live.Add(b.id)
 	if _, err := p.cli.ContainerStart(ctx, b.id, client.ContainerStartOptions{}); err != nil {
 		return nil, fmt.Errorf("docker start: %w", err)
 	}
@@ -237,7 +207,7 @@ func (p *Provider) startNamed(ctx context.Context, name string, sh shape, ws str
 // containerConfig is a container's configuration: the executor as its
 // main process under Docker's init, no network, no capabilities, a
 // read-only root, the workspace and the two folders mounted, the limits.
-func (p *Provider) containerConfig(b *box, sh shape, labels map[string]string, session string) (*container.Config, *container.HostConfig) {
+func (p *Provider) containerConfig(b *box, sh container.Shape, labels map[string]string, session string) (*mcontainer.Config, *mcontainer.HostConfig) {
 	bin := DefaultExecutor
 	mounts := []mount.Mount{
 		{Type: mount.TypeBind, Source: b.ws, Target: workspaceDir},
@@ -257,20 +227,12 @@ func (p *Provider) containerConfig(b *box, sh shape, labels map[string]string, s
 		"--spool-dir", runDir + "/spool",
 		"--peer-uid", strconv.Itoa(os.Getuid()),
 	}
-	if p.opts.Nice > 0 {
-		argv = append(argv, "--nice", strconv.Itoa(p.opts.Nice))
-	}
-	if p.opts.SpoolBytes > 0 {
-		argv = append(argv, "--spool-bytes", strconv.FormatInt(p.opts.SpoolBytes, 10))
-	}
-	for _, ig := range sh.ignore() {
-		argv = append(argv, "--ignore", ig)
-	}
+	argv = append(argv, sh.ExecutorArgs(p.opts.Nice, p.opts.SpoolBytes)...)
 	if p.opts.ModelProxy != nil {
-		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: mpDir(b.dir), Target: proxyDirIn, ReadOnly: true})
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: container.ProxyDir(b.dir), Target: proxyDirIn, ReadOnly: true})
 		argv = append(argv, "--model-proxy-socket", proxyDirIn+"/model.sock")
 	}
-	res := container.Resources{}
+	res := mcontainer.Resources{}
 	if l := sh.Limits; l.MemoryBytes > 0 {
 		res.Memory = l.MemoryBytes
 		res.MemorySwap = l.MemoryBytes // no swap
@@ -278,9 +240,6 @@ func (p *Provider) containerConfig(b *box, sh shape, labels map[string]string, s
 	if sh.Limits.Pids > 0 {
 		pids := sh.Limits.Pids
 		res.PidsLimit = &pids
-		// The executor's own threads count too: it makes its spare ones
-		// up front so a fork bomb cannot starve it.
-		argv = append(argv, "--reserve-threads", "16")
 	}
 	if sh.Limits.CPUPercent > 0 {
 		res.NanoCPUs = int64(sh.Limits.CPUPercent) * 10_000_000
@@ -290,7 +249,7 @@ func (p *Provider) containerConfig(b *box, sh shape, labels map[string]string, s
 		all[k] = v
 	}
 	init := true
-	cfg := &container.Config{
+	cfg := &mcontainer.Config{
 		Image:      sh.Image,
 		User:       fmt.Sprintf("%d:%d", p.uid, p.gid),
 		Entrypoint: argv,
@@ -300,17 +259,17 @@ func (p *Provider) containerConfig(b *box, sh shape, labels map[string]string, s
 		Labels:     all,
 		// The executor logs to stderr: the container's log.
 	}
-	hc := &container.HostConfig{
+	hc := &mcontainer.HostConfig{
 		NetworkMode:    "none",
 		Init:           &init,
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges"},
-		IpcMode:        container.IPCModePrivate,
+		IpcMode:        mcontainer.IPCModePrivate,
 		Mounts:         mounts,
 		Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777", "/var/tmp": "rw,nosuid,nodev,mode=1777"},
 		Resources:      res,
-		LogConfig:      container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
+		LogConfig:      mcontainer.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
 	}
 	return cfg, hc
 }
@@ -358,29 +317,13 @@ func (p *Provider) waitReady(ctx context.Context, b *box) error {
 
 // pingExecutor dials the executor at sock and pings it once.
 func pingExecutor(ctx context.Context, sock string) (rpc.PingResult, error) {
-	c, err := rpc.Dial(ctx, sock, nopHandler{}, rpc.ConnOptions{})
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", sock)
 	if err != nil {
-		return rpc.PingResult{}, err
+		return rpc.PingResult{}, fmt.Errorf("dial executor: %w", err)
 	}
-	defer func() { c.Close(); c.Wait() }()
-	ping, err := c.Ping(ctx)
-	if err != nil {
-		return rpc.PingResult{}, err
-	}
-	if ping.ProtocolVersion != rpc.ProtocolVersion {
-		return rpc.PingResult{}, fmt.Errorf("%w: the image's executor speaks %d, this server %d (rebuild the image, or mount this server's binary)",
-			executor.ErrIncompatible, ping.ProtocolVersion, rpc.ProtocolVersion)
-	}
-	return ping, nil
+	return container.Ping(ctx, nc, "rebuild the image, or mount this server's binary")
 }
-
-// nopHandler answers nothing: a connection that only pings.
-type nopHandler struct{}
-
-func (nopHandler) HandleCall(context.Context, *rpc.Conn, *rpc.Request) (any, error) {
-	return nil, rpc.Errorf(rpc.CodeMethodNotFound, "not served")
-}
-func (nopHandler) HandleNotify(*rpc.Conn, string, json.RawMessage) {}
 
 // logTail is the end of a container's log, for error messages.
 func (p *Provider) logTail(id string) string {
@@ -411,18 +354,8 @@ func (p *Provider) remove(ctx context.Context, b *box) {
 			p.log.Error("remove container", "container", b.name, "err", err)
 			return // the next Collect tries again
 		}
-		p.untrack(b.id)
+		p.live.Remove(b.id)
 	}
-	p.removeDirs(b.name)
-	p.untrack(b.name)
-}
-
-// removeDirs removes an environment's folders under RunDir.
-func (p *Provider) removeDirs(name string) {
-	if name == "" || filepath.Base(name) != name {
-		return
-	}
-	dir := filepath.Join(p.opts.RunDir, name)
-	_ = os.RemoveAll(dir)
-	_ = os.RemoveAll(mpDir(dir))
+	container.RemoveDirs(p.opts.RunDir, b.name)
+	p.live.Remove(b.name)
 }

@@ -3,35 +3,32 @@ package docker
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
+	"github.com/agentd/agentd/internal/sandbox/container"
 	"github.com/agentd/agentd/internal/sandbox/executor"
 	"github.com/agentd/agentd/sandbox"
 )
 
 // Environment is a session's container: the executor backend's
-// environment (everything but Terminate and Handle) plus the container
-// around it. Safe for concurrent use.
+// environment (everything but Terminate, Release and Handle) plus the
+// container around it. Safe for concurrent use.
 type Environment struct {
-	*executor.Environment
+	*container.Environment
 	p   *Provider
 	box box
-
-	termOnce sync.Once
-	termErr  error
 }
 
 var (
 	_ sandbox.Environment    = (*Environment)(nil)
 	_ sandbox.HandleReporter = (*Environment)(nil)
 	_ sandbox.Attacher       = (*Environment)(nil)
+	_ sandbox.Releaser       = (*Environment)(nil)
 )
 
 // removeTimeout bounds a container's removal (docker rm -f: kill, unmount,
@@ -47,7 +44,9 @@ type Handle struct {
 }
 
 func (p *Provider) wrap(inner *executor.Environment, b *box) *Environment {
-	return &Environment{Environment: inner, p: p, box: *b}
+	e := &Environment{p: p, box: *b}
+	e.Environment = container.NewEnvironment(inner, e.remove, e.release, p.log.With("container", b.name), "container removed")
+	return e
 }
 
 // Handle returns {container, name, executor}.
@@ -62,31 +61,26 @@ func (e *Environment) Container() string { return e.box.id }
 // ContainerName is the container's name (also its folders' under RunDir).
 func (e *Environment) ContainerName() string { return e.box.name }
 
-// Terminate shuts the executor down (it kills every process), waits for
-// the container's init to end, and removes the container and the
-// environment's folders. The workspace stays (taken back from the
-// sandbox's uid). An environment already gone is not an error; later
-// calls return the first one's result.
-func (e *Environment) Terminate(ctx context.Context) error {
-	e.termOnce.Do(func() {
-		err := e.Environment.Terminate(ctx)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
-		defer cancel()
-		_, rmErr := e.p.cli.ContainerRemove(rctx, e.box.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-		if rmErr != nil && !cerrdefs.IsNotFound(rmErr) {
-			e.termErr = fmt.Errorf("remove container %s: %w", e.box.name, rmErr)
-		} else {
-			e.p.untrack(e.box.id)
-			e.p.untrack(e.box.name)
-		}
-		e.p.removeDirs(e.box.name)
-		if e.termErr == nil && err != nil {
-			e.termErr = err
-		}
-		e.p.log.Info("container removed", "container", e.box.name, "err", e.termErr)
-	})
-	return e.termErr
+// remove is Terminate's end, once the executor has shut down (killing
+// every process) and the container's init ended: the container and the
+// environment's folders are removed. The workspace stays (taken back from
+// the sandbox's uid).
+func (e *Environment) remove(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	defer cancel()
+	var err error
+	if _, rmErr := e.p.cli.ContainerRemove(rctx, e.box.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); rmErr != nil && !cerrdefs.IsNotFound(rmErr) {
+		err = fmt.Errorf("remove container %s: %w", e.box.name, rmErr)
+	} else {
+		e.p.live.Remove(e.box.id, e.box.name)
+	}
+	container.RemoveDirs(e.p.opts.RunDir, e.box.name)
+	return err
 }
+
+// release is Release's end: the container, left running, is another
+// server's.
+func (e *Environment) release() { e.p.live.Remove(e.box.id, e.box.name) }
 
 // Recover re-attaches to the container handle names: sandbox.ErrGone
 // when it is gone, stopped, or its executor no longer answers (what is
@@ -124,19 +118,15 @@ func (p *Provider) Recover(ctx context.Context, spec sandbox.Spec, handle json.R
 	case ins.Container.State.Pid != xh.PID:
 		return gone("container restarted (pid %d, was %d)", ins.Container.State.Pid, xh.PID)
 	}
-	p.track(b.id)
-	p.track(b.name)
-	inner, err := p.exec.Connect(ctx, spec, executor.Handle{
-		Socket: b.socket(), PID: b.pid, Dir: b.dir, UID: uint32(p.uid), StartedAt: b.startedAt,
-	})
+	p.live.Add(b.id, b.name)
+	e, err := p.bind(ctx, spec, b)
 	if err != nil {
-		if errors.Is(err, executor.ErrIncompatible) || ctx.Err() != nil {
-			p.untrack(b.id)
-			p.untrack(b.name)
+		if !container.Gone(ctx, err) {
+			p.live.Remove(b.id, b.name)
 			return nil, fmt.Errorf("recover container %s: %w", h.Name, err)
 		}
 		return gone("%v", err)
 	}
 	p.log.Info("container re-attached", "session", spec.SessionID, "container", h.Name)
-	return p.wrap(inner, b), nil
+	return e, nil
 }

@@ -4,12 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/agentd/agentd/internal/sandbox/container"
 )
 
 // Collect deletes this server's pods (label agentd.node) that no handle
@@ -19,13 +18,7 @@ import (
 // starts the warm pools. Workspace claims are the sessions' and are left
 // to DeleteWorkspace and CollectWorkspaces.
 func (p *Provider) Collect(ctx context.Context, keep []json.RawMessage) error {
-	kept := map[string]bool{} // pod names
-	for _, raw := range keep {
-		var h Handle
-		if json.Unmarshal(raw, &h) == nil && h.Pod != "" {
-			kept[h.Pod] = true
-		}
-	}
+	kept := container.Kept(keep, func(h Handle) []string { return []string{h.Pod} })
 	list, err := p.cs.CoreV1().Pods(p.opts.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: LabelManaged + "=true," + LabelNode + "=" + labelValue(p.opts.Node),
 	})
@@ -35,7 +28,7 @@ func (p *Provider) Collect(ctx context.Context, keep []json.RawMessage) error {
 	removed := 0
 	left := map[string]bool{}
 	for _, pod := range list.Items {
-		if kept[pod.Name] || p.isLive(pod.Name) {
+		if kept[pod.Name] || p.live.Has(pod.Name) {
 			left[pod.Name] = true
 			continue
 		}
@@ -47,26 +40,10 @@ func (p *Provider) Collect(ctx context.Context, keep []json.RawMessage) error {
 		removed++
 		p.log.Info("pod of no session removed", "pod", pod.Name, "session", pod.Annotations["agentd.session"], "pool", pod.Labels[LabelPool])
 	}
-	if ents, err := os.ReadDir(p.opts.RunDir); err == nil {
-		for _, e := range ents {
-			name := strings.TrimSuffix(e.Name(), ".mp")
-			if strings.HasPrefix(name, "agentd-") && !left[name] && !kept[name] && !p.isLive(name) {
-				_ = os.RemoveAll(filepath.Join(p.opts.RunDir, e.Name()))
-			}
-		}
-	}
+	container.RemoveStaleDirs(p.opts.RunDir, func(name string) bool { return left[name] || kept[name] || p.live.Has(name) })
 	p.log.Info("kubernetes sandbox: leftovers collected", "pods", len(list.Items), "removed", removed)
-	p.startPools()
+	p.pools.Fill()
 	return nil
-}
-
-// startPools has the default kind's pool filled: after Collect, or at the
-// first Create when the server did not call Collect.
-func (p *Provider) startPools() {
-	if p.pool == nil {
-		return
-	}
-	_ = p.pool.Warm(p.defaultShape())
 }
 
 // RemoveWorkspace deletes a purged session's workspace claim, if it has

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/agentd/agentd/internal/sandbox/container"
 	"github.com/agentd/agentd/sandbox"
 )
 
@@ -16,27 +17,16 @@ import (
 // its kind is ready (the workspace of an emptyDir pod is always new: the
 // session layer fills it).
 func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Environment, error) {
-	sh := p.shapeOf(spec)
-	p.noteProfile(sh, spec.Profile)
-	if p.pool != nil {
-		p.startPools()
-		for {
-			w, ok := p.pool.Take(sh)
-			if !ok {
-				break
-			}
-			e, err := p.claim(ctx, spec, w)
-			if err == nil {
-				return e, nil
-			}
-			p.log.Warn("warm pod unusable", "pod", w.name, "err", err)
-			p.stopWarm(context.WithoutCancel(ctx), sh, w)
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("create pod: %w", ctx.Err())
-			}
-		}
+	sh := p.def.For(spec)
+	env, err := p.pools.Claim(ctx, sh, spec.Profile, nil,
+		func(w *box) (sandbox.Environment, error) { return p.claim(ctx, spec, w) })
+	if err != nil {
+		return nil, fmt.Errorf("create pod: %w", err)
 	}
-	b, err := p.startPod(ctx, newName(), sh, spec.SessionID)
+	if env != nil {
+		return env, nil
+	}
+	b, err := p.startPod(ctx, container.NewName(), sh, spec.SessionID)
 	if err != nil {
 		return nil, fmt.Errorf("create pod: %w", err)
 	}
@@ -52,7 +42,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Envir
 
 // claim makes a warm pod spec's: it is labelled as the session's (so it
 // is found by session) and its executor bound to the session.
-func (p *Provider) claim(ctx context.Context, spec sandbox.Spec, w *warm) (sandbox.Environment, error) {
+func (p *Provider) claim(ctx context.Context, spec sandbox.Spec, w *box) (sandbox.Environment, error) {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 		"labels":      map[string]any{LabelPool: nil, LabelSession: labelValue(spec.SessionID)},
 		"annotations": map[string]any{"agentd.pool": nil, "agentd.session": spec.SessionID},
@@ -60,7 +50,7 @@ func (p *Provider) claim(ctx context.Context, spec sandbox.Spec, w *warm) (sandb
 	if _, err := p.cs.CoreV1().Pods(p.opts.Namespace).Patch(ctx, w.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return nil, fmt.Errorf("label the pod: %w", err)
 	}
-	e, err := p.bind(ctx, spec, &w.box)
+	e, err := p.bind(ctx, spec, w)
 	if err != nil {
 		return nil, err
 	}
@@ -70,17 +60,13 @@ func (p *Provider) claim(ctx context.Context, spec sandbox.Spec, w *warm) (sandb
 }
 
 // startWarm is the warm pool's Start: a pod for no session yet.
-func (p *Provider) startWarm(ctx context.Context, sh shape) (*warm, error) {
-	b, err := p.startPod(ctx, newName(), sh, "")
-	if err != nil {
-		return nil, err
-	}
-	return &warm{box: *b, shape: sh}, nil
+func (p *Provider) startWarm(ctx context.Context, sh container.Shape) (*box, error) {
+	return p.startPod(ctx, container.NewName(), sh, "")
 }
 
 // stopWarm is the warm pool's Stop: the pod goes.
-func (p *Provider) stopWarm(ctx context.Context, _ shape, w *warm) {
-	p.remove(ctx, &w.box)
+func (p *Provider) stopWarm(ctx context.Context, _ container.Shape, w *box) {
+	p.remove(ctx, w)
 }
 
 // errPoolWithClaims: warm pods have no session, hence no claim.

@@ -3,33 +3,29 @@ package kubernetes
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/agentd/agentd/internal/sandbox/container"
 	"github.com/agentd/agentd/internal/sandbox/executor"
 	"github.com/agentd/agentd/sandbox"
 )
 
 // Environment is a session's pod: the executor backend's environment
-// (everything but Terminate and Handle) reached through the pod's
+// (everything but Terminate, Release and Handle) reached through the pod's
 // port-forward, plus the pod around it and the model proxy's tunnels.
 // Safe for concurrent use.
 type Environment struct {
-	*executor.Environment
+	*container.Environment
 	p       *Provider
 	box     box
 	tunnels *tunnels // nil without a model proxy
 	fresh   bool
-
-	termOnce sync.Once
-	termErr  error
 }
 
 var (
@@ -37,6 +33,7 @@ var (
 	_ sandbox.HandleReporter = (*Environment)(nil)
 	_ sandbox.Attacher       = (*Environment)(nil)
 	_ sandbox.WatchSyncer    = (*Environment)(nil)
+	_ sandbox.Releaser       = (*Environment)(nil)
 )
 
 // Handle is what Environment.Handle records and Recover reads.
@@ -79,7 +76,7 @@ func (p *Provider) bind(ctx context.Context, spec sandbox.Spec, b *box) (*Enviro
 	if p.opts.ModelProxy != nil {
 		// The model proxy's socket goes there (a server re-attaching on
 		// another host, or after its run folder was cleaned, has none).
-		if err := os.MkdirAll(b.dir+".mp", 0o700); err != nil {
+		if err := os.MkdirAll(container.ProxyDir(b.dir), 0o700); err != nil {
 			return nil, err
 		}
 	}
@@ -87,10 +84,11 @@ func (p *Provider) bind(ctx context.Context, spec sandbox.Spec, b *box) (*Enviro
 	if err != nil {
 		return nil, err
 	}
-	e := &Environment{Environment: inner, p: p, box: *b}
-	e.box.fwd = b.fwd
+	log := p.log.With("pod", b.name)
+	e := &Environment{p: p, box: *b}
+	e.Environment = container.NewEnvironment(inner, e.remove, e.release, log, "pod deleted")
 	if sock := p.exec.ProxySocket(b.dir); sock != "" {
-		e.tunnels = startTunnels(b.fwd, sock, p.log.With("pod", b.name))
+		e.tunnels = startTunnels(b.fwd, sock, log)
 	}
 	p.mu.Lock()
 	p.envs[e] = struct{}{}
@@ -107,32 +105,44 @@ func (e *Environment) disconnect() {
 	e.box.fwd.Close()
 }
 
-// Terminate shuts the executor down (it kills every process), waits for
-// it to end, and deletes the pod and the environment's folders here. The
-// workspace claim, if any, stays (the session's). An environment already
-// gone is not an error; later calls return the first one's result.
+// release is Release's end, once the executor's connection is closed:
+// the model proxy's tunnels and the connection to the pod are closed
+// too; the pod goes on, another server's.
+func (e *Environment) release() {
+	e.p.mu.Lock()
+	delete(e.p.envs, e)
+	e.p.mu.Unlock()
+	e.disconnect()
+	e.p.live.Remove(e.box.name)
+}
+
+// Terminate stops the model proxy's tunnels, shuts the executor down (it
+// kills every process), waits for it to end, and deletes the pod and the
+// environment's folders here. The workspace claim, if any, stays (the
+// session's). An environment already gone is not an error; later calls
+// return the first one's result.
 func (e *Environment) Terminate(ctx context.Context) error {
-	e.termOnce.Do(func() {
-		e.p.mu.Lock()
-		delete(e.p.envs, e)
-		e.p.mu.Unlock()
-		if e.tunnels != nil {
-			e.tunnels.stop()
-		}
-		err := e.Environment.Terminate(ctx)
-		e.box.fwd.Close()
-		if derr := e.p.deletePod(ctx, e.box.name, 0); derr != nil {
-			e.termErr = fmt.Errorf("delete pod %s: %w", e.box.name, derr)
-		} else {
-			e.p.untrack(e.box.name)
-		}
-		e.p.removeDirs(e.box.name)
-		if e.termErr == nil && err != nil {
-			e.termErr = err
-		}
-		e.p.log.Info("pod deleted", "pod", e.box.name, "err", e.termErr)
-	})
-	return e.termErr
+	e.p.mu.Lock()
+	delete(e.p.envs, e)
+	e.p.mu.Unlock()
+	if e.tunnels != nil {
+		e.tunnels.stop() // idempotent
+	}
+	return e.Environment.Terminate(ctx)
+}
+
+// remove is Terminate's end, once the executor has ended: the connection
+// to the pod is closed and the pod and its folders here are deleted.
+func (e *Environment) remove(ctx context.Context) error {
+	e.box.fwd.Close()
+	var err error
+	if derr := e.p.deletePod(ctx, e.box.name, 0); derr != nil {
+		err = fmt.Errorf("delete pod %s: %w", e.box.name, derr)
+	} else {
+		e.p.live.Remove(e.box.name)
+	}
+	container.RemoveDirs(e.p.opts.RunDir, e.box.name)
+	return err
 }
 
 // Recover re-attaches to the pod handle names: sandbox.ErrGone when it
@@ -167,20 +177,20 @@ func (p *Provider) Recover(ctx context.Context, spec sandbox.Spec, handle json.R
 		return nil, fmt.Errorf("recover pod %s: %w", h.Pod, err)
 	case pod.UID != h.UID:
 		b.uid = ""
-		p.untrack(h.Pod)
+		p.live.Remove(h.Pod)
 		return nil, fmt.Errorf("recover pod %s: %w", h.Pod, errGoneWhy("another pod of that name (uid %s, was %s)", pod.UID, h.UID))
 	case pod.DeletionTimestamp != nil:
 		return gone("pod being deleted")
 	case executorEnded(pod):
 		return gone("pod %s: the executor ended or was restarted", pod.Status.Phase)
 	}
-	p.track(h.Pod)
+	p.live.Add(h.Pod)
 	cctx, cancel := context.WithTimeout(ctx, p.opts.StartTimeout)
 	defer cancel()
 	f, err := p.dialPod(cctx, h.Pod)
 	if err != nil {
 		if ctx.Err() != nil {
-			p.untrack(h.Pod)
+			p.live.Remove(h.Pod)
 			return nil, fmt.Errorf("recover pod %s: %w", h.Pod, err)
 		}
 		return gone("%v", err)
@@ -188,9 +198,9 @@ func (p *Provider) Recover(ctx context.Context, spec sandbox.Spec, handle json.R
 	b.fwd = f
 	e, err := p.bind(ctx, spec, b)
 	if err != nil {
-		if errors.Is(err, executor.ErrIncompatible) || ctx.Err() != nil {
+		if !container.Gone(ctx, err) {
 			f.Close()
-			p.untrack(h.Pod)
+			p.live.Remove(h.Pod)
 			return nil, fmt.Errorf("recover pod %s: %w", h.Pod, err)
 		}
 		return gone("%v", err)

@@ -33,10 +33,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -50,20 +46,19 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/agentd/agentd/internal/sandbox/container"
 	"github.com/agentd/agentd/internal/sandbox/executor"
-	"github.com/agentd/agentd/internal/sandbox/warmpool"
 	"github.com/agentd/agentd/sandbox"
 )
 
 // Name is the backend name given to --sandbox.
 const Name = "kubernetes"
 
-// Defaults for Options fields left empty.
+// Defaults for Options fields left empty (and container.Options'
+// defaults).
 const (
-	DefaultImage        = "agentd-sandbox:latest"
 	DefaultNamespace    = "default"
 	DefaultStartTimeout = 60 * time.Second
-	DefaultStopTimeout  = 10 * time.Second
 	// DefaultUIDBase and DefaultUIDCount: each pod runs as a uid of its
 	// own from this range, so that the process limit (RLIMIT_NPROC,
 	// counted per uid on the node) is the session's alone.
@@ -91,8 +86,13 @@ const (
 	tini          = "/usr/bin/tini"
 )
 
-// Options configure a Provider.
+// Options configure a Provider: what every container backend is given
+// (the image built by scripts/sandbox-image.sh --oci and imported into
+// the nodes' runtime, or pushed to a registry; the limits are the
+// executor container's resources.limits for memory and CPU, and
+// RLIMIT_NPROC of the pod's own uid for pids) and Kubernetes' own.
 type Options struct {
+	container.Options
 	// Config reaches the API server; default: Kubeconfig, else the
 	// in-cluster configuration, else $KUBECONFIG / ~/.kube/config.
 	Config *rest.Config
@@ -100,10 +100,6 @@ type Options struct {
 	Kubeconfig string
 	// Namespace holds the pods (default "default").
 	Namespace string
-	// Image is the default image (default agentd-sandbox:latest; built by
-	// scripts/sandbox-image.sh --oci and imported into the nodes'
-	// runtime, or pushed to a registry). Spec.Image overrides it.
-	Image string
 	// PullPolicy of the pods' image (default Never: the image must be on
 	// the node).
 	PullPolicy corev1.PullPolicy
@@ -132,36 +128,6 @@ type Options struct {
 	// emptyDir, filled from the store at each start.
 	WorkspaceSize resource.Quantity
 	StorageClass  string
-	// RunDir holds, in a sub-folder per Node, each environment's model
-	// proxy socket on this host. Default: $XDG_RUNTIME_DIR/agentd-k8s,
-	// else <temp>/agentd-k8s-<uid>.
-	RunDir string
-	// Node labels this server's pods; Collect removes only those
-	// (default "default").
-	Node string
-	// Limits are every pod's limits (memory and CPU: the container's
-	// resources.limits; pids: RLIMIT_NPROC of the pod's own uid); the
-	// non-zero fields of Spec.Limits override them.
-	Limits sandbox.Limits
-	// Ignore is the workspace watcher's ignore list of pods started
-	// ahead.
-	Ignore []string
-	// WarmPool is how many pods of each kind are kept started ahead;
-	// MaxPools bounds the kinds (default 4).
-	WarmPool int
-	MaxPools int
-	// ModelProxy, when set, is the pods' only way to the model APIs.
-	ModelProxy executor.ModelProxy
-	// Nice is added to the niceness of the processes the executor starts.
-	Nice int
-	// SpoolBytes is the executor's spool per process and stream.
-	SpoolBytes int64
-	// StartTimeout bounds a pod's start until its executor answers;
-	// StopTimeout how long Terminate waits for the executor to end.
-	StartTimeout, StopTimeout time.Duration
-	// OnCall is called after every call to an executor (audit).
-	OnCall func(sessionID, method string, paramsSize int, err error, dur time.Duration)
-	Logger *slog.Logger
 }
 
 // Provider starts pods. Safe for concurrent use.
@@ -172,16 +138,15 @@ type Provider struct {
 	cs     k8s.Interface
 	hc     *http.Client
 	exec   *executor.Provider
-	image  string
+	def    container.Shape       // of a session that sets nothing of its own
 	owner  metav1.OwnerReference // the node's ConfigMap
 	server string                // the API server's version, for logs
 
-	pool *warmpool.Pool[shape, *warm] // nil without a warm pool
+	pools *container.Pools[*box] // nil without a warm pool
+	live  container.Live         // pods of this process (environments, warm ones), by name
 
-	mu       sync.Mutex
-	live     map[string]struct{}       // pods of this process (environments, warm ones), by name
-	envs     map[*Environment]struct{} // environments handed out and not terminated
-	profiles map[shape]map[string]bool // profiles that claimed each shape
+	mu   sync.Mutex
+	envs map[*Environment]struct{} // environments handed out and not terminated
 }
 
 var (
@@ -199,9 +164,6 @@ var (
 // exists and returns a Provider.
 func New(ctx context.Context, opts Options) (*Provider, error) {
 	fail := func(err error) (*Provider, error) { return nil, fmt.Errorf("kubernetes sandbox: %w", err) }
-	if opts.Image == "" {
-		opts.Image = DefaultImage
-	}
 	if opts.Namespace == "" {
 		opts.Namespace = DefaultNamespace
 	}
@@ -214,23 +176,11 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	if opts.UIDCount <= 0 || opts.UIDBase <= 0 || opts.UIDBase+opts.UIDCount-1 > 2147483647 {
 		return fail(fmt.Errorf("uid range %d+%d: want uids from 1 to 2147483647", opts.UIDBase, opts.UIDCount))
 	}
-	if opts.Node == "" {
-		opts.Node = "default"
-	}
-	if opts.WarmPool < 0 {
-		return fail(fmt.Errorf("warm pool size %d", opts.WarmPool))
+	if err := opts.Complete("agentd-k8s", DefaultStartTimeout); err != nil {
+		return fail(err)
 	}
 	if opts.WarmPool > 0 && !opts.WorkspaceSize.IsZero() {
 		return fail(errPoolWithClaims)
-	}
-	if opts.StartTimeout <= 0 {
-		opts.StartTimeout = DefaultStartTimeout
-	}
-	if opts.StopTimeout <= 0 {
-		opts.StopTimeout = DefaultStopTimeout
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
 	}
 	if opts.Requests == nil {
 		opts.Requests = corev1.ResourceList{
@@ -238,23 +188,9 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 			corev1.ResourceMemory: resource.MustParse("128Mi"),
 		}
 	}
-	if opts.RunDir == "" {
-		if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-			opts.RunDir = filepath.Join(d, "agentd-k8s")
-		} else {
-			opts.RunDir = filepath.Join(os.TempDir(), "agentd-k8s-"+strconv.Itoa(os.Getuid()))
-		}
-	}
-	node := sha256.Sum256([]byte(opts.Node))
-	var err error
-	if opts.RunDir, err = filepath.Abs(filepath.Join(opts.RunDir, hex.EncodeToString(node[:4]))); err != nil {
-		return fail(err)
-	}
-	if len(filepath.Join(opts.RunDir, "agentd-0123456789ab.mp", "model.sock")) > 107 {
-		return fail(fmt.Errorf("run folder %s is too long for socket paths: use a shorter one", opts.RunDir))
-	}
 	cfg := opts.Config
 	if cfg == nil {
+		var err error
 		if cfg, err = loadConfig(opts.Kubeconfig); err != nil {
 			return fail(err)
 		}
@@ -278,8 +214,8 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		return fail(err)
 	}
 	p := &Provider{
-		opts: opts, log: opts.Logger.With("sandbox", Name), cfg: cfg, cs: cs, hc: hc, image: opts.Image,
-		live: map[string]struct{}{}, envs: map[*Environment]struct{}{}, profiles: map[shape]map[string]bool{},
+		opts: opts, log: opts.Logger.With("sandbox", Name), cfg: cfg, cs: cs, hc: hc,
+		def: opts.DefaultShape(), envs: map[*Environment]struct{}{},
 	}
 	vctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -293,28 +229,14 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		utilnet.CloseIdleConnectionsFor(hc.Transport)
 		return fail(err)
 	}
-	if err := os.MkdirAll(filepath.Dir(opts.RunDir), 0o711); err != nil {
+	if p.exec, err = opts.NewExecutor(); err != nil {
 		return fail(err)
 	}
-	if err := os.MkdirAll(opts.RunDir, 0o711); err != nil {
-		return fail(err)
-	}
-	p.exec, err = executor.New(executor.Options{
-		RunDir: opts.RunDir, LimitMode: executor.LimitsOff, ModelProxy: opts.ModelProxy,
-		StartTimeout: opts.StartTimeout, StopTimeout: opts.StopTimeout, OnCall: opts.OnCall, Logger: opts.Logger,
+	p.pools, err = container.NewPools(&opts.Options, container.PoolOptions[*box]{
+		Start: p.startWarm, Stop: p.stopWarm, StopTimeout: opts.StopTimeout + 30*time.Second, Log: p.log, Noun: "pod",
 	})
 	if err != nil {
 		return fail(err)
-	}
-	if opts.WarmPool > 0 {
-		p.pool, err = warmpool.New(warmpool.Options[shape, *warm]{
-			Size: opts.WarmPool, MaxKeys: opts.MaxPools,
-			Start: p.startWarm, Stop: p.stopWarm, KeyString: shape.String,
-			StopTimeout: opts.StopTimeout + 30*time.Second, Logger: opts.Logger,
-		})
-		if err != nil {
-			return fail(err)
-		}
 	}
 	p.log.Info("kubernetes sandbox", "server", cfg.Host, "version", p.server, "namespace", opts.Namespace,
 		"image", opts.Image, "limits", p.LimitsEnforcement(), "warmPool", opts.WarmPool,
@@ -407,10 +329,7 @@ func (p *Provider) RemoteWorkspaces() bool { return true }
 // out stay, their pods running; the connections to them are closed (the
 // next server re-attaches).
 func (p *Provider) Close(ctx context.Context) error {
-	var err error
-	if p.pool != nil {
-		err = p.pool.Close(ctx)
-	}
+	err := p.pools.Close(ctx)
 	p.mu.Lock()
 	envs := make([]*Environment, 0, len(p.envs))
 	for e := range p.envs {
@@ -426,120 +345,19 @@ func (p *Provider) Close(ctx context.Context) error {
 	return err
 }
 
-// shape is what a pod is made with, before any session: the key of the
-// warm pools.
-type shape struct {
-	Image  string
-	Limits sandbox.Limits
-	Ignore string // the ignore list, NUL-separated
-}
-
-func (s shape) String() string {
-	return fmt.Sprintf("%s mem=%d pids=%d cpu=%d%%", s.Image, s.Limits.MemoryBytes, s.Limits.Pids, s.Limits.CPUPercent)
-}
-
-// hash is the shape as a label value.
-func (s shape) hash() string {
+// poolLabel is a shape as a label value (agentd.pool).
+func poolLabel(s container.Shape) string {
 	h := sha256.Sum256([]byte(s.String() + "\x00" + s.Ignore))
 	return hex.EncodeToString(h[:8])
-}
-
-func (s shape) ignore() []string {
-	if s.Ignore == "" {
-		return nil
-	}
-	return strings.Split(s.Ignore, "\x00")
-}
-
-func (p *Provider) shapeOf(spec sandbox.Spec) shape {
-	s := shape{Image: p.image, Limits: p.opts.Limits, Ignore: strings.Join(spec.Ignore, "\x00")}
-	if spec.Image != "" {
-		s.Image = spec.Image
-	}
-	if spec.Limits.MemoryBytes > 0 {
-		s.Limits.MemoryBytes = spec.Limits.MemoryBytes
-	}
-	if spec.Limits.Pids > 0 {
-		s.Limits.Pids = spec.Limits.Pids
-	}
-	if spec.Limits.CPUPercent > 0 {
-		s.Limits.CPUPercent = spec.Limits.CPUPercent
-	}
-	return s
-}
-
-func (p *Provider) defaultShape() shape {
-	return shape{Image: p.image, Limits: p.opts.Limits, Ignore: strings.Join(p.opts.Ignore, "\x00")}
-}
-
-func (p *Provider) track(name string) {
-	p.mu.Lock()
-	p.live[name] = struct{}{}
-	p.mu.Unlock()
-}
-
-func (p *Provider) untrack(name string) {
-	p.mu.Lock()
-	delete(p.live, name)
-	p.mu.Unlock()
-}
-
-func (p *Provider) isLive(name string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	_, ok := p.live[name]
-	return ok
-}
-
-func (p *Provider) noteProfile(s shape, profile string) {
-	if profile == "" {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	m := p.profiles[s]
-	if m == nil {
-		m = map[string]bool{}
-		p.profiles[s] = m
-	}
-	m[profile] = true
 }
 
 // Describe says what a pod protects against (docs/security.md's
 // kubernetes column) and the warm pools' state.
 func (p *Provider) Describe() sandbox.Info {
-	info := sandbox.Info{
+	return sandbox.Info{
 		Protections: p.protections(), Limits: p.opts.Limits,
-		LimitsEnforcement: p.LimitsEnforcement(), SurvivesRestart: true,
+		LimitsEnforcement: p.LimitsEnforcement(), SurvivesRestart: true, Pools: p.pools.Infos(),
 	}
-	if p.pool == nil {
-		return info
-	}
-	byKey := map[string]shape{}
-	p.mu.Lock()
-	for s := range p.profiles {
-		byKey[s.String()] = s
-	}
-	p.mu.Unlock()
-	def := p.defaultShape()
-	byKey[def.String()] = def
-	for _, st := range p.pool.Stats() {
-		pi := sandbox.PoolInfo{
-			Key: st.Key, Size: st.Size, Ready: st.Ready, Starting: st.Starting,
-			Claims: st.Takes, Misses: st.Misses, Failures: st.Failures, LastError: st.LastError, LastStartMS: st.LastStartMS,
-		}
-		if s, ok := byKey[st.Key]; ok {
-			pi.Image, pi.Limits = s.Image, s.Limits
-			p.mu.Lock()
-			for prof := range p.profiles[s] {
-				pi.Profiles = append(pi.Profiles, prof)
-			}
-			p.mu.Unlock()
-			slices.Sort(pi.Profiles)
-		}
-		info.Pools = append(info.Pools, pi)
-	}
-	return info
 }
 
 // protections is the kubernetes column of docs/security.md.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -23,11 +22,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/agentd/agentd/internal/executor/rpc"
+	"github.com/agentd/agentd/internal/sandbox/container"
 	"github.com/agentd/agentd/internal/sandbox/executor"
 )
 
 // box is a started pod whose executor answered ping, not yet bound to a
-// session's Environment.
+// session's Environment (or started ahead, for no session yet).
 type box struct {
 	name      string
 	uid       types.UID // the pod object's
@@ -38,18 +38,8 @@ type box struct {
 	fwd       *forwarder
 }
 
-// warm is a box started ahead, for no session yet.
-type warm struct {
-	box
-	shape shape
-}
-
-// newName is a pod name: short, unique, also its folder's under RunDir.
-func newName() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "agentd-" + hex.EncodeToString(b[:])
-}
+// Name is the pod's name (also its folders' under RunDir).
+func (b *box) Name() string { return b.name }
 
 // newUID picks the pod's uid from the configured range.
 func (p *Provider) newUID() int64 {
@@ -68,9 +58,9 @@ func claimName(session string) string {
 
 // startPod creates a pod (and, with WorkspaceSize, the session's claim if
 // missing) and waits until its executor answers.
-func (p *Provider) startPod(ctx context.Context, name string, sh shape, session string) (*box, error) {
+func (p *Provider) startPod(ctx context.Context, name string, sh container.Shape, session string) (*box, error) {
 	b := &box{name: name, dir: filepath.Join(p.opts.RunDir, name)}
-	p.track(name) // Collect leaves it alone from now on
+	p.live.Add(name) // Collect leaves it alone from now on
 	ok := false
 	defer func() {
 		if !ok {
@@ -83,7 +73,7 @@ func (p *Provider) startPod(ctx context.Context, name string, sh shape, session 
 		if err := os.Mkdir(b.dir, 0o700); err != nil {
 			return nil, err
 		}
-		if err := os.Mkdir(b.dir+".mp", 0o700); err != nil {
+		if err := os.Mkdir(container.ProxyDir(b.dir), 0o700); err != nil {
 			return nil, err
 		}
 	}
@@ -118,7 +108,7 @@ func (p *Provider) startPod(ctx context.Context, name string, sh shape, session 
 // unprivileged uid of its own, no capabilities, a read-only root, the
 // workspace, /tmp and the spool as volumes, the limits; an init container
 // that takes the network down and writes passwd and group for the uid.
-func (p *Provider) podSpec(name string, sh shape, session, claim string) *corev1.Pod {
+func (p *Provider) podSpec(name string, sh container.Shape, session, claim string) *corev1.Pod {
 	uid := p.newUID()
 	execSession := session
 	if execSession == "" {
@@ -131,15 +121,7 @@ func (p *Provider) podSpec(name string, sh shape, session, claim string) *corev1
 		"--spool-dir", runDir,
 		"--peer-uid", "0",
 	}
-	if p.opts.Nice > 0 {
-		argv = append(argv, "--nice", strconv.Itoa(p.opts.Nice))
-	}
-	if p.opts.SpoolBytes > 0 {
-		argv = append(argv, "--spool-bytes", strconv.FormatInt(p.opts.SpoolBytes, 10))
-	}
-	for _, ig := range sh.ignore() {
-		argv = append(argv, "--ignore", ig)
-	}
+	argv = append(argv, sh.ExecutorArgs(p.opts.Nice, p.opts.SpoolBytes)...)
 	if p.opts.ModelProxy != nil {
 		argv = append(argv, "--model-proxy-tunnel", "127.0.0.1:"+strconv.Itoa(tunnelPort))
 	}
@@ -162,9 +144,8 @@ func (p *Provider) podSpec(name string, sh shape, session, claim string) *corev1
 	}
 	if n := sh.Limits.Pids; n > 0 {
 		// RLIMIT_NPROC counts the uid's tasks on the node: the pod's own
-		// uid makes it the pod's limit. The executor's own threads count
-		// too: it makes its spare ones up front.
-		argv = append(argv, "--nproc", strconv.FormatInt(n, 10), "--reserve-threads", "16")
+		// uid makes it the pod's limit.
+		argv = append(argv, "--nproc", strconv.FormatInt(n, 10))
 	}
 	labels := map[string]string{LabelManaged: "true", LabelNode: labelValue(p.opts.Node)}
 	annotations := map[string]string{"agentd.node": p.opts.Node}
@@ -172,7 +153,7 @@ func (p *Provider) podSpec(name string, sh shape, session, claim string) *corev1
 		labels[LabelSession] = labelValue(session)
 		annotations["agentd.session"] = session
 	} else {
-		labels[LabelPool] = sh.hash()
+		labels[LabelPool] = poolLabel(sh)
 		annotations["agentd.pool"] = sh.String()
 	}
 	ws := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
@@ -488,17 +469,7 @@ func pingExecutor(ctx context.Context, f *forwarder) (rpc.PingResult, error) {
 	if err != nil {
 		return rpc.PingResult{}, err
 	}
-	c := rpc.NewClient(rpc.NewConn(rw, nopHandler{}, rpc.ConnOptions{}))
-	defer func() { c.Close(); c.Wait() }()
-	ping, err := c.Ping(ctx)
-	if err != nil {
-		return rpc.PingResult{}, err
-	}
-	if ping.ProtocolVersion != rpc.ProtocolVersion {
-		return rpc.PingResult{}, fmt.Errorf("%w: the image's executor speaks %d, this server %d (rebuild the image)",
-			executor.ErrIncompatible, ping.ProtocolVersion, rpc.ProtocolVersion)
-	}
-	return ping, nil
+	return container.Ping(ctx, rw, "rebuild the image")
 }
 
 // remove deletes a pod (killing what runs in it) and the environment's
@@ -511,8 +482,8 @@ func (p *Provider) remove(ctx context.Context, b *box) {
 		p.log.Error("delete pod", "pod", b.name, "err", err)
 		return // the next Collect tries again
 	}
-	p.removeDirs(b.name)
-	p.untrack(b.name)
+	container.RemoveDirs(p.opts.RunDir, b.name)
+	p.live.Remove(b.name)
 }
 
 // deletePod deletes a pod; a missing one is not an error.
@@ -526,14 +497,4 @@ func (p *Provider) deletePod(ctx context.Context, name string, grace int64) erro
 		return err
 	}
 	return nil
-}
-
-// removeDirs removes an environment's folders under RunDir.
-func (p *Provider) removeDirs(name string) {
-	if name == "" || filepath.Base(name) != name {
-		return
-	}
-	dir := filepath.Join(p.opts.RunDir, name)
-	_ = os.RemoveAll(dir)
-	_ = os.RemoveAll(dir + ".mp")
 }

@@ -2,7 +2,6 @@ package kubernetes
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -402,11 +401,3 @@ func (t *tunnels) stop() {
 	}
 	t.wg.Wait()
 }
-
-// nopHandler answers nothing: a connection that only pings.
-type nopHandler struct{}
-
-func (nopHandler) HandleCall(context.Context, *rpc.Conn, *rpc.Request) (any, error) {
-	return nil, rpc.Errorf(rpc.CodeMethodNotFound, "not served")
-}
-func (nopHandler) HandleNotify(*rpc.Conn, string, json.RawMessage) {}

@@ -28,10 +28,47 @@ func ReportPercentiles(b *testing.B, ds []time.Duration, unit time.Duration, nam
 // BenchCreate measures Create → ready with spec (Terminate untimed) and
 // reports the percentiles in ms.
 func BenchCreate(b *testing.B, p sandbox.Provider, spec sandbox.Spec) {
+	BenchCreateEach(b, p, func(int) sandbox.Spec { return spec }, nil)
+}
+
+// BenchCreateWarm is BenchCreateEach claiming from p's warm pool (of one,
+// filled by Collect), which has time to refill (untimed) before each
+// Create; a Create that misses the pool fails the benchmark.
+func BenchCreateWarm(b *testing.B, p ContainerProvider, spec func(i int) sandbox.Spec) {
+	if err := p.Collect(context.Background(), nil); err != nil {
+		b.Fatal(err)
+	}
+	BenchCreateEach(b, p, spec, func() {
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+			if pools := p.Describe().Pools; len(pools) > 0 && pools[0].Ready > 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("pool not refilled: %+v", p.Describe().Pools)
+			}
+		}
+	})
+	if pool := p.Describe().Pools[0]; pool.Misses > 0 {
+		b.Fatalf("%d creates missed the pool", pool.Misses)
+	}
+}
+
+// BenchCreateEach measures Create → ready with spec(i) for the i-th
+// environment (from 1; Terminate and before, when set, untimed, before
+// runs first) and reports the percentiles in ms.
+func BenchCreateEach(b *testing.B, p sandbox.Provider, spec func(i int) sandbox.Spec, before func()) {
 	var ds []time.Duration
+	i := 0
 	for b.Loop() {
+		b.StopTimer()
+		if before != nil {
+			before()
+		}
+		i++
+		sp := spec(i)
+		b.StartTimer()
 		t0 := time.Now()
-		env, err := p.Create(context.Background(), spec)
+		env, err := p.Create(context.Background(), sp)
 		if err != nil {
 			b.Fatal(err)
 		}
