@@ -5,6 +5,7 @@ package agentdtest
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"log/slog"
@@ -178,11 +179,23 @@ var (
 // test binary built with -race gets an agentd built with -race: the
 // servers and executors that tests start as processes are checked for
 // data races too (see StartProcess).
+//
+// The binary lives in one folder per checkout and flavour
+// ($TMPDIR/agentd-bin-<checkout>-<plain|race>/agentd), replaced by each
+// test binary's build (go build's cache makes that a link): test binaries
+// exit without a hook to remove what they made, and a folder each left a
+// 130 MB binary behind per package per run.
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "agentd-bin-")
-		if err != nil {
+		root := RepoRoot(t)
+		flavour := "plain"
+		if raceEnabled {
+			flavour = "race"
+		}
+		sum := sha256.Sum256([]byte(root))
+		dir := filepath.Join(os.TempDir(), fmt.Sprintf("agentd-bin-%x-%s", sum[:6], flavour))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			buildErr = err
 			return
 		}
@@ -192,17 +205,31 @@ func Binary(t testing.TB) string {
 			buildErr = err
 			return
 		}
-		buildPath = filepath.Join(dir, "agentd")
-		args := []string{"build", "-o", buildPath}
+		tmp, err := os.CreateTemp(dir, "agentd-*.tmp")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		_ = tmp.Close()
+		defer os.Remove(tmp.Name()) // gone once renamed
+		args := []string{"build", "-o", tmp.Name()}
 		if raceEnabled {
 			args = append(args, "-race")
 		}
 		cmd := exec.Command("go", append(args, "./cmd/agentd")...)
-		cmd.Dir = RepoRoot(t)
+		cmd.Dir = root
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			return
 		}
+		if err := os.Chmod(tmp.Name(), 0o755); err != nil {
+			buildErr = err
+			return
+		}
+		// A rename: processes running the previous build keep it.
+		buildPath = filepath.Join(dir, "agentd")
+		buildErr = os.Rename(tmp.Name(), buildPath)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
