@@ -270,7 +270,10 @@ func (cl *clients) readSSE(ctx context.Context, c *conn, got func(conversation.E
 		line = strings.TrimSuffix(line, "\n")
 		switch {
 		case line == "":
-			if typ == "error" {
+			// A stream error is an `error` event without an id; the
+			// session's own `error` events (an environment gone, …) have
+			// their seq as id like every other event.
+			if typ == "error" && id == "" {
 				if strings.Contains(data, "SLOW_CONSUMER") {
 					cl.h.stats.mu.Lock()
 					cl.h.stats.slowCuts++
