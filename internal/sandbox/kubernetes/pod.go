@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -41,13 +42,23 @@ type box struct {
 // Name is the pod's name (also its folders' under RunDir).
 func (b *box) Name() string { return b.name }
 
-// newUID picks the pod's uid from the configured range.
-func (p *Provider) newUID() int64 {
+// newUID picks the pod's uid from the configured range: at random, or,
+// for a pod on a session's claim, the session's own (a hash of it), so
+// that the files earlier pods made in the claim are the next one's. The
+// pod's fsGroup alone does not ensure that: a volume still mounted for the
+// previous pod (deleted with grace 0, its teardown not done yet) keeps
+// its group on some volume types (local), and hostPath gets none.
+func (p *Provider) newUID(claimSession string) int64 {
 	if p.opts.UIDCount == 1 {
 		return p.opts.UIDBase
 	}
 	var b [8]byte
-	_, _ = rand.Read(b[:])
+	if claimSession != "" {
+		h := sha256.Sum256([]byte("agentd-uid\x00" + claimSession))
+		copy(b[:], h[:])
+	} else {
+		_, _ = rand.Read(b[:])
+	}
 	return p.opts.UIDBase + int64(binary.LittleEndian.Uint64(b[:])%uint64(p.opts.UIDCount))
 }
 
@@ -109,7 +120,11 @@ func (p *Provider) startPod(ctx context.Context, name string, sh container.Shape
 // workspace, /tmp and the spool as volumes, the limits; an init container
 // that takes the network down and writes passwd and group for the uid.
 func (p *Provider) podSpec(name string, sh container.Shape, session, claim string) *corev1.Pod {
-	uid := p.newUID()
+	claimSession := ""
+	if claim != "" {
+		claimSession = session
+	}
+	uid := p.newUID(claimSession)
 	execSession := session
 	if execSession == "" {
 		execSession = name // a warm pod: its name, for the executor's logs
