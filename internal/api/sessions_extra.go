@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/restapi"
 	"github.com/agentd/agentd/sandbox"
 )
@@ -68,25 +67,7 @@ func (s *Server) handleChanges(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	out := restapi.SessionChanges{Turns: make([]restapi.TurnChanges, len(ch.Turns)), Overall: changedFiles(ch.Overall)}
-	for i, t := range ch.Turns {
-		out.Turns[i] = restapi.TurnChanges{QueryID: t.QueryID, Files: changedFiles(t.Files)}
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-func changedFiles(in []session.FileDiff) []restapi.ChangedFile {
-	out := make([]restapi.ChangedFile, len(in))
-	for i, d := range in {
-		out[i] = restapi.ChangedFile{Path: d.Path, Change: d.Change}
-		if d.Before != nil {
-			out[i].Before = &restapi.FileVersion{SHA256: d.Before.SHA256, Size: d.Before.Size}
-		}
-		if d.After != nil {
-			out[i].After = &restapi.FileVersion{SHA256: d.After.SHA256, Size: d.After.Size}
-		}
-	}
-	return out
+	writeJSON(w, http.StatusOK, ch)
 }
 
 func (s *Server) handleChangedContent(w http.ResponseWriter, r *http.Request) {

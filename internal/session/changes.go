@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/restapi"
 	"github.com/agentd/agentd/sandbox"
 )
 
@@ -36,34 +37,19 @@ const (
 	maxSnapshotFiles = 20000
 )
 
-// FileVersion is a file's content in a snapshot: its hash (empty when the
-// content was not kept: too large) and size.
-type FileVersion struct {
-	SHA256 string `json:"sha256,omitempty"`
-	Size   int64  `json:"size"`
-}
-
-// FileDiff is one changed file.
-type FileDiff struct {
-	Path string `json:"path"`
-	// Change is "added", "modified" or "deleted".
-	Change string       `json:"change"`
-	Before *FileVersion `json:"before,omitempty"`
-	After  *FileVersion `json:"after,omitempty"`
-}
-
-// TurnChanges are the changes made while one turn (and any turns after it
-// that have no snapshot) ran.
-type TurnChanges struct {
-	QueryID string     `json:"queryId"`
-	Files   []FileDiff `json:"files"`
-}
-
-// Changes are a session's changes, per turn and overall.
-type Changes struct {
-	Turns   []TurnChanges `json:"turns"`
-	Overall []FileDiff    `json:"overall"`
-}
+// The changes types are the API's (restapi), field for field: the
+// session layer fills them and the transport sends them as they are.
+type (
+	// FileVersion is a file's content in a workspace snapshot.
+	FileVersion = restapi.FileVersion
+	// FileDiff is one changed file.
+	FileDiff = restapi.ChangedFile
+	// TurnChanges are the changes made while one turn (and any turns
+	// after it that have no snapshot) ran.
+	TurnChanges = restapi.TurnChanges
+	// Changes are a session's changes, per turn and overall.
+	Changes = restapi.SessionChanges
+)
 
 type manifest struct {
 	QueryID string                 `json:"queryId"`
