@@ -113,7 +113,14 @@ func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 	p, err := h.Env().Exec(ctx, sandbox.Cmd{Argv: Argv(t.Content), Tag: t.QueryID})
 	if err != nil {
 		r.finish(context.WithoutCancel(ctx), toolID, resultID, start, -1, "", err.Error())
-		return agent.TurnResult{}, agent.Fail(agent.CodeSandboxError, "start command: %v", err)
+		code := agent.CodeSandboxError
+		if errors.Is(err, sandbox.ErrGone) {
+			// The executor died as the command started (the previous
+			// turn killed it): the environment is gone, as when it dies
+			// while a command runs.
+			code = agent.CodeEnvironmentGone
+		}
+		return agent.TurnResult{}, agent.Fail(code, "start command: %v", err)
 	}
 	return r.follow(ctx, p, toolID, resultID, start, 0)
 }
