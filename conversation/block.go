@@ -83,6 +83,13 @@ type Block struct {
 	SubagentID string `json:"subagentId,omitempty"`
 	Name       string `json:"name,omitempty"`
 	SkillName  string `json:"skillName,omitempty"`
+
+	// Truncated is set when the block's text was longer than the server
+	// keeps in a conversation; the full text is an artifact.
+	Truncated *Truncation `json:"truncated,omitempty"`
+	// Attachments are images and files the block carries (a user's images,
+	// an image a tool returned), stored as artifacts.
+	Attachments []ArtifactRef `json:"attachments,omitempty"`
 }
 
 // ToolResultID is the block id of the tool_result for toolUseID. The tool_use

@@ -72,6 +72,13 @@ export interface ArchitectureList {
   architectures: ArchitectureInfo[];
 }
 
+export interface ArtifactRef {
+  contentType?: string;
+  name?: string;
+  sha256: string;
+  size: number;
+}
+
 export interface AuditPage {
   last: number;
   modelUsage?: Usage;
@@ -106,6 +113,7 @@ export interface AuthInfo {
 }
 
 export interface Block {
+  attachments?: ArtifactRef[];
   code?: string;
   content?: string;
   description?: string;
@@ -129,6 +137,7 @@ export interface Block {
   timestamp?: string;
   toolName?: string;
   toolUseId?: string;
+  truncated?: Truncation;
   type: "user_message" | "assistant_text" | "thinking" | "tool_use" | "tool_result" | "system" | "subagent" | "error" | "skill_load";
 }
 
@@ -717,6 +726,14 @@ export interface TerminateEnvironmentResponse {
 
 export interface TokenList {
   tokens: APIToken[];
+}
+
+export interface Truncation {
+  artifact?: ArtifactRef;
+  artifactError?: string;
+  field: string;
+  tail: string;
+  totalBytes: number;
 }
 
 export interface Turn {
