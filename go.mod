@@ -19,9 +19,9 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
-	github.com/zishang520/socket.io/servers/engine/v3 v3.0.5
-	github.com/zishang520/socket.io/servers/socket/v3 v3.0.5
-	github.com/zishang520/socket.io/v3 v3.0.5
+	github.com/zishang520/socket.io/servers/engine/v3 v3.0.6
+	github.com/zishang520/socket.io/servers/socket/v3 v3.0.6
+	github.com/zishang520/socket.io/v3 v3.0.6
 	github.com/zitadel/oidc/v3 v3.52.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/oauth2 v0.38.0
@@ -97,8 +97,8 @@ require (
 	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	github.com/xo/terminfo v1.2.0 // indirect
-	github.com/zishang520/socket.io/parsers/engine/v3 v3.0.5 // indirect
-	github.com/zishang520/socket.io/parsers/socket/v3 v3.0.5 // indirect
+	github.com/zishang520/socket.io/parsers/engine/v3 v3.0.6 // indirect
+	github.com/zishang520/socket.io/parsers/socket/v3 v3.0.6 // indirect
 	github.com/zitadel/schema v1.3.2 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.60.0 // indirect
