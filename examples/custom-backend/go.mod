@@ -74,11 +74,11 @@ require (
 	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	github.com/xo/terminfo v1.2.0 // indirect
-	github.com/zishang520/socket.io/parsers/engine/v3 v3.0.5 // indirect
-	github.com/zishang520/socket.io/parsers/socket/v3 v3.0.5 // indirect
-	github.com/zishang520/socket.io/servers/engine/v3 v3.0.5 // indirect
-	github.com/zishang520/socket.io/servers/socket/v3 v3.0.5 // indirect
-	github.com/zishang520/socket.io/v3 v3.0.5 // indirect
+	github.com/zishang520/socket.io/parsers/engine/v3 v3.0.6 // indirect
+	github.com/zishang520/socket.io/parsers/socket/v3 v3.0.6 // indirect
+	github.com/zishang520/socket.io/servers/engine/v3 v3.0.6 // indirect
+	github.com/zishang520/socket.io/servers/socket/v3 v3.0.6 // indirect
+	github.com/zishang520/socket.io/v3 v3.0.6 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.60.0 // indirect
 	go.opentelemetry.io/otel v1.46.0 // indirect
