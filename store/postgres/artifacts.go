@@ -141,9 +141,17 @@ func (s *Store) OpenArtifact(ctx context.Context, sessionID, sha256 string, off,
 	if err != nil {
 		return nil, fmt.Errorf("open artifact %s of %q: %w", sha256, sessionID, err)
 	}
-	return artifact.NewReader(ctx, off, n, func(ctx context.Context, idx int64) ([]byte, error) {
+	return artifact.NewReader(ctx, off, n, func(ctx context.Context, idx, from, n int64) ([]byte, error) {
 		var data []byte
-		err := s.pool.QueryRow(ctx, `SELECT data FROM artifact_chunks WHERE sha256 = $1 AND idx = $2`, sha256, idx).Scan(&data)
+		var err error
+		if from == 0 && n == store.ArtifactChunkSize {
+			// A whole chunk: substring would fetch its TOAST slices one by
+			// one, several times slower.
+			err = s.pool.QueryRow(ctx, `SELECT data FROM artifact_chunks WHERE sha256 = $1 AND idx = $2`, sha256, idx).Scan(&data)
+		} else {
+			err = s.pool.QueryRow(ctx, `SELECT substring(data FROM $3 FOR $4) FROM artifact_chunks WHERE sha256 = $1 AND idx = $2`,
+				sha256, idx, from+1, n).Scan(&data)
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("read artifact %s: chunk %d is gone: %w", sha256, idx, io.ErrUnexpectedEOF)
 		}

@@ -142,9 +142,10 @@ func (s *Store) OpenArtifact(ctx context.Context, sessionID, sha256 string, off,
 	if err != nil {
 		return nil, fmt.Errorf("open artifact %s of %q: %w", sha256, sessionID, err)
 	}
-	return artifact.NewReader(ctx, off, n, func(ctx context.Context, idx int64) ([]byte, error) {
+	return artifact.NewReader(ctx, off, n, func(ctx context.Context, idx, from, n int64) ([]byte, error) {
 		var data []byte
-		err := s.r.QueryRowContext(ctx, `SELECT data FROM artifact_chunks WHERE sha256 = ? AND idx = ?`, sha256, idx).Scan(&data)
+		err := s.r.QueryRowContext(ctx, `SELECT substr(data, ?, ?) FROM artifact_chunks WHERE sha256 = ? AND idx = ?`,
+			from+1, n, sha256, idx).Scan(&data)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, fmt.Errorf("read artifact %s: chunk %d is gone: %w", sha256, idx, io.ErrUnexpectedEOF)
 		}

@@ -126,8 +126,12 @@ func (s *Staged) Close() {
 	}
 }
 
-// ChunkFunc loads chunk idx of an artifact.
-type ChunkFunc func(ctx context.Context, idx int64) ([]byte, error)
+// ChunkFunc loads n bytes of chunk idx of an artifact from byte off of the
+// chunk (fewer when the chunk ends first). Loading only what a range needs
+// spares copying the rest of the chunk out of the database (and, in
+// PostgreSQL, reading it: chunks are stored uncompressed, so a substring
+// reads only the TOAST pages it covers).
+type ChunkFunc func(ctx context.Context, idx, off, n int64) ([]byte, error)
 
 // NewReader returns a reader of n bytes of an artifact from off, loading
 // one chunk at a time with load. A chunk missing (the artifact deleted
@@ -154,17 +158,17 @@ func (r *reader) Read(p []byte) (int, error) {
 	}
 	if len(r.cur) == 0 {
 		idx := r.off / store.ArtifactChunkSize
-		data, err := r.load(r.ctx, idx)
+		skip := r.off - idx*store.ArtifactChunkSize
+		data, err := r.load(r.ctx, idx, skip, min(r.left, store.ArtifactChunkSize-skip))
 		if err != nil {
 			r.err = err
 			return 0, err
 		}
-		skip := r.off - idx*store.ArtifactChunkSize
-		if skip >= int64(len(data)) {
+		if len(data) == 0 {
 			r.err = fmt.Errorf("artifact chunk %d is short: %w", idx, io.ErrUnexpectedEOF)
 			return 0, r.err
 		}
-		r.cur = data[skip:]
+		r.cur = data
 	}
 	want := min(int64(len(p)), r.left, int64(len(r.cur)))
 	n := copy(p[:want], r.cur)

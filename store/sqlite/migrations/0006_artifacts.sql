@@ -11,12 +11,14 @@ CREATE TABLE artifact_contents (
     created_at INTEGER NOT NULL
 ) STRICT;
 
+-- A rowid table: its rows are large (a chunk spans overflow pages), which
+-- WITHOUT ROWID tables handle worse.
 CREATE TABLE artifact_chunks (
     sha256 TEXT    NOT NULL REFERENCES artifact_contents (sha256) ON DELETE CASCADE,
     idx    INTEGER NOT NULL CHECK (idx >= 0),
     data   BLOB    NOT NULL,
     PRIMARY KEY (sha256, idx)
-) STRICT, WITHOUT ROWID;
+) STRICT;
 
 CREATE TABLE session_artifacts (
     session_id   TEXT    NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
