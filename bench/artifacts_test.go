@@ -78,7 +78,7 @@ func BenchmarkArtifactWrite(b *testing.B) {
 				}
 				b.StopTimer()
 				mb := float64(size) * float64(b.N) / 1e6
-				b.ReportMetric((processCPU() - cpu0).Seconds()*1e3/mb, "cpu-ms/MB")
+				b.ReportMetric((processCPU()-cpu0).Seconds()*1e3/mb, "cpu-ms/MB")
 				b.ReportMetric(load1(), "load1")
 			})
 		}
@@ -125,7 +125,7 @@ func BenchmarkArtifactRangeRead(b *testing.B) {
 					}
 					b.StopTimer()
 					mb := float64(n) * float64(b.N) / 1e6
-					b.ReportMetric((processCPU() - cpu0).Seconds()*1e3/mb, "cpu-ms/MB")
+					b.ReportMetric((processCPU()-cpu0).Seconds()*1e3/mb, "cpu-ms/MB")
 					b.ReportMetric(load1(), "load1")
 				})
 			}
