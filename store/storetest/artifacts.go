@@ -89,7 +89,7 @@ func (h harness) artifacts(t *testing.T) {
 		s := h.store(t)
 		as := artifactStore(t, s)
 		createSession(t, s, "s1")
-		for _, n := range []int{1, 1000, chunk - 1, chunk, chunk + 1, 3*chunk + 17} {
+		for _, n := range []int{1, 1000, chunk - 1, chunk, chunk + 1, 3*chunk + 17, 40*chunk + 1} {
 			data := artifactContent(byte(n), n)
 			ref := putArtifact(t, as, "s1", data, "application/octet-stream", fmt.Sprintf("f%d.bin", n))
 			if got := readArtifact(t, as, "s1", ref.SHA256, 0, -1); !bytes.Equal(got, data) {

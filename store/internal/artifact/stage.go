@@ -118,6 +118,33 @@ func (s *Staged) Chunks(f func(idx int64, data []byte) error) error {
 	}
 }
 
+// ChunkRange calls f with chunks [from, to) of the content, in order.
+func (s *Staged) ChunkRange(from, to int64, f func(idx int64, data []byte) error) error {
+	if s.file == nil {
+		if from > 0 || to < 1 || len(s.small) == 0 {
+			return nil
+		}
+		return f(0, s.small)
+	}
+	buf := make([]byte, store.ArtifactChunkSize)
+	for idx := from; idx < to; idx++ {
+		n, err := s.file.ReadAt(buf, idx*store.ArtifactChunkSize)
+		if n == 0 {
+			if err == nil || errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("read staged artifact: %w", err)
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("read staged artifact: %w", err)
+		}
+		if err := f(idx, buf[:n]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Close releases the temporary file.
 func (s *Staged) Close() {
 	if s.file != nil {
