@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/agentd/agentd"
@@ -82,8 +83,8 @@ func artifactsAcrossServers(t *testing.T, storeURL string) {
 	}
 
 	a.Restart()
-	if code, body := get(a.URL, ""); code != 200 || !bytes.Equal(body, data) {
-		t.Fatalf("after a restart: %d, %d bytes", code, len(body))
+	if body, err := a.Client.Artifact(ctx, id, ref.SHA256); err != nil || !bytes.Equal(body, data) {
+		t.Fatalf("after a restart: %d bytes, %v", len(body), err)
 	}
 
 	req, _ := http.NewRequest("DELETE", b.URL+"/api/sessions/"+id+"?purge=true", nil)
@@ -99,6 +100,9 @@ func artifactsAcrossServers(t *testing.T, storeURL string) {
 		if code, _ := get(srv.URL, ""); code != 404 {
 			t.Errorf("%s server after the purge: %d, want 404", name, code)
 		}
+	}
+	if _, err := b.Client.Artifact(ctx, id, ref.SHA256); err == nil || !strings.Contains(err.Error(), "SESSION_NOT_FOUND") {
+		t.Errorf("client after the purge: %v, want SESSION_NOT_FOUND", err)
 	}
 	if n, err := as.ArtifactUsage(ctx, ""); err != nil || n != 0 {
 		t.Errorf("the store holds %d bytes of artifacts after the purge, %v", n, err)
