@@ -219,6 +219,14 @@ func TestArtifactAccessFollowsSession(t *testing.T) {
 	e.expect("bob", "GET", path, "", 404, "SESSION_NOT_FOUND")
 	e.expect("carol", "GET", path, "", 404, "SESSION_NOT_FOUND")
 	e.expect("", "GET", path, "", 401, "UNAUTHORIZED")
+	// An <img> cannot set a header: the token as access_token.
+	resp, err := http.Get(e.srv.URL + path + "?access_token=" + e.tokens["alice"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readBody(t, resp); resp.StatusCode != 200 || string(body) != "alice's" {
+		t.Errorf("with access_token: %d %q", resp.StatusCode, body)
+	}
 	e.expect("alice", "PUT", "/api/sessions/"+a+"/shares/bob", `{"access":"read"}`, 200, "")
 	if code, _, _ := e.call("bob", "GET", path, ""); code != 200 {
 		t.Errorf("bob with a read share: %d", code)
