@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/agentd/agentd/conversation"
@@ -159,5 +160,41 @@ func TestLargeArtifactPutInBatches(t *testing.T) {
 	defer s.Close()
 	if n := countRows(t, s, "artifact_chunks"); n != chunks {
 		t.Errorf("%d chunks after reopening, want the artifact's %d", n, chunks)
+	}
+}
+
+// patternReader is n bytes, made as they are read.
+type patternReader struct{ left int64 }
+
+func (z *patternReader) Read(p []byte) (int, error) {
+	if z.left <= 0 {
+		return 0, io.EOF
+	}
+	n := min(int64(len(p)), z.left)
+	for i := range p[:n] {
+		p[i] = byte(z.left) + byte(i)
+	}
+	z.left -= n
+	return int(n), nil
+}
+
+// A put streams: a 64 MiB artifact makes the Go heap allocate a few MiB
+// in all (about one chunk per buffer), never the artifact's size.
+func TestArtifactPutMemoryBounded(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	if err := s.CreateSession(t.Context(), store.Session{ID: "s", Status: "idle"}); err != nil {
+		t.Fatal(err)
+	}
+	const size = 64 << 20
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	ref, err := s.PutArtifact(t.Context(), "s", conversation.ArtifactRef{}, &patternReader{left: size})
+	runtime.ReadMemStats(&after)
+	if err != nil || ref.Size != size {
+		t.Fatalf("PutArtifact: %+v, %v", ref, err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > size/4 {
+		t.Errorf("a %d MiB put allocated %d MiB", size>>20, alloc>>20)
 	}
 }
