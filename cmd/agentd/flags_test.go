@@ -34,3 +34,19 @@ func TestAllowedHostsFlagAndEnv(t *testing.T) {
 		t.Fatalf("AGENTD_ALLOWED_HOSTS parsed as %q", got)
 	}
 }
+
+func TestArtifactQuotaFlagsAndEnv(t *testing.T) {
+	c := parse(t, "serve").Serve
+	if c.ArtifactQuotaSession != 1<<30 || c.ArtifactQuotaTotal != 0 {
+		t.Fatalf("default artifact quotas %d, %d; want 1 GiB and none", c.ArtifactQuotaSession, c.ArtifactQuotaTotal)
+	}
+	c = parse(t, "serve", "--artifact-quota-session", "1000", "--artifact-quota-total", "5000").Serve
+	if c.ArtifactQuotaSession != 1000 || c.ArtifactQuotaTotal != 5000 {
+		t.Fatalf("artifact quotas parsed as %d, %d", c.ArtifactQuotaSession, c.ArtifactQuotaTotal)
+	}
+	t.Setenv("AGENTD_ARTIFACT_QUOTA_SESSION", "0")
+	t.Setenv("AGENTD_ARTIFACT_QUOTA_TOTAL", "7")
+	if c = parse(t, "serve").Serve; c.ArtifactQuotaSession != 0 || c.ArtifactQuotaTotal != 7 {
+		t.Fatalf("artifact quotas from the environment: %d, %d", c.ArtifactQuotaSession, c.ArtifactQuotaTotal)
+	}
+}

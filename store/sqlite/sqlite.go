@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
@@ -55,6 +56,8 @@ type config struct {
 	readConns   int
 	compactAt   int
 	logger      *slog.Logger
+
+	artifactQuota store.ArtifactQuota
 }
 
 // Option configures Open. Options override the DSN's query parameters.
@@ -97,6 +100,8 @@ type Store struct {
 	ckpt      *checkpointer // nil until started
 	compactor *compactor    // nil until started
 
+	artifactQuota atomic.Pointer[store.ArtifactQuota] // see WithArtifactQuota
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -136,6 +141,7 @@ func Open(ctx context.Context, dataSource string, opts ...Option) (*Store, error
 	}
 
 	s := &Store{seqs: newStoredSeqs()}
+	s.SetArtifactQuota(cfg.artifactQuota)
 	if err := s.open(ctx, d.path, cfg); err != nil {
 		s.closeAll()
 		return nil, fmt.Errorf("open sqlite store %s: %w", dataSource, err)
@@ -214,6 +220,13 @@ func (s *Store) open(ctx context.Context, path string, cfg config) error {
 	}
 	if len(applied) > 0 {
 		cfg.logger.Info("sqlite store migrated", "path", abs, "applied", applied, "version", ms[len(ms)-1].Version)
+	}
+
+	// Chunks a put wrote before failing in a way that skipped its cleanup
+	// (a crash): no content row owns them (artifacts.go).
+	if _, err := s.w.ExecContext(ctx, `DELETE FROM artifact_chunks
+		WHERE sha256 NOT IN (SELECT sha256 FROM artifact_contents)`); err != nil {
+		return fmt.Errorf("delete orphaned artifact chunks: %w", err)
 	}
 
 	if s.insertTail, err = s.prepareInserts(ctx, "events_tail"); err != nil {
