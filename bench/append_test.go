@@ -49,6 +49,9 @@ type appendResult struct {
 	commit    Summary
 	batch     intSummary
 	storeBusy time.Duration
+	// pgCPU is the PostgreSQL server's CPU time (all its processes), 0
+	// for SQLite.
+	pgCPU time.Duration
 }
 
 func (r appendResult) eventsPerSec() float64 { return float64(r.events) / r.elapsed.Seconds() }
@@ -65,7 +68,11 @@ func (r appendResult) batchMean() float64 {
 func setupAppend(tb testing.TB, cfg appendRun) (start func() appendResult) {
 	tb.Helper()
 	ctx := context.Background()
-	st := openAppendStore(tb, cfg)
+	st, dsn := openAppendStore(tb, cfg)
+	pgCPU := func() cpuByPID { return nil }
+	if dsn != "" {
+		pgCPU = serverCPU(tb, dsn)
+	}
 	reg := prometheus.NewRegistry()
 	ts := &timedStore{EventStore: st}
 	lg := eventlog.New(ts, eventlog.Options{Registerer: reg, Logger: quietLogger(), CommitDepth: cfg.depth})
@@ -88,7 +95,7 @@ func setupAppend(tb testing.TB, cfg appendRun) (start func() appendResult) {
 	return func() appendResult {
 		before := commitStats(tb, reg)
 		ts.reset()
-		cpu0, wait0 := processCPU(), runqueueWait()
+		cpu0, wait0, pg0 := processCPU(), runqueueWait(), pgCPU()
 		t0 := time.Now()
 		var wg sync.WaitGroup
 		errs := make(chan error, cfg.appenders)
@@ -116,6 +123,7 @@ func setupAppend(tb testing.TB, cfg appendRun) (start func() appendResult) {
 		elapsed := time.Since(t0)
 		cpu := processCPU() - cpu0
 		wait := runqueueWait() - wait0
+		pg := pgCPU().cpuSince(pg0)
 		close(errs)
 		for err := range errs {
 			tb.Fatalf("append: %v", err)
@@ -125,22 +133,22 @@ func setupAppend(tb testing.TB, cfg appendRun) (start func() appendResult) {
 		return appendResult{
 			events: cfg.appends * cfg.perAppend, elapsed: elapsed, cpu: cpu, runqWait: wait,
 			commits: after.count - before.count, stored: uint64(after.sum - before.sum),
-			commit: Summarize(commitTimes), batch: summarizeInts(batches), storeBusy: busy,
+			commit: Summarize(commitTimes), batch: summarizeInts(batches), storeBusy: busy, pgCPU: pg,
 		}
 	}
 }
 
-// openAppendStore opens the store a run appends to.
-func openAppendStore(tb testing.TB, cfg appendRun) store.Store {
+// openAppendStore opens the store a run appends to; dsn is PostgreSQL's
+// ("" for SQLite).
+func openAppendStore(tb testing.TB, cfg appendRun) (st store.Store, dsn string) {
 	tb.Helper()
 	ctx := context.Background()
-	var st store.Store
 	var err error
 	switch cfg.store {
 	case "", "sqlite":
 		st, err = sqlite.Open(ctx, tb.TempDir()+"/agentd.db", sqlite.WithSynchronous(cfg.sync), sqlite.WithLogger(quietLogger()))
 	case "postgres", "postgres-async":
-		dsn := pgtest.Schema(tb)
+		dsn = pgtest.Schema(tb)
 		if cfg.store == "postgres-async" {
 			if dsn, err = pgtest.WithParam(dsn, "synchronous_commit", "off"); err != nil {
 				tb.Fatal(err)
@@ -157,7 +165,7 @@ func openAppendStore(tb testing.TB, cfg appendRun) store.Store {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return st
+	return st, dsn
 }
 
 // commitTimer records every AppendEvents call of the event log's writer
@@ -349,6 +357,10 @@ func benchAppend(b *testing.B, cfg appendRun) {
 	b.ReportMetric(float64(r.commit.P50.Microseconds()), "commit-p50-µs")
 	b.ReportMetric(float64(r.commit.P99.Microseconds()), "commit-p99-µs")
 	b.ReportMetric(100*r.storeBusy.Seconds()/r.elapsed.Seconds(), "store-busy-%")
+	if r.pgCPU > 0 {
+		b.ReportMetric(float64(r.pgCPU.Microseconds())/float64(r.events), "pg-cpu-µs/event")
+		b.ReportMetric(float64(r.pgCPU.Microseconds())/float64(max(r.commits, 1)), "pg-cpu-µs/commit")
+	}
 	b.ReportMetric(load1(), "load1")
 }
 

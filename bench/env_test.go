@@ -1,13 +1,18 @@
 package bench
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 func quietLogger() *slog.Logger {
@@ -66,4 +71,55 @@ func runqueueWait() time.Duration {
 		}
 	}
 	return time.Duration(sum)
+}
+
+// serverCPU returns a function reading the CPU time of the PostgreSQL
+// server at dsn, by process: the on-CPU time (/proc/PID/schedstat) of
+// every process pg_stat_activity lists (backends, WAL writer,
+// checkpointer, ...). The server must run on this machine. cpuSince sums
+// the difference of two readings.
+func serverCPU(tb testing.TB, dsn string) func() cpuByPID {
+	tb.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { conn.Close(ctx) })
+	return func() cpuByPID {
+		rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity`)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out := make(cpuByPID, len(pids))
+		for _, pid := range pids {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+			if err != nil {
+				continue
+			}
+			if f := strings.Fields(string(b)); len(f) > 0 {
+				if v, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+					out[pid] = time.Duration(v)
+				}
+			}
+		}
+		return out
+	}
+}
+
+// cpuByPID is the CPU time of processes by pid.
+type cpuByPID map[int32]time.Duration
+
+// cpuSince is the CPU the processes of c used since before: a process
+// that started since counts whole, one that exited is not counted.
+func (c cpuByPID) cpuSince(before cpuByPID) time.Duration {
+	var d time.Duration
+	for pid, v := range c {
+		d += v - before[pid]
+	}
+	return d
 }

@@ -28,10 +28,20 @@ import (
 // and one NATS server ($AGENTD_TEST_NATS or a private nats-server).
 
 // fleetNodes starts n nodes of one fleet with args added, and a client of
-// each on its own HTTP transport.
+// each on its own HTTP transport. AGENTD_BENCH_SYNC_COMMIT=off has the
+// nodes' store connections commit with synchronous_commit=off (no WAL
+// flush waited for: a database crash may lose the last commits), a
+// measurement of the path without the flush, never a target's figure.
 func fleetNodes(tb testing.TB, n int, args ...string) ([]*agentdtest.Process, []*client.Client) {
 	tb.Helper()
 	storeURL := pgtest.Schema(tb)
+	if v := os.Getenv("AGENTD_BENCH_SYNC_COMMIT"); v != "" {
+		u, err := pgtest.WithParam(storeURL, "synchronous_commit", v)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		storeURL = u
+	}
 	natsURL := natstest.URL(tb)
 	prefix := natstest.Prefix(tb)
 	var ps []*agentdtest.Process

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/store"
@@ -42,7 +43,7 @@ func (s *Store) AppendEvents(ctx context.Context, events []conversation.Event, f
 		payloads   = make([][]byte, n)
 		convs      = make([]string, n)
 		sources    = make([]string, n)
-		stamps     = make([]*time.Time, n)
+		stamps     = make([]pgtype.Timestamptz, n) // by value: no allocation per event
 		actors     = make([]*string, n)
 		distinct   []string
 		seen       = make(map[string]bool, 4)
@@ -59,8 +60,7 @@ func (s *Store) AppendEvents(ctx context.Context, events []conversation.Event, f
 		payloads[i] = e.Payload
 		convs[i], sources[i] = e.Context.ConversationID, string(e.Context.Source)
 		if !e.Context.Timestamp.IsZero() {
-			ts := e.Context.Timestamp
-			stamps[i] = &ts
+			stamps[i] = pgtype.Timestamptz{Time: e.Context.Timestamp, Valid: true}
 		}
 		actors[i] = e.Context.Actor
 		if !seen[id] {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -208,5 +209,40 @@ func TestDeleteRacesFencedWrites(t *testing.T) {
 		if _, err := s.LoadSession(ctx, id); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("round %d: the session survived: %v", round, err)
 		}
+	}
+}
+
+// An event without a timestamp is stored with none (NULL) and read back
+// with the zero time; one with a timestamp keeps its instant, to the
+// microsecond PostgreSQL stores, in one batch with it.
+func TestAppendTimestamps(t *testing.T) {
+	s := open(t)
+	defer s.Close()
+	ctx := t.Context()
+	if err := s.CreateSession(ctx, store.Session{ID: "s", Architecture: "shell", Status: conversation.SessionCreated}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 26, 1, 2, 3, 456789000, time.FixedZone("x", 5*3600))
+	evs := []conversation.Event{
+		{Seq: 1, Type: conversation.TypeLog, Payload: []byte(`{}`),
+			Context: conversation.Context{SessionID: "s", ConversationID: "main", Source: conversation.SourceServer}},
+		{Seq: 2, Type: conversation.TypeLog, Payload: []byte(`{}`),
+			Context: conversation.Context{SessionID: "s", ConversationID: "main", Source: conversation.SourceServer, Timestamp: at}},
+	}
+	if err := s.AppendEvents(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ReadEvents(ctx, "s", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("read %d events, want 2", len(got))
+	}
+	if !got[0].Context.Timestamp.IsZero() {
+		t.Errorf("event without a timestamp read back with %v", got[0].Context.Timestamp)
+	}
+	if !got[1].Context.Timestamp.Equal(at) {
+		t.Errorf("timestamp %v read back as %v", at, got[1].Context.Timestamp)
 	}
 }
