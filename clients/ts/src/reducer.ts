@@ -5,7 +5,8 @@
 //   - block:upsert creates a block, or shallow-merges the fields present into
 //     the block with the same id (metadata keys merge one level, as Go's
 //     json.Unmarshal onto an existing map does; a null field changes nothing,
-//     except input, which becomes null, and metadata, which is removed).
+//     except input, which becomes null, and metadata, which is removed);
+//     truncated and attachments are values replaced whole, as other fields.
 //   - block:delta appends to `output` for tool_result and subagent blocks and
 //     to `content` otherwise; a delta for an unknown block is an error.
 //   - an event whose seq is at or below the last applied seq is a duplicate
