@@ -330,7 +330,7 @@ func (bd *bounder) finishLocked(ctx context.Context, key blockKey, bt *boundText
 		if err != nil {
 			tr.ArtifactError = fmt.Sprintf("store the full text: %v", err)
 			if !errors.Is(err, store.ErrArtifactQuota) {
-				bd.log.Error("store a truncated block's text", "session", bd.sid, "block", key.id, "err", err)
+				bd.log.Error("store a truncated block's text", "block", key.id, "err", err)
 			}
 		} else {
 			tr.Artifact = &ref
@@ -380,7 +380,7 @@ func (bd *bounder) scanLocked(ctx context.Context) {
 		}
 	})
 	if err != nil {
-		bd.log.Warn("scan the log for open blocks", "session", bd.sid, "err", err)
+		bd.log.Warn("scan the log for open blocks", "err", err)
 	}
 }
 
