@@ -101,6 +101,8 @@ type Config struct {
 	NodeID           string
 	LeaseTTL         time.Duration
 
+	ArtifactQuota store.ArtifactQuota
+
 	// Version is the server's version, reported by /health and the API.
 	Version string
 }
@@ -267,6 +269,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		RefuseMissingAgents: cfg.Sandboxes[cfg.Sandbox] == nil && hostSandbox(cfg.Sandbox),
 		LeaseTTL:            cfg.LeaseTTL, WorkspacesDir: cfg.WorkspacesDir,
 		Cluster: cluster, Registerer: cfg.Registerer, OutputLimit: cfg.OutputLimit,
+		Artifacts: artifactStore(s.store, cfg.ArtifactQuota, cfg.Registerer, log),
 	})
 	if err != nil {
 		return nil, err
