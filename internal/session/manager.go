@@ -575,7 +575,11 @@ func newFleetMetrics(reg prometheus.Registerer) *fleetMetrics {
 // files under DataDir/spool/<id>, its artifacts in the store when it
 // keeps them.
 func (m *Manager) newBounder(id string, log *slog.Logger) *bounder {
-	arts, _ := m.cfg.Store.(store.ArtifactStore)
+	arts := m.cfg.Artifacts
+	if arts == nil {
+		// A manager wired without its own (tests, embedding): the store's.
+		arts, _ = m.cfg.Store.(store.ArtifactStore)
+	}
 	bd := newBounder(m.cfg.OutputLimit, m.spoolDir(id), id, arts, log)
 	bd.lookup = func(ctx context.Context, conv, bid string) (conversation.Block, bool) {
 		var b conversation.Block
