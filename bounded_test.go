@@ -198,3 +198,63 @@ func TestBoundedSessionMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestExecutorTruncatedTurnSurvivesKill9: a turn whose output is already
+// truncated when the server is killed (kill -9) goes on after the restart
+// (the executor sandbox keeps the command running): the new server takes
+// up the spooled text, the shell re-sends what the log lacks, and the
+// artifact holds the whole output, exactly once.
+func TestExecutorTruncatedTurnSurvivesKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real servers and executors")
+	}
+	data := t.TempDir()
+	p := agentdtest.StartProcess(t, []string{"XDG_RUNTIME_DIR=" + t.TempDir()},
+		"--data-dir", data, "--no-ui", "--sandbox", "executor", "--output-limit", "1KiB")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	created, err := p.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.SessionID
+	t.Cleanup(func() {
+		dctx, dcancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer dcancel()
+		p.Client.DeleteSession(dctx, id, true)
+	})
+	const lines = 300
+	var want bytes.Buffer
+	for i := 1; i <= lines; i++ {
+		fmt.Fprintf(&want, "line %d of a slow command\n", i)
+	}
+	sent, err := p.Client.Send(ctx, id, fmt.Sprintf(`for i in $(seq 1 %d); do echo "line $i of a slow command"; sleep 0.01; done`, lines))
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := "shell-" + sent.QueryID + "-result"
+	truncated := func() *conversation.Truncation {
+		st, err := p.Client.Session(ctx, id)
+		if err != nil {
+			return nil
+		}
+		for _, b := range st.Blocks {
+			if b.ID == result {
+				return b.Truncated
+			}
+		}
+		return nil
+	}
+	waitFor(t, func() bool { return truncated() != nil })
+	time.Sleep(300 * time.Millisecond) // more output spooled than the log says
+	p.Restart()
+	if end := waitTurn(t, p.Client, id, sent.QueryID); end.Type != conversation.TypeQueryCompleted {
+		t.Fatalf("turn end: %s", end.Payload)
+	}
+	tr := truncated()
+	sum := sha256.Sum256(want.Bytes())
+	if tr == nil || tr.TotalBytes != int64(want.Len()) || tr.Artifact == nil || tr.Artifact.SHA256 != hex.EncodeToString(sum[:]) ||
+		!strings.HasSuffix(want.String(), tr.Tail) {
+		t.Fatalf("truncated %+v; want %d bytes, artifact %x", tr, want.Len(), sum)
+	}
+}
