@@ -153,9 +153,15 @@ export function initialState(): ConversationState {
 /**
  * A ConversationState from a server snapshot (GET /api/sessions/{id}), so a
  * client can paint at once and then resume the live stream after its lastSeq.
+ * The snapshot's blocks may be a page (the conversation's last blocks, from
+ * index blockOffset): the turns' afterBlock are made relative to it, so they
+ * place outcomes among the blocks held (a turn that ended before the page
+ * gets 0), as the turns that end later do.
  */
-export function stateFromSnapshot(s: Partial<ReducedState> & { lastSeq?: number }): ConversationState {
+export function stateFromSnapshot(s: Partial<ReducedState> & { lastSeq?: number; blockOffset?: number }): ConversationState {
   const st = initialState();
+  const offset = s.blockOffset ?? 0;
+  const turns = offset > 0 ? (s.turns ?? []).map((t) => (t.afterBlock ? { ...t, afterBlock: Math.max(0, t.afterBlock - offset) } : t)) : (s.turns ?? []);
   return {
     ...st,
     status: s.status ?? "",
@@ -168,7 +174,7 @@ export function stateFromSnapshot(s: Partial<ReducedState> & { lastSeq?: number 
     pendingPermissions: s.pendingPermissions ?? [],
     workspaceFiles: s.workspaceFiles ?? [],
     ...(s.activeQueryId ? { activeQueryId: s.activeQueryId } : {}),
-    turns: s.turns ?? [],
+    turns,
     queuedMessages: s.queuedMessages ?? [],
     permissionRules: s.permissionRules ?? [],
     ...(s.sessionOptions ? { sessionOptions: s.sessionOptions } : {}),
