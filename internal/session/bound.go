@@ -273,8 +273,11 @@ func (bd *bounder) truncateLocked(key blockKey, bt *boundText, text string) stri
 	} else if err := bt.spool.Truncate(0); err != nil {
 		bt.spoolErr = fmt.Errorf("spool: %w", err)
 		return head
+	} else if _, err := bt.spool.Seek(0, io.SeekStart); err != nil {
+		bt.spoolErr = fmt.Errorf("spool: %w", err)
+		return head
 	}
-	if _, err := bt.spool.WriteAt([]byte(text), 0); err != nil {
+	if _, err := bt.spool.WriteString(text); err != nil {
 		bt.spoolErr = fmt.Errorf("spool: %w", err)
 	}
 	return head
@@ -283,7 +286,8 @@ func (bd *bounder) truncateLocked(key blockKey, bt *boundText, text string) stri
 // spoolWrite appends text to a truncated block's spool and tail.
 func (bd *bounder) spoolWrite(bt *boundText, text string) {
 	if bt.spool != nil && bt.spoolErr == nil {
-		if _, err := bt.spool.WriteAt([]byte(text), bt.size); err != nil {
+		// Written at the file's end (WriteString copies nothing).
+		if _, err := bt.spool.WriteString(text); err != nil {
 			bt.spoolErr = fmt.Errorf("spool: %w", err)
 		}
 	}
@@ -416,7 +420,9 @@ func (bd *bounder) seedLocked(key blockKey, b conversation.Block) *boundText {
 		case fi.Size() < tr.TotalBytes:
 			err = fmt.Errorf("%d of %d bytes left", fi.Size(), tr.TotalBytes)
 		default:
-			err = f.Truncate(tr.TotalBytes)
+			if err = f.Truncate(tr.TotalBytes); err == nil {
+				_, err = f.Seek(0, io.SeekEnd)
+			}
 		}
 		if err != nil {
 			_ = f.Close()
