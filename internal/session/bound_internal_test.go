@@ -3,12 +3,15 @@ package session
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/store/memstore"
 )
 
 // TestBounderProgress: past the limit, deltas leave the log; a progress
@@ -70,4 +73,98 @@ func TestBounderProgress(t *testing.T) {
 	if len(bd.open) != 0 {
 		t.Fatalf("still following %d blocks", len(bd.open))
 	}
+}
+
+// FuzzBounder: whatever the deltas and upserts (texts cut anywhere between
+// runes, replaced, completed), the log's form of a block is its full text
+// when within the limit, and otherwise the text's head, its tail, its
+// length and an artifact holding all of it; no event of the log carries
+// more than the limit's worth of text.
+func FuzzBounder(f *testing.F) {
+	f.Add([]byte{0, 200, 0, 200, 0, 200, 3}, uint16(64))
+	f.Add([]byte{1, 250, 0, 3, 2, 0, 9, 3}, uint16(32))
+	f.Add([]byte{0, 5, 1, 4, 0, 100, 0, 100, 1, 3, 3}, uint16(16))
+	alphabet := []string{"a", "b", "\n", "é", "€", "😀"}
+	f.Fuzz(func(t *testing.T, ops []byte, limit uint16) {
+		lim := int(limit%512) + 8
+		arts := memstore.New()
+		bd := newBounder(lim, t.TempDir(), "s", arts, slog.Default())
+		bd.lookup = func(context.Context, string, string) (conversation.Block, bool) { return conversation.Block{}, false }
+		if err := arts.CreateSession(context.Background(), store.Session{ID: "s"}); err != nil {
+			t.Fatal(err)
+		}
+		r := conversation.NewReducer()
+		apply := func(evs ...conversation.Event) {
+			bd.mu.Lock()
+			out := bd.boundLocked(context.Background(), evs)
+			bd.mu.Unlock()
+			for _, e := range out {
+				if len(e.Payload) > 4*lim+1024 {
+					t.Fatalf("an event of %d bytes (limit %d)", len(e.Payload), lim)
+				}
+				if err := r.Apply(e); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		text := func(n byte, seed int) string {
+			var b strings.Builder
+			for i := range int(n) {
+				b.WriteString(alphabet[(seed+i*7+int(n))%len(alphabet)])
+			}
+			return b.String()
+		}
+		res := conversation.BlockToolResult
+		apply(conversation.Upsert(conversation.Block{ID: "r", Type: res, Status: conversation.StatusPending}))
+		// shortHead: a short text replaced a truncated one, whose field
+		// then holds all of it, and stays the head as deltas follow.
+		full, everTruncated, shortHead := "", false, false
+		for i := 0; i+1 < len(ops); i += 2 {
+			s := text(ops[i+1], i)
+			switch ops[i] % 3 {
+			case 0:
+				if s == "" {
+					continue
+				}
+				apply(conversation.Delta("r", s))
+				full += s
+			case 1:
+				if s == "" {
+					continue
+				}
+				apply(conversation.Upsert(conversation.Block{ID: "r", Type: res, Output: s}))
+				full = s
+				shortHead = everTruncated && len(s) <= lim
+			case 2:
+				apply(conversation.Upsert(conversation.Block{ID: "r", Type: res, DurationMs: int64(ops[i+1]) + 1}))
+			}
+			everTruncated = everTruncated || len(full) > lim
+		}
+		apply(conversation.Upsert(conversation.Block{ID: "r", Type: res, Status: conversation.StatusComplete}))
+		b, _ := r.Block("", "r")
+		if !everTruncated {
+			if b.Output != full || b.Truncated != nil {
+				t.Fatalf("within the limit: output %q truncated %+v, want %q", b.Output, b.Truncated, full)
+			}
+			return
+		}
+		tr := b.Truncated
+		if tr == nil || tr.TotalBytes != int64(len(full)) || !strings.HasPrefix(full, b.Output) ||
+			!strings.HasSuffix(full, tr.Tail) || len(b.Output) > max(lim/2, len(full)) || len(tr.Tail) > lim/2 ||
+			len(b.Output)+len(tr.Tail) > len(full) || tr.Artifact == nil {
+			t.Fatalf("truncated: output %q, %+v; full %d bytes %q", b.Output, tr, len(full), full)
+		}
+		if len(full) > lim && ((!shortHead && len(b.Output) < lim/2-3) || len(tr.Tail) < min(lim/2-3, len(full)-len(b.Output))) {
+			t.Fatalf("head %d / tail %d bytes of %d (limit %d)", len(b.Output), len(tr.Tail), len(full), lim)
+		}
+		rc, err := arts.OpenArtifact(context.Background(), "s", tr.Artifact.SHA256, 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(rc)
+		rc.Close()
+		if string(got) != full {
+			t.Fatalf("artifact %q, want %q", got, full)
+		}
+	})
 }
