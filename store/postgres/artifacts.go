@@ -24,10 +24,11 @@ func (s *Store) SetArtifactQuota(q store.ArtifactQuota) { s.artifactQuota.Store(
 
 // PutArtifact implements store.ArtifactStore. The content is staged first
 // (hashed, and spooled to a temporary file when larger than a chunk), then
-// stored in one transaction that locks the session's row FOR NO KEY UPDATE
-// (puts of one session serialise, so its quota holds; appends, which take
-// FOR KEY SHARE, do not wait) and, with a total quota, an advisory lock
-// (puts that add content serialise store-wide). The content's row is
+// stored in one transaction that locks the session's row FOR KEY SHARE,
+// as appends do (a delete of the session waits; appends and session
+// updates do not), takes an advisory lock per session (puts of one session
+// serialise, so its quota holds) and, with a total quota, one for the
+// store (puts serialise store-wide). The content's row is
 // upserted with its reference count, and its chunks written only by the
 // transaction that inserted it.
 func (s *Store) PutArtifact(ctx context.Context, sessionID string, meta conversation.ArtifactRef, r io.Reader) (conversation.ArtifactRef, error) {
@@ -46,11 +47,14 @@ func (s *Store) PutArtifact(ctx context.Context, sessionID string, meta conversa
 	defer done()
 	err = pgx.BeginFunc(wctx, s.pool, func(tx pgx.Tx) error {
 		var one int
-		err := tx.QueryRow(wctx, `SELECT 1 FROM sessions WHERE id = $1 FOR NO KEY UPDATE`, sessionID).Scan(&one)
+		err := tx.QueryRow(wctx, `SELECT 1 FROM sessions WHERE id = $1 FOR KEY SHARE`, sessionID).Scan(&one)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("session: %w", store.ErrNotFound)
 		}
 		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(wctx, `SELECT pg_advisory_xact_lock(hashtext('agentd artifacts ' || current_schema() || ' ' || $1))`, sessionID); err != nil {
 			return err
 		}
 		// A statement of its own, after the lock: its snapshot sees what
@@ -141,9 +145,17 @@ func (s *Store) OpenArtifact(ctx context.Context, sessionID, sha256 string, off,
 	if err != nil {
 		return nil, fmt.Errorf("open artifact %s of %q: %w", sha256, sessionID, err)
 	}
-	return artifact.NewReader(ctx, off, n, func(ctx context.Context, idx int64) ([]byte, error) {
+	return artifact.NewReader(ctx, off, n, func(ctx context.Context, idx, from, n int64) ([]byte, error) {
 		var data []byte
-		err := s.pool.QueryRow(ctx, `SELECT data FROM artifact_chunks WHERE sha256 = $1 AND idx = $2`, sha256, idx).Scan(&data)
+		var err error
+		if from == 0 && n == store.ArtifactChunkSize {
+			// A whole chunk: substring would fetch its TOAST slices one by
+			// one, several times slower.
+			err = s.pool.QueryRow(ctx, `SELECT data FROM artifact_chunks WHERE sha256 = $1 AND idx = $2`, sha256, idx).Scan(&data)
+		} else {
+			err = s.pool.QueryRow(ctx, `SELECT substring(data FROM $3 FOR $4) FROM artifact_chunks WHERE sha256 = $1 AND idx = $2`,
+				sha256, idx, from+1, n).Scan(&data)
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("read artifact %s: chunk %d is gone: %w", sha256, idx, io.ErrUnexpectedEOF)
 		}

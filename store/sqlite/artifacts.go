@@ -21,11 +21,24 @@ func WithArtifactQuota(q store.ArtifactQuota) Option { return func(c *config) { 
 // SetArtifactQuota implements store.ArtifactQuotaSetter.
 func (s *Store) SetArtifactQuota(q store.ArtifactQuota) { s.artifactQuota.Store(&q) }
 
+// chunksPerWrite is how many chunks (4 MiB) one write transaction of a
+// large put stores: the single writer connection is shared with every
+// session's event appends, which wait at most that long for it.
+const chunksPerWrite = 16
+
+// testHookAfterPreWrite runs between a large put's chunk batches and its
+// last transaction (tests).
+var testHookAfterPreWrite func()
+
 // PutArtifact implements store.ArtifactStore. The content is staged first
-// (hashed and spooled to a temporary file when larger than a chunk), so
-// the write transaction, which holds the writer connection, runs at disk
-// speed however slowly r delivers; the session's row, its existing
-// reference and the quota are checked in that transaction.
+// (hashed, and spooled to a temporary file when larger than a chunk), so no
+// transaction waits on r. A small put is one transaction. A large one of
+// new content writes its chunks chunksPerWrite at a time, each batch its
+// own transaction, then adds the content's row and the session's reference
+// in a last one, which checks everything again (session, reference, quota)
+// and writes any chunk that is missing (a concurrent delete of the same
+// content can take chunks written before it). A put that fails deletes the
+// chunks it wrote unless the content got its row.
 func (s *Store) PutArtifact(ctx context.Context, sessionID string, meta conversation.ArtifactRef, r io.Reader) (conversation.ArtifactRef, error) {
 	if err := ctx.Err(); err != nil {
 		return conversation.ArtifactRef{}, fmt.Errorf("put artifact of %q: %w", sessionID, err)
@@ -36,25 +49,23 @@ func (s *Store) PutArtifact(ctx context.Context, sessionID string, meta conversa
 	}
 	defer st.Close()
 	ref := conversation.ArtifactRef{SHA256: st.SHA256, Size: st.Size, ContentType: meta.ContentType, Name: meta.Name}
+	chunks := (st.Size + store.ArtifactChunkSize - 1) / store.ArtifactChunkSize
+	if chunks > chunksPerWrite {
+		done, err := s.preWriteChunks(ctx, sessionID, st)
+		if err == nil && !done && testHookAfterPreWrite != nil {
+			testHookAfterPreWrite()
+		}
+		if err != nil || done {
+			if err != nil {
+				s.dropOrphanChunks(ctx, st.SHA256)
+				return conversation.ArtifactRef{}, fmt.Errorf("put artifact of %q: %w", sessionID, err)
+			}
+			return ref, nil
+		}
+	}
 	err = s.write(ctx, func(tx *sql.Tx) error {
-		var known, held bool
-		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1),
-			EXISTS (SELECT 1 FROM session_artifacts WHERE session_id = ?1 AND sha256 = ?2)`,
-			sessionID, st.SHA256).Scan(&known, &held); err != nil {
-			return err
-		}
-		if !known {
-			return fmt.Errorf("session: %w", store.ErrNotFound)
-		}
-		if held {
-			return nil
-		}
-		var stored bool
-		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM artifact_contents WHERE sha256 = ?)`,
-			st.SHA256).Scan(&stored); err != nil {
-			return err
-		}
-		if err := s.checkArtifactQuotaLocked(ctx, tx, sessionID, st.Size, stored); err != nil {
+		held, stored, err := s.checkPutLocked(ctx, tx, sessionID, st.SHA256, st.Size)
+		if err != nil || held {
 			return err
 		}
 		now := time.Now().UnixNano()
@@ -67,29 +78,108 @@ func (s *Store) PutArtifact(ctx context.Context, sessionID string, meta conversa
 				st.SHA256, st.Size, now); err != nil {
 				return err
 			}
-			ins, err := tx.PrepareContext(ctx, `INSERT INTO artifact_chunks (sha256, idx, data) VALUES (?, ?, ?)`)
-			if err != nil {
+			var have int64
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM artifact_chunks WHERE sha256 = ?`, st.SHA256).Scan(&have); err != nil {
 				return err
 			}
-			defer ins.Close()
-			if err := st.Chunks(func(idx int64, data []byte) error {
-				if err := ctx.Err(); err != nil {
+			if have != chunks {
+				if err := insertChunksLocked(ctx, tx, st, 0, chunks); err != nil {
 					return err
 				}
-				_, err := ins.ExecContext(ctx, st.SHA256, idx, data)
-				return err
-			}); err != nil {
-				return err
 			}
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO session_artifacts (session_id, sha256, content_type, name, created_at) VALUES (?, ?, ?, ?, ?)`,
+		_, err = tx.ExecContext(ctx, `INSERT INTO session_artifacts (session_id, sha256, content_type, name, created_at) VALUES (?, ?, ?, ?, ?)`,
 			sessionID, st.SHA256, meta.ContentType, meta.Name, now)
 		return err
 	})
 	if err != nil {
+		if chunks > chunksPerWrite {
+			s.dropOrphanChunks(ctx, st.SHA256)
+		}
 		return conversation.ArtifactRef{}, fmt.Errorf("put artifact of %q: %w", sessionID, err)
 	}
 	return ref, nil
+}
+
+// checkPutLocked checks, in the caller's write transaction, that the
+// session exists and a reference to size bytes fits its quota; held: the
+// session has the content already (nothing to do); stored: the store has
+// it (no chunk to write).
+func (s *Store) checkPutLocked(ctx context.Context, tx *sql.Tx, sessionID, sha string, size int64) (held, stored bool, err error) {
+	var known bool
+	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1),
+		EXISTS (SELECT 1 FROM session_artifacts WHERE session_id = ?1 AND sha256 = ?2),
+		EXISTS (SELECT 1 FROM artifact_contents WHERE sha256 = ?2)`,
+		sessionID, sha).Scan(&known, &held, &stored); err != nil {
+		return false, false, err
+	}
+	if !known {
+		return false, false, fmt.Errorf("session: %w", store.ErrNotFound)
+	}
+	if held {
+		return true, stored, nil
+	}
+	return false, stored, s.checkArtifactQuotaLocked(ctx, tx, sessionID, size, stored)
+}
+
+// preWriteChunks checks a large put (done: nothing to store, the session
+// holds the content; or the store has it, then PutArtifact's last
+// transaction only adds the reference) and else writes its chunks in
+// transactions of chunksPerWrite.
+func (s *Store) preWriteChunks(ctx context.Context, sessionID string, st *artifact.Staged) (done bool, err error) {
+	var held, stored bool
+	if err := s.write(ctx, func(tx *sql.Tx) error {
+		held, stored, err = s.checkPutLocked(ctx, tx, sessionID, st.SHA256, st.Size)
+		return err
+	}); err != nil {
+		return false, err
+	}
+	if held || stored {
+		return held, nil
+	}
+	chunks := (st.Size + store.ArtifactChunkSize - 1) / store.ArtifactChunkSize
+	for from := int64(0); from < chunks; from += chunksPerWrite {
+		if err := s.write(ctx, func(tx *sql.Tx) error {
+			return insertChunksLocked(ctx, tx, st, from, min(from+chunksPerWrite, chunks))
+		}); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// insertChunksLocked writes chunks [from, to) of st, keeping any already
+// stored (the same bytes: they are content addressed).
+func insertChunksLocked(ctx context.Context, tx *sql.Tx, st *artifact.Staged, from, to int64) error {
+	ins, err := tx.PrepareContext(ctx, `INSERT INTO artifact_chunks (sha256, idx, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`)
+	if err != nil {
+		return err
+	}
+	defer ins.Close()
+	return st.ChunkRange(from, to, func(idx int64, data []byte) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		_, err := ins.ExecContext(ctx, st.SHA256, idx, data)
+		return err
+	})
+}
+
+// orphanCleanupTimeout bounds the cleanup after a failed put, which runs
+// even when the put's context ended.
+const orphanCleanupTimeout = 30 * time.Second
+
+// dropOrphanChunks deletes the chunks of sha when no content row owns
+// them: what a failed large put wrote. Best effort: what it leaves, the
+// next open deletes.
+func (s *Store) dropOrphanChunks(ctx context.Context, sha string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), orphanCleanupTimeout)
+	defer cancel()
+	_ = s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM artifact_chunks WHERE sha256 = ?1
+			AND NOT EXISTS (SELECT 1 FROM artifact_contents WHERE sha256 = ?1)`, sha)
+		return err
+	})
 }
 
 // checkArtifactQuotaLocked fails with store.ErrArtifactQuota when the
@@ -142,9 +232,10 @@ func (s *Store) OpenArtifact(ctx context.Context, sessionID, sha256 string, off,
 	if err != nil {
 		return nil, fmt.Errorf("open artifact %s of %q: %w", sha256, sessionID, err)
 	}
-	return artifact.NewReader(ctx, off, n, func(ctx context.Context, idx int64) ([]byte, error) {
+	return artifact.NewReader(ctx, off, n, func(ctx context.Context, idx, from, n int64) ([]byte, error) {
 		var data []byte
-		err := s.r.QueryRowContext(ctx, `SELECT data FROM artifact_chunks WHERE sha256 = ? AND idx = ?`, sha256, idx).Scan(&data)
+		err := s.r.QueryRowContext(ctx, `SELECT substr(data, ?, ?) FROM artifact_chunks WHERE sha256 = ? AND idx = ?`,
+			from+1, n, sha256, idx).Scan(&data)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, fmt.Errorf("read artifact %s: chunk %d is gone: %w", sha256, idx, io.ErrUnexpectedEOF)
 		}

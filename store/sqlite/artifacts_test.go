@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"path/filepath"
 	"testing"
@@ -85,4 +86,78 @@ func countRows(t *testing.T, s *sqlite.Store, table string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// A large put writes its chunks in several transactions before the one
+// that adds the content: if that last one fails (here: the session was
+// deleted meanwhile), the chunks go; if chunks went meanwhile (a delete of
+// the same content), the last one writes them again; chunks no content
+// owns (a crash) are deleted at open.
+func TestLargeArtifactPutInBatches(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "agentd.db")
+	s, err := sqlite.Open(ctx, path, sqlite.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"s1", "s2"} {
+		if err := s.CreateSession(ctx, store.Session{ID: id, Status: "idle"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := bytes.Repeat([]byte("large artifact. "), (sqlite.ChunksPerWrite*2+3)*store.ArtifactChunkSize/16+1)
+	chunks := (len(data) + store.ArtifactChunkSize - 1) / store.ArtifactChunkSize
+
+	// The session goes between the batches and the last transaction.
+	sqlite.SetAfterPreWrite(t, func() {
+		if n := countRows(t, s, "artifact_chunks"); n != chunks {
+			t.Errorf("%d chunks written before the last transaction, want %d", n, chunks)
+		}
+		if err := s.DeleteSession(ctx, "s2"); err != nil {
+			t.Error(err)
+		}
+	})
+	if _, err := s.PutArtifact(ctx, "s2", conversation.ArtifactRef{}, bytes.NewReader(data)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("put for a session deleted meanwhile: %v, want ErrNotFound", err)
+	}
+	if n := countRows(t, s, "artifact_chunks"); n != 0 {
+		t.Errorf("%d chunks left by the failed put", n)
+	}
+
+	// Chunks go between the batches and the last transaction.
+	sqlite.SetAfterPreWrite(t, func() {
+		if err := sqlite.Exec(ctx, s, `DELETE FROM artifact_chunks WHERE idx % 3 = 1`); err != nil {
+			t.Error(err)
+		}
+	})
+	ref, err := s.PutArtifact(ctx, "s1", conversation.ArtifactRef{}, bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlite.SetAfterPreWrite(t, nil)
+	rc, err := s.OpenArtifact(ctx, "s1", ref.SHA256, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back %d of %d bytes, %v", len(got), len(data), err)
+	}
+
+	// Chunks without content (a crash mid-put) go at the next open.
+	if err := sqlite.Exec(ctx, s, `INSERT INTO artifact_chunks (sha256, idx, data) VALUES ('orphan', 0, x'00')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = sqlite.Open(ctx, path, sqlite.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if n := countRows(t, s, "artifact_chunks"); n != chunks {
+		t.Errorf("%d chunks after reopening, want the artifact's %d", n, chunks)
+	}
 }

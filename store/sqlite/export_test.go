@@ -107,3 +107,19 @@ func CountRows(ctx context.Context, s *Store, table string) (int, error) {
 	err := s.r.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table).Scan(&n)
 	return n, err
 }
+
+// ChunksPerWrite is how many chunks a large put writes per transaction.
+const ChunksPerWrite = chunksPerWrite
+
+// SetAfterPreWrite sets the hook run between a large put's chunk batches
+// and its last transaction; the test's end clears it.
+func SetAfterPreWrite(t testing.TB, f func()) {
+	testHookAfterPreWrite = f
+	t.Cleanup(func() { testHookAfterPreWrite = nil })
+}
+
+// Exec runs a statement on the writer (tests that damage the database).
+func Exec(ctx context.Context, s *Store, query string, args ...any) error {
+	_, err := s.w.ExecContext(ctx, query, args...)
+	return err
+}

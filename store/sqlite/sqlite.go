@@ -222,6 +222,13 @@ func (s *Store) open(ctx context.Context, path string, cfg config) error {
 		cfg.logger.Info("sqlite store migrated", "path", abs, "applied", applied, "version", ms[len(ms)-1].Version)
 	}
 
+	// Chunks a put wrote before failing in a way that skipped its cleanup
+	// (a crash): no content row owns them (artifacts.go).
+	if _, err := s.w.ExecContext(ctx, `DELETE FROM artifact_chunks
+		WHERE sha256 NOT IN (SELECT sha256 FROM artifact_contents)`); err != nil {
+		return fmt.Errorf("delete orphaned artifact chunks: %w", err)
+	}
+
 	if s.insertTail, err = s.prepareInserts(ctx, "events_tail"); err != nil {
 		return err
 	}

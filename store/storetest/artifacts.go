@@ -89,7 +89,7 @@ func (h harness) artifacts(t *testing.T) {
 		s := h.store(t)
 		as := artifactStore(t, s)
 		createSession(t, s, "s1")
-		for _, n := range []int{1, 1000, chunk - 1, chunk, chunk + 1, 3*chunk + 17} {
+		for _, n := range []int{1, 1000, chunk - 1, chunk, chunk + 1, 3*chunk + 17, 40*chunk + 1} {
 			data := artifactContent(byte(n), n)
 			ref := putArtifact(t, as, "s1", data, "application/octet-stream", fmt.Sprintf("f%d.bin", n))
 			if got := readArtifact(t, as, "s1", ref.SHA256, 0, -1); !bytes.Equal(got, data) {
@@ -276,6 +276,8 @@ func (h harness) artifacts(t *testing.T) {
 		}
 	})
 
+	t.Run("PutRacingTheLastReferencesDelete", h.artifactPutRacingDelete)
+
 	t.Run("ConcurrentPutsOfTheSameContent", func(t *testing.T) {
 		s := h.store(t)
 		as := artifactStore(t, s)
@@ -322,6 +324,42 @@ func (h harness) artifacts(t *testing.T) {
 			checkUsage(t, as, "", want)
 		}
 	})
+}
+
+// PutRacingTheLastReferencesDelete: one session's delete drops the
+// last reference to content while another session puts the same content;
+// whichever commits first, the put's session ends up with the whole
+// content and nothing leaks.
+func (h harness) artifactPutRacingDelete(t *testing.T) {
+	s := h.store(t)
+	as := artifactStore(t, s)
+	data := artifactContent(11, chunk+10)
+	for round := range 12 {
+		a, b := fmt.Sprintf("a%d", round), fmt.Sprintf("b%d", round)
+		createSession(t, s, a)
+		createSession(t, s, b)
+		putArtifact(t, as, a, data, "", "")
+		var wg sync.WaitGroup
+		var delErr, putErr error
+		wg.Add(2)
+		go func() { defer wg.Done(); delErr = s.DeleteSession(ctx(t), a) }()
+		go func() {
+			defer wg.Done()
+			_, putErr = as.PutArtifact(ctx(t), b, conversation.ArtifactRef{}, bytes.NewReader(data))
+		}()
+		wg.Wait()
+		if delErr != nil || putErr != nil {
+			t.Fatalf("round %d: delete %v, put %v", round, delErr, putErr)
+		}
+		if got := readArtifact(t, as, b, hexSHA(data), 0, -1); !bytes.Equal(got, data) {
+			t.Fatalf("round %d: the put's session reads %d bytes, different", round, len(got))
+		}
+		checkUsage(t, as, "", int64(len(data)))
+		if err := s.DeleteSession(ctx(t), b); err != nil {
+			t.Fatal(err)
+		}
+		checkUsage(t, as, "", 0)
+	}
 }
 
 type errReader struct{ err error }

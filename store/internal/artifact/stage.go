@@ -118,6 +118,33 @@ func (s *Staged) Chunks(f func(idx int64, data []byte) error) error {
 	}
 }
 
+// ChunkRange calls f with chunks [from, to) of the content, in order.
+func (s *Staged) ChunkRange(from, to int64, f func(idx int64, data []byte) error) error {
+	if s.file == nil {
+		if from > 0 || to < 1 || len(s.small) == 0 {
+			return nil
+		}
+		return f(0, s.small)
+	}
+	buf := make([]byte, store.ArtifactChunkSize)
+	for idx := from; idx < to; idx++ {
+		n, err := s.file.ReadAt(buf, idx*store.ArtifactChunkSize)
+		if n == 0 {
+			if err == nil || errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("read staged artifact: %w", err)
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("read staged artifact: %w", err)
+		}
+		if err := f(idx, buf[:n]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Close releases the temporary file.
 func (s *Staged) Close() {
 	if s.file != nil {
@@ -126,8 +153,12 @@ func (s *Staged) Close() {
 	}
 }
 
-// ChunkFunc loads chunk idx of an artifact.
-type ChunkFunc func(ctx context.Context, idx int64) ([]byte, error)
+// ChunkFunc loads n bytes of chunk idx of an artifact from byte off of the
+// chunk (fewer when the chunk ends first). Loading only what a range needs
+// spares copying the rest of the chunk out of the database (and, in
+// PostgreSQL, reading it: chunks are stored uncompressed, so a substring
+// reads only the TOAST pages it covers).
+type ChunkFunc func(ctx context.Context, idx, off, n int64) ([]byte, error)
 
 // NewReader returns a reader of n bytes of an artifact from off, loading
 // one chunk at a time with load. A chunk missing (the artifact deleted
@@ -154,17 +185,17 @@ func (r *reader) Read(p []byte) (int, error) {
 	}
 	if len(r.cur) == 0 {
 		idx := r.off / store.ArtifactChunkSize
-		data, err := r.load(r.ctx, idx)
+		skip := r.off - idx*store.ArtifactChunkSize
+		data, err := r.load(r.ctx, idx, skip, min(r.left, store.ArtifactChunkSize-skip))
 		if err != nil {
 			r.err = err
 			return 0, err
 		}
-		skip := r.off - idx*store.ArtifactChunkSize
-		if skip >= int64(len(data)) {
+		if len(data) == 0 {
 			r.err = fmt.Errorf("artifact chunk %d is short: %w", idx, io.ErrUnexpectedEOF)
 			return 0, r.err
 		}
-		r.cur = data[skip:]
+		r.cur = data
 	}
 	want := min(int64(len(p)), r.left, int64(len(r.cur)))
 	n := copy(p[:want], r.cur)

@@ -21,6 +21,10 @@ CREATE TABLE artifact_chunks (
     PRIMARY KEY (sha256, idx)
 );
 
+-- Uncompressed, out of line: a range reads only the TOAST pages it covers
+-- (substring), and most large artifacts (images) do not compress anyway.
+ALTER TABLE artifact_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
+
 CREATE TABLE session_artifacts (
     session_id   text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
     sha256       text COLLATE "C" NOT NULL REFERENCES artifact_contents (sha256),

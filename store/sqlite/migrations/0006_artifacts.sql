@@ -1,8 +1,13 @@
 -- 0006: artifacts (store.ArtifactStore). Content is stored once per
 -- SHA-256, in chunks of store.ArtifactChunkSize bytes, and counted by the
 -- sessions that reference it (refs); a session's references go with the
--- session (ON DELETE CASCADE), and the trigger deletes content, and by
--- cascade its chunks, when its last reference goes.
+-- session (ON DELETE CASCADE), and the trigger deletes content and its
+-- chunks when its last reference goes. Chunks have no foreign key: a large
+-- put writes them in transactions of their own before the one adding the
+-- content's row (so the single writer is never held for a whole artifact),
+-- and, being content addressed, a chunk written twice is the same row.
+-- Chunks of content that never got its row (a failed put, a crash) are
+-- deleted by the put's cleanup and at open.
 
 CREATE TABLE artifact_contents (
     sha256     TEXT    PRIMARY KEY,
@@ -11,12 +16,14 @@ CREATE TABLE artifact_contents (
     created_at INTEGER NOT NULL
 ) STRICT;
 
+-- A rowid table: its rows are large (a chunk spans overflow pages), which
+-- WITHOUT ROWID tables handle worse.
 CREATE TABLE artifact_chunks (
-    sha256 TEXT    NOT NULL REFERENCES artifact_contents (sha256) ON DELETE CASCADE,
+    sha256 TEXT    NOT NULL,
     idx    INTEGER NOT NULL CHECK (idx >= 0),
     data   BLOB    NOT NULL,
     PRIMARY KEY (sha256, idx)
-) STRICT, WITHOUT ROWID;
+) STRICT;
 
 CREATE TABLE session_artifacts (
     session_id   TEXT    NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
@@ -33,4 +40,6 @@ CREATE TRIGGER session_artifacts_unref AFTER DELETE ON session_artifacts
 BEGIN
     UPDATE artifact_contents SET refs = refs - 1 WHERE sha256 = OLD.sha256;
     DELETE FROM artifact_contents WHERE sha256 = OLD.sha256 AND refs = 0;
+    DELETE FROM artifact_chunks WHERE sha256 = OLD.sha256
+        AND NOT EXISTS (SELECT 1 FROM artifact_contents WHERE sha256 = OLD.sha256);
 END;
