@@ -8,20 +8,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd"
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/restapi"
-	"github.com/agentd/agentd/store"
 )
 
 // bigTurn is a command printing lines*41 bytes or so (`seq … | sed …`, the
@@ -74,9 +70,9 @@ func getState(t *testing.T, url, id string) ([]byte, time.Duration) {
 // 40 turns of 4.2 MB of output (`seq 1 100000 | sed …`, 166 MB) run by a real
 // `agentd serve` process. The server's peak RSS (VmHWM: while it streams
 // and while it serves the state) stays under 200 MB, the default GET of
-// the state is under 1 MB, every turn's full output is byte-identical in
-// its artifact (ranges too), and after a restart opening the session stays
-// as small.
+// the state is under 1 MB, and after a restart opening the session and
+// reading the artifacts stays as small; every turn's full output is
+// byte-identical in its artifact, read whole and by Range over HTTP.
 func TestBoundedSessionMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("164 MB of output")
@@ -173,32 +169,37 @@ func TestBoundedSessionMemory(t *testing.T) {
 	if reopened > rssMax || len(body2) >= 1<<20 {
 		t.Errorf("after a restart: peak RSS %d KiB, GET state %d bytes", reopened, len(body2))
 	}
-	p.Terminate()
 
-	// The artifacts hold the outputs byte for byte, ranges included.
-	s, err := agentd.OpenStore(ctx, "sqlite://"+filepath.Join(data, "agentd.db"), slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	arts := s.(store.ArtifactStore)
+	// The artifacts hold the outputs byte for byte, whole and by Range
+	// (GET /api/sessions/{id}/artifacts/{sha256}), after the restart.
 	for tool, out := range outs {
 		ref := refs[tool]
-		for _, r := range [][2]int64{{0, -1}, {1, 10}, {int64(len(out)) / 2, 300_000}, {int64(len(out)) - 7, -1}} {
-			rc, err := arts.OpenArtifact(ctx, id, ref.SHA256, r[0], r[1])
+		url := p.URL + "/api/sessions/" + id + "/artifacts/" + ref.SHA256
+		for _, r := range [][2]int{{0, -1}, {1, 10}, {len(out) / 2, 300_000}, {len(out) - 7, -1}} {
+			req, _ := http.NewRequest("GET", url, nil)
+			want, status := out[r[0]:], 200
+			if r != [2]int{0, -1} {
+				status = 206
+				if r[1] < 0 {
+					req.Header.Set("Range", fmt.Sprintf("bytes=%d-", r[0]))
+				} else {
+					req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", r[0], r[0]+r[1]-1))
+					want = want[:r[1]]
+				}
+			}
+			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := io.ReadAll(rc)
-			rc.Close()
-			want := out[r[0]:]
-			if r[1] >= 0 {
-				want = want[:r[1]]
-			}
-			if err != nil || !bytes.Equal(got, want) {
-				t.Fatalf("%s: artifact range %v: %d bytes, want %d (%v)", tool, r, len(got), len(want), err)
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != status || !bytes.Equal(got, want) {
+				t.Fatalf("%s: artifact range %v: %d, %d bytes, want %d, %d bytes (%v)", tool, r, resp.StatusCode, len(got), status, len(want), err)
 			}
 		}
+	}
+	if peak := procKB(t, p.PID(), "VmHWM"); peak > rssMax {
+		t.Errorf("peak RSS %d KiB after serving the artifacts, over %d", peak, rssMax)
 	}
 }
 
