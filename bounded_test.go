@@ -67,7 +67,7 @@ func getState(t *testing.T, url, id string) ([]byte, time.Duration) {
 }
 
 // TestBoundedSessionMemory is the issue's measurement: a shell session of
-// 40 turns of 4.2 MB of output (`seq 1 100000 | sed …`, 166 MB) run by a real
+// 40 turns of 4.1 MB of output (`seq 1 100000 | sed …`, 164 MB) run by a real
 // `agentd serve` process. The server's peak RSS (VmHWM: while it streams
 // and while it serves the state) stays under 200 MB, the default GET of
 // the state is under 1 MB, and after a restart opening the session and
