@@ -26,10 +26,13 @@ const DefaultOutputLimit = 64 << 10
 const (
 	// A truncated block still growing gets a progress upsert (its
 	// totalBytes and tail) once at least boundNoteBytes more text came and
-	// boundNoteEvery passed since the last one: live clients see it grow
-	// while the log grows by at most a tail per second.
+	// an interval passed since the last one: boundNoteEvery at first,
+	// doubling with each upsert up to boundNoteMax. Live clients see the
+	// block grow while the log grows by a tail per interval: some 150 of
+	// them for an hour of output, not 3,600.
 	boundNoteBytes = 64 << 10
 	boundNoteEvery = time.Second
+	boundNoteMax   = 30 * time.Second
 	// textPlain is the content type of the artifacts holding full texts.
 	textPlain = "text/plain; charset=utf-8"
 )
@@ -84,6 +87,7 @@ type boundText struct {
 	ring     []byte   // the last bytes of the text after the head
 	noted    int64    // size at the last progress upsert
 	notedAt  time.Time
+	noteGap  time.Duration // the interval before the next progress upsert
 	spoolNam string
 }
 
@@ -168,7 +172,8 @@ func (bd *bounder) deltaLocked(ctx context.Context, e conversation.Event) (conve
 		return bd.rewrite(e, b), true
 	}
 	bd.spoolWrite(bt, d.Delta)
-	if bt.size-bt.noted >= boundNoteBytes && bd.now().Sub(bt.notedAt) >= boundNoteEvery {
+	if bt.size-bt.noted >= boundNoteBytes && bd.now().Sub(bt.notedAt) >= max(bt.noteGap, boundNoteEvery) {
+		bt.noteGap = min(2*max(bt.noteGap, boundNoteEvery), boundNoteMax)
 		return bd.rewrite(e, conversation.Block{ID: key.id, Type: bt.typ, Truncated: bd.note(bt)}), true
 	}
 	return e, false

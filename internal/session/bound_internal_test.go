@@ -64,6 +64,22 @@ func TestBounderProgress(t *testing.T) {
 	if out := emit(conversation.Delta("r", "x")); len(out) != 0 {
 		t.Fatal("a progress upsert for 1 byte more")
 	}
+	// The interval doubles with each progress upsert, up to boundNoteMax.
+	big := strings.Repeat("d", boundNoteBytes)
+	now = now.Add(-9 * boundNoteEvery) // 1s after the last upsert: 2s needed now
+	if out := emit(conversation.Delta("r", big)); len(out) != 0 {
+		t.Fatal("a second progress upsert after 1s")
+	}
+	now = now.Add(boundNoteEvery)
+	if out := emit(conversation.Delta("r", big)); len(out) != 1 {
+		t.Fatal("no second progress upsert after 2s")
+	}
+	for range 10 {
+		now = now.Add(boundNoteMax)
+		if out := emit(conversation.Delta("r", big)); len(out) != 1 {
+			t.Fatalf("no progress upsert after %s", boundNoteMax)
+		}
+	}
 	// No artifact store: the completing upsert says so.
 	out = emit(conversation.Upsert(conversation.Block{ID: "r", Type: conversation.BlockToolResult, Status: conversation.StatusComplete}))
 	if len(out) != 1 || json.Unmarshal(out[0].Payload, &p) != nil || p.Block.Truncated == nil ||
