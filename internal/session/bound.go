@@ -70,6 +70,9 @@ type bounder struct {
 	mu      sync.Mutex
 	scanned bool
 	open    map[blockKey]*boundText
+	// known: the blocks the log holds that are not open (completed ones,
+	// which an upsert may take up again with the text they have).
+	known map[blockKey]struct{}
 }
 
 type blockKey struct{ conv, id string }
@@ -93,7 +96,7 @@ type boundText struct {
 
 func newBounder(limit int, dir, sid string, arts store.ArtifactStore, log *slog.Logger) *bounder {
 	return &bounder{limit: limit, dir: dir, sid: sid, arts: arts, log: log, now: time.Now,
-		open: make(map[blockKey]*boundText)}
+		open: make(map[blockKey]*boundText), known: make(map[blockKey]struct{})}
 }
 
 // textField names the field block:delta appends to for blocks of type t.
@@ -157,7 +160,7 @@ func (bd *bounder) deltaLocked(ctx context.Context, e conversation.Event) (conve
 		if !ok {
 			return e, true // a delta for an unknown block: the reducer reports it
 		}
-		bt = bd.seedLocked(key, b)
+		bt = bd.seedLocked(ctx, key, b)
 	}
 	if !bt.trunc {
 		if bt.size+int64(len(d.Delta)) <= int64(bd.limit) {
@@ -190,6 +193,13 @@ func (bd *bounder) upsertLocked(ctx context.Context, e conversation.Event) conve
 	key := blockKey{convOf(e), b.ID}
 	bt := bd.open[key]
 	done := b.Status == conversation.StatusComplete || b.Status == conversation.StatusError
+	if _, known := bd.known[key]; bt == nil && known && (*fieldText(&b) != "" || !done) {
+		// A block the log holds already, taken up again (it changes its
+		// text or opens again): followed from its text as it is.
+		if old, ok := bd.lookup(ctx, key.conv, key.id); ok {
+			bt = bd.seedLocked(ctx, key, old)
+		}
+	}
 	changed := false
 	if text := *fieldText(&b); text != "" {
 		if len(text) > bd.limit || (bt != nil && bt.trunc) {
@@ -355,6 +365,7 @@ func (bd *bounder) dropLocked(key blockKey, bt *boundText) {
 		bt.spool = nil
 	}
 	delete(bd.open, key)
+	bd.known[key] = struct{}{}
 }
 
 func (bd *bounder) closeLocked() {
@@ -385,7 +396,9 @@ func (bd *bounder) scanLocked(ctx context.Context) {
 		open := b.Status == conversation.StatusPending ||
 			(b.Truncated != nil && b.Truncated.Artifact == nil && b.Truncated.ArtifactError == "")
 		if open {
-			bd.seedLocked(blockKey{conv, b.ID}, b)
+			bd.seedLocked(ctx, blockKey{conv, b.ID}, b)
+		} else {
+			bd.known[blockKey{conv, b.ID}] = struct{}{}
 		}
 	})
 	if err != nil {
@@ -394,12 +407,13 @@ func (bd *bounder) scanLocked(ctx context.Context) {
 }
 
 // seedLocked starts following block b as the log holds it.
-func (bd *bounder) seedLocked(key blockKey, b conversation.Block) *boundText {
+func (bd *bounder) seedLocked(ctx context.Context, key blockKey, b conversation.Block) *boundText {
 	bt := &boundText{typ: b.Type}
 	bd.open[key] = bt
+	delete(bd.known, key)
 	text := *fieldText(&b)
 	tr := b.Truncated
-	if tr == nil || tr.Artifact != nil || tr.ArtifactError != "" {
+	if tr == nil {
 		bt.text = []byte(text)
 		bt.size = int64(len(text))
 		if bt.size > int64(bd.limit) {
@@ -414,6 +428,13 @@ func (bd *bounder) seedLocked(key blockKey, b conversation.Block) *boundText {
 	bt.ring = []byte(tr.Tail)
 	bt.notedAt = bd.now()
 	bt.spoolNam = bd.spoolName(key)
+	if tr.Artifact != nil || tr.ArtifactError != "" {
+		// A completed text taken up again: its artifact back in a spool.
+		if err := bd.respoolLocked(ctx, bt, tr); err != nil {
+			bt.spoolErr = fmt.Errorf("the full text could not be taken up again: %v", err)
+		}
+		return bt
+	}
 	// The spool holds at least what the log says (it is written before the
 	// log); text beyond it was never recorded and is sent again.
 	f, err := os.OpenFile(bt.spoolNam, os.O_RDWR, 0)
@@ -439,6 +460,34 @@ func (bd *bounder) seedLocked(key blockKey, b conversation.Block) *boundText {
 		bt.spoolErr = fmt.Errorf("the full text was lost with an earlier server: %v", err)
 	}
 	return bt
+}
+
+// respoolLocked fills a new spool of bt with the artifact of tr.
+func (bd *bounder) respoolLocked(ctx context.Context, bt *boundText, tr *conversation.Truncation) error {
+	if tr.Artifact == nil {
+		return errors.New(tr.ArtifactError)
+	}
+	if bd.arts == nil {
+		return errors.New("the store keeps no artifacts")
+	}
+	rc, err := bd.arts.OpenArtifact(ctx, bd.sid, tr.Artifact.SHA256, 0, -1)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	if err := os.MkdirAll(bd.dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(bt.spoolNam, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if n, err := io.Copy(f, rc); err != nil || n != bt.size {
+		_ = f.Close()
+		return fmt.Errorf("%d of %d bytes copied: %v", n, bt.size, err)
+	}
+	bt.spool = f
+	return nil
 }
 
 // runeCut returns the largest i <= n at which s may be cut between runes.

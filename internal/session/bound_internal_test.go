@@ -105,11 +105,11 @@ func FuzzBounder(f *testing.F) {
 		lim := int(limit%512) + 8
 		arts := memstore.New()
 		bd := newBounder(lim, t.TempDir(), "s", arts, slog.Default())
-		bd.lookup = func(context.Context, string, string) (conversation.Block, bool) { return conversation.Block{}, false }
+		r := conversation.NewReducer()
+		bd.lookup = func(_ context.Context, conv, id string) (conversation.Block, bool) { return r.Block(conv, id) }
 		if err := arts.CreateSession(context.Background(), store.Session{ID: "s"}); err != nil {
 			t.Fatal(err)
 		}
-		r := conversation.NewReducer()
 		apply := func(evs ...conversation.Event) {
 			bd.mu.Lock()
 			out := bd.boundLocked(context.Background(), evs)
@@ -137,7 +137,7 @@ func FuzzBounder(f *testing.F) {
 		full, everTruncated, shortHead := "", false, false
 		for i := 0; i+1 < len(ops); i += 2 {
 			s := text(ops[i+1], i)
-			switch ops[i] % 3 {
+			switch ops[i] % 4 {
 			case 0:
 				if s == "" {
 					continue
@@ -153,6 +153,9 @@ func FuzzBounder(f *testing.F) {
 				shortHead = everTruncated && len(s) <= lim
 			case 2:
 				apply(conversation.Upsert(conversation.Block{ID: "r", Type: res, DurationMs: int64(ops[i+1]) + 1}))
+			case 3: // completed, then opened again: its text goes on
+				apply(conversation.Upsert(conversation.Block{ID: "r", Type: res, Status: conversation.StatusComplete}))
+				apply(conversation.Upsert(conversation.Block{ID: "r", Type: res, Status: conversation.StatusPending}))
 			}
 			everTruncated = everTruncated || len(full) > lim
 		}
