@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -260,5 +261,59 @@ func TestExecutorTruncatedTurnSurvivesKill9(t *testing.T) {
 	if tr == nil || tr.TotalBytes != int64(want.Len()) || tr.Artifact == nil || tr.Artifact.SHA256 != hex.EncodeToString(sum[:]) ||
 		!strings.HasSuffix(want.String(), tr.Tail) {
 		t.Fatalf("truncated %+v; want %d bytes, artifact %x", tr, want.Len(), sum)
+	}
+}
+
+// TestKilledServerSettlesTruncatedText: a turn whose output is truncated
+// when the server is killed (local sandbox: the command dies with it) is
+// failed at the restart, and its block completed: the text as far as the
+// log had it is stored from the spool as an artifact, and the spool is
+// removed.
+func TestKilledServerSettlesTruncatedText(t *testing.T) {
+	data := t.TempDir()
+	p := agentdtest.StartProcess(t, nil, "--data-dir", data, "--no-ui", "--output-limit", "1KiB")
+	ctx := context.Background()
+	created, err := p.Client.CreateSession(ctx, restapi.CreateSessionRequest{Architecture: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.SessionID
+	var want bytes.Buffer
+	for i := 1; i <= 1000; i++ {
+		fmt.Fprintf(&want, "line %d of a slow command\n", i)
+	}
+	sent, err := p.Client.Send(ctx, id, `for i in $(seq 1 1000); do echo "line $i of a slow command"; sleep 0.02; done`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := "shell-" + sent.QueryID + "-result"
+	block := func() conversation.Block {
+		st, err := p.Client.Session(ctx, id)
+		if err == nil {
+			for _, b := range st.Blocks {
+				if b.ID == result {
+					return b
+				}
+			}
+		}
+		return conversation.Block{}
+	}
+	waitFor(t, func() bool { return block().Truncated != nil })
+	p.Restart()
+	if end := waitTurn(t, p.Client, id, sent.QueryID); end.Type != conversation.TypeQueryFailed {
+		t.Fatalf("turn end: %s", end.Payload)
+	}
+	b := block()
+	tr := b.Truncated
+	if tr == nil || tr.Artifact == nil || tr.TotalBytes < 1024 || tr.Artifact.Size != tr.TotalBytes {
+		t.Fatalf("truncated %+v", tr)
+	}
+	got, err := p.Client.Artifact(ctx, id, tr.Artifact.SHA256)
+	if err != nil || !bytes.HasPrefix(want.Bytes(), got) || int64(len(got)) != tr.TotalBytes ||
+		!strings.HasPrefix(string(got), b.Output) || !strings.HasSuffix(string(got), tr.Tail) {
+		t.Fatalf("artifact of %d bytes (%v): not the output's first %d", len(got), err, tr.TotalBytes)
+	}
+	if _, err := os.Stat(filepath.Join(data, "spool", id)); !os.IsNotExist(err) {
+		t.Fatalf("the spool is left: %v", err)
 	}
 }

@@ -597,4 +597,23 @@ func (m *Manager) newBounder(id string, log *slog.Logger) *bounder {
 	return bd
 }
 
+// finishOpenTexts returns the upserts completing the truncated texts the
+// log of session id holds open (a turn that ended with an earlier server),
+// with their artifacts stored from the spool, and removes the spool.
+func (m *Manager) finishOpenTexts(ctx context.Context, id string) []conversation.Event {
+	if m.cfg.OutputLimit <= 0 {
+		return nil
+	}
+	bd := m.newBounder(id, m.log.With("session", id))
+	bd.mu.Lock()
+	defer bd.mu.Unlock()
+	bd.scanned = true
+	bd.scanLocked(ctx)
+	evs := bd.finishAllLocked(ctx)
+	for i := range evs {
+		evs[i].Context.Source = conversation.SourceServer
+	}
+	return evs
+}
+
 func (m *Manager) spoolDir(id string) string { return filepath.Join(m.cfg.DataDir, "spool", id) }
