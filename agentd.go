@@ -162,6 +162,15 @@ type Config struct {
 	PermissionTimeout time.Duration
 	// MaxBody bounds request bodies (default 1 MiB).
 	MaxBody int64
+	// OutputLimit is the most bytes of one block's text (a command's or
+	// tool's output, a file's content) a session's log and state keep
+	// (default 64 KiB; negative: no limit). A longer text keeps its first
+	// and last OutputLimit/2 bytes in the conversation, with its length,
+	// and the whole text is stored once as an artifact (GET
+	// /api/sessions/{id}/artifacts/{sha256}); see docs/api.md, *Long
+	// texts*. The server's memory per session is then bounded by it, not
+	// by the outputs.
+	OutputLimit int
 	// Env is passed to every sandbox. When nil, the provider settings named
 	// in ProviderEnv are taken from the server's environment; nothing else of
 	// it reaches a sandbox.
@@ -336,6 +345,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		ServerKey: cfg.ServerKey, Limits: cfg.Limits.limits(), ModelPrices: auth.Prices(cfg.ModelPrices),
 		AuthRecheck: cfg.AuthRecheck, AllowedHosts: cfg.AllowedHosts,
 		IdleTimeout: cfg.IdleTimeout, PermissionTimeout: cfg.PermissionTimeout, MaxBody: cfg.MaxBody, Env: cfg.Env,
+		OutputLimit:       cfg.OutputLimit,
 		DisableModelProxy: cfg.DisableModelProxy, ModelProxyAddr: cfg.ModelProxyAddr, SessionTokenBudget: cfg.SessionTokenBudget,
 		WatchIgnore: cfg.WatchIgnore, DisableUI: cfg.DisableUI, Registerer: cfg.Registerer, Logger: cfg.Logger,
 		NATSURL: cfg.NATSURL, NATSPrefix: cfg.NATSPrefix, NATSEventNotices: cfg.NATSEventNotices,

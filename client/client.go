@@ -165,10 +165,27 @@ func (c *Client) Sessions(ctx context.Context) ([]restapi.SessionSummary, error)
 	return out.Sessions, c.do(ctx, "GET", "/api/sessions", nil, nil, &out)
 }
 
-// Session returns a session's full state.
+// Session returns a session's state, with the main conversation's last
+// blocks (the server's default page: SessionState.HasMore says whether
+// blocks come before; SessionPage reads them).
 func (c *Client) Session(ctx context.Context, id string) (restapi.SessionState, error) {
 	var out restapi.SessionState
 	return out, c.do(ctx, "GET", "/api/sessions/"+url.PathEscape(id), nil, nil, &out)
+}
+
+// SessionPage returns a session's state with at most limit blocks (0: the
+// server's default) of the main conversation, those before block id
+// before ("": the last ones).
+func (c *Client) SessionPage(ctx context.Context, id string, limit int, before string) (restapi.SessionState, error) {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if before != "" {
+		q.Set("before", before)
+	}
+	var out restapi.SessionState
+	return out, c.do(ctx, "GET", "/api/sessions/"+url.PathEscape(id), q, nil, &out)
 }
 
 // Send sends a user message: it starts a turn, or, while one runs, waits

@@ -100,3 +100,43 @@ func FuzzApplyBlock(f *testing.F) {
 		applyBoth(t, steps)
 	})
 }
+
+// TestTruncationMerge: truncated (and attachments) are values an upsert
+// replaces whole, never merged into, and states read before keep theirs;
+// ApplyBlock agrees with Apply.
+func TestTruncationMerge(t *testing.T) {
+	ref := &conversation.ArtifactRef{SHA256: "ab", Size: 9, ContentType: "text/plain; charset=utf-8"}
+	first := &conversation.Truncation{Field: "output", TotalBytes: 5, Tail: "de", ArtifactError: "failed"}
+	last := &conversation.Truncation{Field: "output", TotalBytes: 9, Tail: "hi\xff", Artifact: ref}
+	applyBoth(t, []step{
+		{block: &conversation.Block{ID: "r", Type: conversation.BlockToolResult, Status: conversation.StatusPending}},
+		{id: "r", text: "abcdef"},
+		{block: &conversation.Block{ID: "r", Type: conversation.BlockToolResult, Output: "ab", Truncated: first}},
+		{block: &conversation.Block{ID: "r", Type: conversation.BlockToolResult, Status: conversation.StatusComplete}},
+		{block: &conversation.Block{ID: "r", Type: conversation.BlockToolResult, Truncated: last,
+			Attachments: []conversation.ArtifactRef{*ref}}},
+		{block: &conversation.Block{ID: "r", Type: conversation.BlockToolResult, Attachments: []conversation.ArtifactRef{}}},
+	})
+
+	r := conversation.NewReducer()
+	apply := func(b conversation.Block) {
+		t.Helper()
+		if err := r.Apply(conversation.Upsert(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(conversation.Block{ID: "r", Type: conversation.BlockToolResult, Output: "ab", Truncated: first})
+	before := r.State()
+	apply(conversation.Block{ID: "r", Type: conversation.BlockToolResult, Truncated: &conversation.Truncation{Field: "output", TotalBytes: 7, Tail: "fg"}})
+	got := r.State().Blocks[0]
+	if tr := got.Truncated; tr.TotalBytes != 7 || tr.Tail != "fg" || tr.ArtifactError != "" || got.Output != "ab" {
+		t.Fatalf("after the second truncation: %+v %+v", got, tr)
+	}
+	if tr := before.Blocks[0].Truncated; tr.TotalBytes != 5 || tr.ArtifactError != "failed" {
+		t.Fatalf("an earlier state changed: %+v", tr)
+	}
+	apply(conversation.Block{ID: "r", Type: conversation.BlockToolResult, Status: conversation.StatusComplete})
+	if tr := r.State().Blocks[0].Truncated; tr == nil || tr.TotalBytes != 7 {
+		t.Fatalf("an upsert without truncated dropped it: %+v", tr)
+	}
+}

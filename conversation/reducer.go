@@ -140,8 +140,19 @@ func (t *thread) upsert(raw json.RawMessage, ts time.Time) error {
 		// State copies never see the change.
 		b.Metadata = maps.Clone(b.Metadata)
 		b.Input = bytes.Clone(b.Input)
+		// truncated and attachments are values an upsert replaces whole
+		// (decoding onto the old ones would merge into them, and change
+		// earlier State copies): decode onto none, keep the old when absent.
+		oldTrunc, oldAtt := b.Truncated, b.Attachments
+		b.Truncated, b.Attachments = nil, nil
 		if err := json.Unmarshal(raw, &b); err != nil {
 			return err
+		}
+		if b.Truncated == nil {
+			b.Truncated = oldTrunc
+		}
+		if b.Attachments == nil {
+			b.Attachments = oldAtt
 		}
 		fillRequired(&b, ts)
 		t.blocks[i] = b
@@ -424,7 +435,31 @@ func jsonBlock(b *Block) error {
 	if len(b.Input) == 0 {
 		b.Input = nil
 	}
+	if t := b.Truncated; t != nil {
+		c := *t
+		c.Field, c.Tail, c.ArtifactError = jsonString(c.Field), jsonString(c.Tail), jsonString(c.ArtifactError)
+		if c.Artifact != nil {
+			a := jsonRef(*c.Artifact)
+			c.Artifact = &a
+		}
+		b.Truncated = &c
+	}
+	if len(b.Attachments) == 0 {
+		b.Attachments = nil
+	} else {
+		att := make([]ArtifactRef, len(b.Attachments))
+		for i, a := range b.Attachments {
+			att[i] = jsonRef(a)
+		}
+		b.Attachments = att
+	}
 	return nil
+}
+
+// jsonRef is a after a JSON round trip.
+func jsonRef(a ArtifactRef) ArtifactRef {
+	a.SHA256, a.ContentType, a.Name = jsonString(a.SHA256), jsonString(a.ContentType), jsonString(a.Name)
+	return a
 }
 
 // jsonTime is t after a JSON round trip (zero when JSON cannot carry it).
@@ -480,6 +515,12 @@ func mergeBlock(old Block, b *Block) Block {
 	}
 	if b.DurationMs != 0 {
 		old.DurationMs = b.DurationMs
+	}
+	if b.Truncated != nil {
+		old.Truncated = b.Truncated
+	}
+	if b.Attachments != nil {
+		old.Attachments = b.Attachments
 	}
 	for _, f := range []struct{ dst, src *string }{
 		{(*string)(&old.Status), (*string)(&b.Status)}, {&old.Content, &b.Content}, {&old.Model, &b.Model},

@@ -61,25 +61,35 @@ type SessionList struct {
 
 // SessionState answers GET /api/sessions/{id}.
 type SessionState struct {
-	SessionID             string                             `json:"sessionId"`
-	Type                  string                             `json:"type"`
-	AgentProfileReference string                             `json:"agentProfileReference"`
-	Name                  string                             `json:"name"`
-	Status                conversation.SessionStatus         `json:"status"`
-	CreatedAt             time.Time                          `json:"createdAt"`
-	LastActivity          time.Time                          `json:"lastActivity"`
-	SessionOptions        json.RawMessage                    `json:"sessionOptions"`
-	Blocks                []conversation.Block               `json:"blocks"`
-	Subagents             []conversation.Subagent            `json:"subagents"`
-	WorkspaceFiles        []SessionFile                      `json:"workspaceFiles"`
-	Runtime               conversation.Runtime               `json:"runtime"`
-	LastSeq               int64                              `json:"lastSeq"`
-	Usage                 conversation.Usage                 `json:"usage"`
-	CostUSD               float64                            `json:"costUSD"`
-	Model                 string                             `json:"model,omitempty"`
-	PendingPermissions    []conversation.PermissionRequested `json:"pendingPermissions"`
-	ActiveQueryID         string                             `json:"activeQueryId,omitempty"`
-	Turns                 []conversation.Turn                `json:"turns"`
+	SessionID             string                     `json:"sessionId"`
+	Type                  string                     `json:"type"`
+	AgentProfileReference string                     `json:"agentProfileReference"`
+	Name                  string                     `json:"name"`
+	Status                conversation.SessionStatus `json:"status"`
+	CreatedAt             time.Time                  `json:"createdAt"`
+	LastActivity          time.Time                  `json:"lastActivity"`
+	SessionOptions        json.RawMessage            `json:"sessionOptions"`
+	// Blocks are the main conversation's last blocks (a page: see
+	// BlockOffset and HasMore); their texts are bounded (Block.Truncated).
+	Blocks []conversation.Block `json:"blocks"`
+	// BlockOffset is the index of Blocks[0] in the main conversation
+	// (turns' afterBlock counts from its start).
+	BlockOffset int `json:"blockOffset"`
+	// TotalBlocks is the number of blocks of the main conversation.
+	TotalBlocks int `json:"totalBlocks"`
+	// HasMore says blocks come before Blocks[0]: ask with
+	// before=Blocks[0].id for the page before.
+	HasMore            bool                               `json:"hasMore"`
+	Subagents          []conversation.Subagent            `json:"subagents"`
+	WorkspaceFiles     []SessionFile                      `json:"workspaceFiles"`
+	Runtime            conversation.Runtime               `json:"runtime"`
+	LastSeq            int64                              `json:"lastSeq"`
+	Usage              conversation.Usage                 `json:"usage"`
+	CostUSD            float64                            `json:"costUSD"`
+	Model              string                             `json:"model,omitempty"`
+	PendingPermissions []conversation.PermissionRequested `json:"pendingPermissions"`
+	ActiveQueryID      string                             `json:"activeQueryId,omitempty"`
+	Turns              []conversation.Turn                `json:"turns"`
 	// QueuedMessages wait for their turn, in order.
 	QueuedMessages []conversation.QueuedMessage `json:"queuedMessages"`
 	// PermissionRules are the session's "allow for this session" rules.

@@ -50,3 +50,19 @@ func TestArtifactQuotaFlagsAndEnv(t *testing.T) {
 		t.Fatalf("artifact quotas from the environment: %d, %d", c.ArtifactQuotaSession, c.ArtifactQuotaTotal)
 	}
 }
+
+func TestParseOutputLimit(t *testing.T) {
+	for in, want := range map[string]int{"64KiB": 64 << 10, "1MiB": 1 << 20, "4096": 4096, "2k": 2048, "1 GiB": 1 << 30, "off": -1, "OFF": -1} {
+		if got, err := parseOutputLimit(in); err != nil || got != want {
+			t.Errorf("parseOutputLimit(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0", "-5", "64XB", "KiB", "3GiB", "1.5MiB"} {
+		if got, err := parseOutputLimit(in); err == nil {
+			t.Errorf("parseOutputLimit(%q) = %d, want an error", in, got)
+		}
+	}
+	if c := parse(t, "serve"); c.Serve.OutputLimit != "64KiB" {
+		t.Errorf("default --output-limit %q", c.Serve.OutputLimit)
+	}
+}

@@ -11,9 +11,11 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/alecthomas/kong"
 
@@ -85,6 +87,7 @@ type serveCmd struct {
 	IdleTimeout        time.Duration `help:"Terminate an idle environment after this long." default:"15m" env:"AGENTD_IDLE_TIMEOUT"`
 	PermissionTimeout  time.Duration `help:"Deny an unanswered permission request after this long." default:"5m" env:"AGENTD_PERMISSION_TIMEOUT"`
 	MaxBody            int64         `help:"Largest request body in bytes." default:"1048576" env:"AGENTD_MAX_BODY"`
+	OutputLimit        string        `help:"Most bytes of one block's text (a command's output, a tool's result) kept in a session's log and state: a longer one keeps its first and last halves of it there, and the whole text is an artifact (e.g. 64KiB, 1MiB; off: no limit)." default:"64KiB" env:"AGENTD_OUTPUT_LIMIT"`
 	NoUI               bool          `help:"Do not serve the web UI." env:"AGENTD_NO_UI"`
 	ModelProxy         bool          `help:"Keep provider API keys out of sandboxes: agents get a per-session token and the model proxy's address (on whenever a key is set; --no-model-proxy passes the keys in)." default:"true" negatable:"" env:"AGENTD_MODEL_PROXY"`
 	ModelProxyAddr     string        `help:"Loopback address of the model proxy (default: a port kept in the data folder across restarts)." env:"AGENTD_MODEL_PROXY_ADDR"`
@@ -106,13 +109,17 @@ func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
 	if c.AgentNice < 0 || c.AgentNice > local.MaxNice {
 		return fmt.Errorf("--agent-nice %d: want 0 to %d", c.AgentNice, local.MaxNice)
 	}
+	outputLimit, err := parseOutputLimit(c.OutputLimit)
+	if err != nil {
+		return err
+	}
 	cfg := agentd.Config{
 		Addr: c.Addr, DataDir: c.DataDir, StoreURL: c.Store, ProfilesDir: c.Profiles,
 		Sandbox: c.Sandbox, RunAsUser: c.RunAsUser, APIKey: c.APIKey, AllowedHosts: c.AllowedHosts, IdleTimeout: c.IdleTimeout,
 		AgentNice:     agentNice(c.AgentNice),
 		RunAsUserPool: c.RunAsUserPool, SandboxLimitMode: c.SandboxLimits, SandboxReadOnly: c.SandboxReadOnly, SandboxUID: c.SandboxUID,
 		SandboxLimits:     sandbox.Limits{MemoryBytes: c.SandboxMemory, Pids: c.SandboxPids, CPUPercent: c.SandboxCPU},
-		PermissionTimeout: c.PermissionTimeout, MaxBody: c.MaxBody, DisableUI: c.NoUI, Logger: log,
+		PermissionTimeout: c.PermissionTimeout, MaxBody: c.MaxBody, DisableUI: c.NoUI, Logger: log, OutputLimit: outputLimit,
 		DisableModelProxy: !c.ModelProxy, ModelProxyAddr: c.ModelProxyAddr, SessionTokenBudget: c.SessionTokenBudget,
 		ArtifactQuotaSession: c.ArtifactQuotaSession, ArtifactQuotaTotal: c.ArtifactQuotaTotal,
 		DockerImage: c.DockerImage, DockerUser: c.DockerUser, DockerExecutor: c.DockerExecutor, WarmPool: c.WarmPool,
@@ -340,4 +347,31 @@ func helpPath(err error) string {
 		}
 	}
 	return "agentd"
+}
+
+// parseOutputLimit reads --output-limit: bytes, with an optional unit (B,
+// KiB, MiB, GiB; K, M, G are the same), or "off" (-1: no limit).
+func parseOutputLimit(v string) (int, error) {
+	v = strings.TrimSpace(v)
+	if strings.EqualFold(v, "off") {
+		return -1, nil
+	}
+	num := strings.TrimRightFunc(v, unicode.IsLetter)
+	mult := 1
+	switch strings.ToLower(strings.TrimSpace(v[len(num):])) {
+	case "", "b":
+	case "k", "kb", "kib":
+		mult = 1 << 10
+	case "m", "mb", "mib":
+		mult = 1 << 20
+	case "g", "gb", "gib":
+		mult = 1 << 30
+	default:
+		return 0, fmt.Errorf("--output-limit %q: want a size such as 64KiB or 1MiB, or off", v)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(num))
+	if err != nil || n <= 0 || n > (1<<31)/mult {
+		return 0, fmt.Errorf("--output-limit %q: want a size such as 64KiB or 1MiB, or off", v)
+	}
+	return n * mult, nil
 }

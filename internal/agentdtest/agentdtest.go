@@ -24,6 +24,11 @@ import (
 	"github.com/agentd/agentd/internal/mockllm"
 )
 
+// RaceEnabled says whether this test binary, and the agentd binary Binary
+// builds, run under the race detector (which multiplies memory use and
+// slows everything down: memory figures mean nothing then).
+const RaceEnabled = raceEnabled
+
 // RepoRoot returns the folder holding go.mod.
 func RepoRoot(t testing.TB) string {
 	t.Helper()

@@ -50,6 +50,8 @@ var (
 	pSHA     = param{name: "sha256", in: "path", desc: "Content hash (hex)", typ: "string", required: true}
 	pFormat  = param{name: "format", in: "query", desc: "zip (default) or tar.gz", typ: "string"}
 	pInclude = param{name: "include", in: "query", desc: "content: the workspace files' text contents (bounded)", typ: "string"}
+	pBlocks  = param{name: "limit", in: "query", desc: "Most main-conversation blocks to return, the last ones (1-1000; default 200); the page also stops before 512 KiB of blocks", typ: "integer"}
+	pBefore  = param{name: "before", in: "query", desc: "Return the blocks before this block id (the blocks[0].id of the previous page)", typ: "string"}
 )
 
 func (s *Server) table() []route {
@@ -64,7 +66,7 @@ func (s *Server) table() []route {
 		{method: "GET", pattern: "/api/sandboxes", summary: "Sandbox backends: what each isolates, limits, warm pools", handler: s.handleSandboxes, auth: true, resp: restapi.SandboxList{}, status: 200},
 		{method: "POST", pattern: "/api/sessions", summary: "Create a session", handler: s.handleCreate, auth: true, body: true, req: restapi.CreateSessionRequest{}, resp: restapi.CreateSessionResponse{}, status: 201},
 		{method: "GET", pattern: "/api/sessions", summary: "List sessions", handler: s.handleList, auth: true, resp: restapi.SessionList{}, status: 200},
-		{method: "GET", pattern: "/api/sessions/{id}", summary: "A session's full state", handler: s.handleGet, auth: true, resp: restapi.SessionState{}, status: 200, params: []param{pID, pInclude}},
+		{method: "GET", pattern: "/api/sessions/{id}", summary: "A session's state, its last blocks (paged)", handler: s.handleGet, auth: true, resp: restapi.SessionState{}, status: 200, params: []param{pID, pInclude, pBlocks, pBefore}},
 		{method: "DELETE", pattern: "/api/sessions/{id}", summary: "Terminate a session's environment (purge=true also deletes it)", handler: s.handleDelete, auth: true, resp: restapi.SessionSuccess{}, status: 200, params: []param{pID, pPurge}},
 		{method: "PATCH", pattern: "/api/sessions/{id}", summary: "Rename a session", handler: s.handleRename, auth: true, body: true, req: restapi.RenameSessionRequest{}, resp: restapi.SessionSummary{}, status: 200, params: []param{pID}},
 		{method: "PATCH", pattern: "/api/sessions/{id}/options", summary: "Change a session's options (for its agent's next start)", handler: s.handleUpdateOptions, auth: true, body: true, req: restapi.UpdateOptionsRequest{}, resp: restapi.UpdateOptionsResponse{}, status: 200, params: []param{pID}},
@@ -174,7 +176,17 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	limit, before, err := blockPage(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	rec, st, err := s.cfg.Sessions.State(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	blocks, offset, err := pageBlocks(st.Blocks, limit, before)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -182,7 +194,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, restapi.SessionState{
 		SessionID: rec.ID, Type: rec.Architecture, AgentProfileReference: rec.AgentProfileRef, Name: rec.Name,
 		Status: rec.Status, CreatedAt: rec.CreatedAt, LastActivity: rec.LastActivity, SessionOptions: rec.SessionOptions,
-		Blocks: st.Blocks, Subagents: st.Subagents, WorkspaceFiles: s.sessionFiles(r.Context(), rec.ID, st.WorkspaceFiles, content),
+		Blocks: blocks, BlockOffset: offset, TotalBlocks: len(st.Blocks), HasMore: offset > 0, Subagents: st.Subagents, WorkspaceFiles: s.sessionFiles(r.Context(), rec.ID, st.WorkspaceFiles, content),
 		Runtime: rec.Runtime, LastSeq: st.LastSeq, Usage: st.Usage, CostUSD: st.CostUSD, Model: st.Model,
 		PendingPermissions: st.PendingPermissions, ActiveQueryID: st.ActiveQueryID, Turns: st.Turns,
 		QueuedMessages: st.QueuedMessages, PermissionRules: st.PermissionRules,

@@ -139,6 +139,7 @@ func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.E
 	})
 
 	h := &host{s: s, gen: gen, env: e, marks: marks, prof: prof, log: m.log.With("session", rec.ID, "architecture", rec.Architecture)}
+	h.bound = m.newBounder(rec.ID, h.log)
 	h.setTurn(actor, rec.Runtime.ActiveQueryID)
 	runner, err := arch.Start(ctx, h)
 	if err != nil {

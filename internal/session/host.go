@@ -21,6 +21,7 @@ type host struct {
 	gen   int64 // the lease the environment runs under: fences every write
 	env   sandbox.Environment
 	marks *watchMarks // the workspace watcher's markers
+	bound *bounder    // keeps block texts within the output limit (bound.go)
 	prof  profile.Profile
 	log   *slog.Logger
 
@@ -49,7 +50,9 @@ func (h *host) Logger() *slog.Logger        { return h.log }
 func (h *host) AgentState() json.RawMessage { return h.s.record().AgentState }
 
 // Emit appends runner events; unset sources default to runner and the actor
-// to the principal of the running turn.
+// to the principal of the running turn. Block texts beyond the output
+// limit are bounded first (bound.go); emits are serialised so the log
+// holds them in the order the bounder saw them.
 func (h *host) Emit(ctx context.Context, events ...conversation.Event) error {
 	actor := h.current().actor
 	for i := range events {
@@ -61,8 +64,41 @@ func (h *host) Emit(ctx context.Context, events ...conversation.Event) error {
 			events[i].Context.Actor = &a
 		}
 	}
+	h.bound.mu.Lock()
+	defer h.bound.mu.Unlock()
+	events = h.bound.boundLocked(ctx, events)
+	if len(events) == 0 {
+		return nil
+	}
 	_, err := h.s.appendEvents(ctx, h.gen, events...)
 	return err
+}
+
+// finishBounds completes the blocks the turn left truncated and open:
+// their full texts are stored and upserts say where. Called by the owner
+// once the turn's runner returned, before the turn's end is recorded.
+func (h *host) finishBounds(ctx context.Context, actor string) {
+	h.bound.mu.Lock()
+	defer h.bound.mu.Unlock()
+	evs := h.bound.finishAllLocked(ctx)
+	if len(evs) == 0 {
+		return
+	}
+	for i := range evs {
+		evs[i].Context.Source = conversation.SourceRunner
+		evs[i] = withActor(evs[i], actor)
+	}
+	if _, err := h.s.appendEvents(ctx, h.gen, evs...); err != nil {
+		h.log.Error("record truncated blocks' artifacts", "err", err)
+	}
+}
+
+// closeBounds forgets what the bounder follows, keeping its spool files
+// (the environment goes on without this server: a later one resumes).
+func (h *host) closeBounds() {
+	h.bound.mu.Lock()
+	defer h.bound.mu.Unlock()
+	h.bound.closeLocked()
 }
 
 func (h *host) SaveAgentState(ctx context.Context, state json.RawMessage) error {

@@ -78,6 +78,13 @@ type Config struct {
 	// (cluster.go): commands go to the server holding a session's lease,
 	// and session changes are announced.
 	Cluster Cluster
+	// OutputLimit is the most bytes of one block's text (a command's
+	// output, a tool's result, a file's content) the log and the reduced
+	// conversation keep (default DefaultOutputLimit; negative: no limit).
+	// A longer text keeps its first and last OutputLimit/2 bytes, and the
+	// whole of it is stored as an artifact when the store keeps them
+	// (bound.go).
+	OutputLimit int
 	// Registerer receives the fleet metrics (leases lost, take-overs,
 	// forwarded commands) when set.
 	Registerer prometheus.Registerer
@@ -139,6 +146,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 30 * time.Second
+	}
+	if cfg.OutputLimit == 0 {
+		cfg.OutputLimit = DefaultOutputLimit
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -453,6 +463,7 @@ func (m *Manager) forget(id string) {
 		m.log.Warn("remove workspace", "session", id, "err", err)
 	}
 	m.forgetChanges(id)
+	_ = os.RemoveAll(m.spoolDir(id))
 	if ok && m.cfg.Metrics != nil {
 		m.cfg.Metrics.StatusChanged(s.record().Status, "")
 	}
@@ -559,3 +570,50 @@ func newFleetMetrics(reg prometheus.Registerer) *fleetMetrics {
 	}
 	return m
 }
+
+// newBounder returns the bounder of session id's block texts: its spool
+// files under DataDir/spool/<id>, its artifacts in the store when it
+// keeps them.
+func (m *Manager) newBounder(id string, log *slog.Logger) *bounder {
+	arts := m.cfg.Artifacts
+	if arts == nil {
+		// A manager wired without its own (tests, embedding): the store's.
+		arts, _ = m.cfg.Store.(store.ArtifactStore)
+	}
+	bd := newBounder(m.cfg.OutputLimit, m.spoolDir(id), id, arts, log)
+	bd.lookup = func(ctx context.Context, conv, bid string) (conversation.Block, bool) {
+		var b conversation.Block
+		var ok bool
+		err := m.states.visit(ctx, id, func(r *conversation.Reducer) { b, ok = r.Block(conv, bid) })
+		return b, ok && err == nil
+	}
+	bd.scan = func(ctx context.Context, f func(string, conversation.Block)) error {
+		return m.states.visit(ctx, id, func(r *conversation.Reducer) {
+			for conv, b := range r.Blocks() {
+				f(conv, b)
+			}
+		})
+	}
+	return bd
+}
+
+// finishOpenTexts returns the upserts completing the truncated texts the
+// log of session id holds open (a turn that ended with an earlier server),
+// with their artifacts stored from the spool, and removes the spool.
+func (m *Manager) finishOpenTexts(ctx context.Context, id string) []conversation.Event {
+	if m.cfg.OutputLimit <= 0 {
+		return nil
+	}
+	bd := m.newBounder(id, m.log.With("session", id))
+	bd.mu.Lock()
+	defer bd.mu.Unlock()
+	bd.scanned = true
+	bd.scanLocked(ctx)
+	evs := bd.finishAllLocked(ctx)
+	for i := range evs {
+		evs[i].Context.Source = conversation.SourceServer
+	}
+	return evs
+}
+
+func (m *Manager) spoolDir(id string) string { return filepath.Join(m.cfg.DataDir, "spool", id) }

@@ -180,6 +180,9 @@ func (m *Manager) settle(ctx context.Context, s *Session, gen int64, reason, cod
 			Message: "the server restarted before the request was answered",
 		}))
 	}
+	// Texts the turn left truncated and open: stored from their spool as
+	// far as the log has them (or said lost), and the spool removed.
+	evs = append(evs, m.finishOpenTexts(ctx, s.id)...)
 	if st.ActiveQueryID != "" {
 		evs = append(evs, conversation.NewEvent(conversation.QueryFailed{QueryID: st.ActiveQueryID, Error: reason, Code: code}))
 	}

@@ -552,6 +552,9 @@ func (o *owner) finishTurn(res agent.TurnResult, err error) {
 	default:
 		ev = conversation.NewEvent(conversation.QueryFailed{QueryID: t.queryID, Error: err.Error(), Code: agent.CodeOf(err), Interrupted: interrupted, DurationMs: dur})
 	}
+	if o.host != nil {
+		o.host.finishBounds(ctx, t.actor)
+	}
 	if aerr := s.appendTurnEnd(ctx, s.gen(), withActor(ev, t.actor)); aerr != nil {
 		s.m.log.Error("record turn end", "session", s.id, "err", aerr)
 	}
@@ -615,6 +618,9 @@ func (o *owner) terminate(reason, actor string) {
 			// Leave the environment (and its agent) running, and hand the
 			// lease over: another server of a fleet takes the session now,
 			// or this one when it starts again.
+			if o.host != nil {
+				o.host.closeBounds()
+			}
 			o.env, o.runner, o.host = nil, nil, nil
 			o.releaseLease()
 		} else {
@@ -627,6 +633,9 @@ func (o *owner) terminate(reason, actor string) {
 				o.s.m.log.Warn("terminate environment", "session", o.s.id, "err", err)
 			}
 			o.s.m.revokeCredentials(o.s.id)
+			if o.host != nil {
+				o.host.closeBounds()
+			}
 			o.env, o.runner, o.host = nil, nil, nil
 			o.setStatus(conversation.SessionTerminated, reason, actor)
 			o.releaseLease()

@@ -34,6 +34,14 @@ func newStateCache(l *eventlog.Log, max int) *stateCache {
 const statePage = 4096
 
 func (c *stateCache) get(ctx context.Context, id string) (conversation.State, error) {
+	var st conversation.State
+	err := c.visit(ctx, id, func(r *conversation.Reducer) { st = r.State() })
+	return st, err
+}
+
+// visit folds the events appended since the last read into id's cached
+// reducer and calls f with it (which must not change it or keep it).
+func (c *stateCache) visit(ctx context.Context, id string, f func(*conversation.Reducer)) error {
 	c.mu.Lock()
 	e, ok := c.entries[id]
 	if !ok {
@@ -52,7 +60,7 @@ func (c *stateCache) get(ctx context.Context, id string) (conversation.State, er
 	for {
 		evs, err := c.log.Read(ctx, id, e.r.LastSeq(), statePage)
 		if err != nil {
-			return conversation.State{}, err
+			return err
 		}
 		for _, ev := range evs {
 			// A malformed event is skipped: one bad payload must not hide the
@@ -63,7 +71,8 @@ func (c *stateCache) get(ctx context.Context, id string) (conversation.State, er
 			break
 		}
 	}
-	return e.r.State(), nil
+	f(e.r)
+	return nil
 }
 
 func (c *stateCache) evictLocked() {

@@ -40,10 +40,15 @@ func Architectures() []Builtin {
 
 // Registry returns a registry of the built-in architectures and then
 // extra, an embedding program's (agentd.Config.Architectures). A name
-// taken twice is an error.
-func Registry(extra []agent.Architecture) (*agent.Registry, error) {
+// taken twice is an error. With bounded, the sessions keep long block
+// texts out of the log (session.Config.OutputLimit), so the shell records
+// a command's whole output rather than its first 8 MiB.
+func Registry(extra []agent.Architecture, bounded bool) (*agent.Registry, error) {
 	r := agent.NewRegistry()
 	for _, b := range Architectures() {
+		if _, ok := b.Architecture.(shell.Architecture); ok && bounded {
+			b.Architecture = shell.Architecture{MaxOutput: -1}
+		}
 		r.Register(b.Architecture, b.Aliases...)
 	}
 	for _, a := range extra {

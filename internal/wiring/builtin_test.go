@@ -14,7 +14,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestClaudeCodeIsRegisteredWithItsAliases(t *testing.T) {
-	r, err := Registry(nil)
+	r, err := Registry(nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func (named) Start(context.Context, agent.Host) (agent.Runner, error) {
 }
 
 func TestRegistryTakesExtraArchitectures(t *testing.T) {
-	r, err := Registry([]agent.Architecture{named("echo")})
+	r, err := Registry([]agent.Architecture{named("echo")}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,11 +49,11 @@ func TestRegistryTakesExtraArchitectures(t *testing.T) {
 		t.Fatalf("echo: %v %v", a, ok)
 	}
 	for _, bad := range []agent.Architecture{named("shell"), named("claude-sdk"), named(""), nil} {
-		if _, err := Registry([]agent.Architecture{bad}); err == nil {
+		if _, err := Registry([]agent.Architecture{bad}, true); err == nil {
 			t.Errorf("%v: no error", bad)
 		}
 	}
-	if _, err := Registry([]agent.Architecture{named("x"), named("x")}); err == nil {
+	if _, err := Registry([]agent.Architecture{named("x"), named("x")}, true); err == nil {
 		t.Error("x twice: no error")
 	}
 }

@@ -82,6 +82,9 @@ type Config struct {
 	PermissionTimeout time.Duration
 	MaxBody           int64
 	Env               map[string]string
+	// OutputLimit: session.Config.OutputLimit (0: its default; negative:
+	// no limit).
+	OutputLimit int
 
 	DisableModelProxy  bool
 	ModelProxyAddr     string
@@ -227,7 +230,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// Agent configuration written into workspaces lives under .agentd/; it
 	// is not the user's work, so it is not watched.
 	cfg.WatchIgnore = append(append([]string(nil), cfg.WatchIgnore...), ".agentd")
-	archs, err := Registry(cfg.Architectures)
+	archs, err := Registry(cfg.Architectures, cfg.OutputLimit >= 0)
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +268,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		// embedding program, may hold others.
 		RefuseMissingAgents: cfg.Sandboxes[cfg.Sandbox] == nil && hostSandbox(cfg.Sandbox),
 		LeaseTTL:            cfg.LeaseTTL, WorkspacesDir: cfg.WorkspacesDir,
-		Cluster: cluster, Registerer: cfg.Registerer,
+		Cluster: cluster, Registerer: cfg.Registerer, OutputLimit: cfg.OutputLimit,
 		Artifacts: artifactStore(s.store, cfg.ArtifactQuota, cfg.Registerer, log),
 	})
 	if err != nil {

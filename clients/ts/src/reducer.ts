@@ -5,7 +5,8 @@
 //   - block:upsert creates a block, or shallow-merges the fields present into
 //     the block with the same id (metadata keys merge one level, as Go's
 //     json.Unmarshal onto an existing map does; a null field changes nothing,
-//     except input, which becomes null, and metadata, which is removed).
+//     except input, which becomes null, and metadata, which is removed);
+//     truncated and attachments are values replaced whole, as other fields.
 //   - block:delta appends to `output` for tool_result and subagent blocks and
 //     to `content` otherwise; a delta for an unknown block is an error.
 //   - an event whose seq is at or below the last applied seq is a duplicate
@@ -152,9 +153,15 @@ export function initialState(): ConversationState {
 /**
  * A ConversationState from a server snapshot (GET /api/sessions/{id}), so a
  * client can paint at once and then resume the live stream after its lastSeq.
+ * The snapshot's blocks may be a page (the conversation's last blocks, from
+ * index blockOffset): the turns' afterBlock are made relative to it, so they
+ * place outcomes among the blocks held (a turn that ended before the page
+ * gets 0), as the turns that end later do.
  */
-export function stateFromSnapshot(s: Partial<ReducedState> & { lastSeq?: number }): ConversationState {
+export function stateFromSnapshot(s: Partial<ReducedState> & { lastSeq?: number; blockOffset?: number }): ConversationState {
   const st = initialState();
+  const offset = s.blockOffset ?? 0;
+  const turns = offset > 0 ? (s.turns ?? []).map((t) => (t.afterBlock ? { ...t, afterBlock: Math.max(0, t.afterBlock - offset) } : t)) : (s.turns ?? []);
   return {
     ...st,
     status: s.status ?? "",
@@ -167,7 +174,7 @@ export function stateFromSnapshot(s: Partial<ReducedState> & { lastSeq?: number 
     pendingPermissions: s.pendingPermissions ?? [],
     workspaceFiles: s.workspaceFiles ?? [],
     ...(s.activeQueryId ? { activeQueryId: s.activeQueryId } : {}),
-    turns: s.turns ?? [],
+    turns,
     queuedMessages: s.queuedMessages ?? [],
     permissionRules: s.permissionRules ?? [],
     ...(s.sessionOptions ? { sessionOptions: s.sessionOptions } : {}),

@@ -145,9 +145,14 @@ export class AgentdClient {
   async listSessions(): Promise<SessionSummary[]> {
     return (await this.json<{ sessions: SessionSummary[] }>("GET", "/api/sessions")).sessions;
   }
-  /** A session's full state; with {content: true} its workspace files' text too (bounded). */
-  getSession(id: string, opts: { content?: boolean } = {}): Promise<SessionState> {
-    return this.json("GET", `/api/sessions/${encodeURIComponent(id)}${opts.content ? "?include=content" : ""}`);
+  /** A session's state: its last blocks (limit, default 200, and before: a block id, to page back); with {content: true} its workspace files' text too (bounded). */
+  getSession(id: string, opts: { content?: boolean; limit?: number; before?: string } = {}): Promise<SessionState> {
+    const q = new URLSearchParams();
+    if (opts.content) q.set("include", "content");
+    if (opts.limit !== undefined) q.set("limit", String(opts.limit));
+    if (opts.before !== undefined) q.set("before", opts.before);
+    const qs = q.toString();
+    return this.json("GET", `/api/sessions/${encodeURIComponent(id)}${qs ? "?" + qs : ""}`);
   }
   /**
    * Changes a session's options (a null value removes a key): keys its

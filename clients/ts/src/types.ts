@@ -36,6 +36,33 @@ export interface BlockBase {
   timestamp?: string;
   status?: BlockStatus;
   metadata?: { [key: string]: Json };
+  /** Set when the block's text was longer than the server keeps: see Truncation. */
+  truncated?: Truncation;
+  /** Images and files the block carries, stored as artifacts. */
+  attachments?: ArtifactRef[];
+}
+
+/** Content stored once in the session's artifact store (GET /api/sessions/{id}/artifacts/{sha256}). */
+export interface ArtifactRef {
+  sha256: string;
+  size: number;
+  contentType?: string;
+  name?: string;
+}
+
+/**
+ * A block whose text (`field`: "output" or "content") passed the server's
+ * output limit: the field holds the text's first bytes, `tail` its last
+ * ones, `totalBytes` its length (the bytes between are omitted); the whole
+ * text is `artifact` once the block completes (`artifactError` when it
+ * could not be stored). Fetch it, or a byte range of it, from the artifact.
+ */
+export interface Truncation {
+  field: string;
+  totalBytes: number;
+  tail: string;
+  artifact?: ArtifactRef;
+  artifactError?: string;
 }
 
 export interface UserMessageBlock extends BlockBase {
@@ -527,6 +554,12 @@ export interface SessionState extends ReducedState {
   createdAt: string;
   lastActivity: string;
   sessionOptions: SessionOptions | null;
+  /** Index of blocks[0] in the main conversation (blocks are its last ones, a page). */
+  blockOffset: number;
+  /** Blocks of the main conversation. */
+  totalBlocks: number;
+  /** Blocks come before blocks[0]: getSession(id, {before: blocks[0].id}) returns them. */
+  hasMore: boolean;
 }
 
 export interface SendMessageResponse {

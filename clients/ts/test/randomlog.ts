@@ -38,6 +38,13 @@ export function randomLog(seed: number): AgentEvent[] {
       if (r() < 0.2) b.durationMs = Math.floor(r() * 100);
       if (r() < 0.2) b.metadata = pick([{ a: 1 }, { b: "x" }, null, {}]);
       if (r() < 0.2) b.timestamp = "2026-11-21T23:47:49.108Z";
+      if (r() < 0.15)
+        b.truncated = pick([
+          { field: "output", totalBytes: 9, tail: "xyz" },
+          { field: "content", totalBytes: 5, tail: "", artifact: { sha256: "ab", size: 5, contentType: "text/plain; charset=utf-8" } },
+          { field: "output", totalBytes: 7, tail: "t", artifactError: "quota" },
+          null,
+        ]);
       payload = { block: b };
     } else if (k < 0.6) {
       type = "block:delta";

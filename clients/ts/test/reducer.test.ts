@@ -358,6 +358,19 @@ describe("immutability and sharing", () => {
     expect(stateFromSnapshot({}).turns).toEqual([]);
   });
 
+  it("places turns among the blocks of a paged snapshot", () => {
+    const snap = stateFromSnapshot({
+      blockOffset: 10,
+      blocks: [{ id: "b10", type: "user_message", content: "x" }],
+      turns: [
+        { queryId: "q1", status: "completed", afterBlock: 4 },
+        { queryId: "q2", status: "completed", afterBlock: 11 },
+        { queryId: "q3", status: "running" },
+      ],
+    });
+    expect(snap.turns.map((t) => t.afterBlock)).toEqual([0, 1, undefined]);
+  });
+
   it("resumes from a server snapshot", () => {
     const st = stateFromSnapshot({ lastSeq: 7, blocks: [{ id: "a", type: "assistant_text", content: "x" }], status: "idle" });
     expect(applyEvent(st, ev(7, "block:delta", { blockId: "a", delta: "dup" })).outcome).toBe("duplicate");

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -28,8 +29,10 @@ const Name = "shell"
 
 // Architecture implements agent.Architecture.
 type Architecture struct {
-	// MaxOutput bounds the output recorded per command (default 8 MiB); the
-	// rest is counted and reported, not stored.
+	// MaxOutput bounds the output recorded per command (default 8 MiB;
+	// negative: no bound, for a host that keeps long texts out of the log
+	// itself, as agentd's sessions do); the rest is counted and reported,
+	// not stored.
 	MaxOutput int
 }
 
@@ -39,7 +42,10 @@ func (Architecture) Name() string { return Name }
 // Start implements agent.Architecture. The shell needs no preparation.
 func (a Architecture) Start(ctx context.Context, h agent.Host) (agent.Runner, error) {
 	max := a.MaxOutput
-	if max <= 0 {
+	switch {
+	case max < 0:
+		max = math.MaxInt
+	case max == 0:
 		max = 8 << 20
 	}
 	return &runner{host: h, max: max}, nil
@@ -153,7 +159,13 @@ func (r *runner) Resume(ctx context.Context, t agent.Turn, st conversation.State
 	if start.IsZero() {
 		start = time.Now()
 	}
-	return r.follow(ctx, p, toolID, resultID, start, len(emitted.Output))
+	// The text the log holds: all of the output, or its length when the
+	// log keeps a long one truncated (bounded by the host).
+	skip := len(emitted.Output)
+	if tr := emitted.Truncated; tr != nil && tr.Field == "output" {
+		skip = int(tr.TotalBytes)
+	}
+	return r.follow(ctx, p, toolID, resultID, start, skip)
 }
 
 // follow streams p's output into the result block, skipping the first skip

@@ -594,9 +594,11 @@ export interface SessionList {
 export interface SessionState {
   activeQueryId?: string;
   agentProfileReference: string;
+  blockOffset: number;
   blocks: Block[];
   costUSD: number;
   createdAt: string;
+  hasMore: boolean;
   lastActivity: string;
   lastSeq: number;
   model?: string;
@@ -609,6 +611,7 @@ export interface SessionState {
   sessionOptions: Json;
   status: string;
   subagents: Subagent[];
+  totalBlocks: number;
   turns: Turn[];
   type: string;
   usage: Usage;
