@@ -59,6 +59,28 @@ type Turn struct {
 	// it derive from it.
 	QueryID string
 	Content string
+	// Images are the images the user sent with the message, in order,
+	// before the text; only a runner whose architecture is an
+	// ImageAccepter gets any.
+	Images []Image
+}
+
+// Image is an image of a user message: its bytes (a few MiB at most, as
+// the API limits them), media type and artifact.
+type Image struct {
+	// MediaType is "image/png", "image/jpeg", "image/gif" or "image/webp".
+	MediaType string
+	Data      []byte
+	// SHA256 names the image in the session's artifact store.
+	SHA256 string
+}
+
+// ImageAccepter is implemented by architectures whose agent takes images
+// in a user message. A message with images for a session of an
+// architecture that is not one (or says false) is refused before its turn
+// starts (UNSUPPORTED_CONTENT).
+type ImageAccepter interface {
+	AcceptsImages() bool
 }
 
 // TurnResult is what a finished turn reports.

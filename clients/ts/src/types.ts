@@ -36,6 +36,31 @@ export interface BlockBase {
   timestamp?: string;
   status?: BlockStatus;
   metadata?: { [key: string]: Json };
+  /** The block's text was longer than the server keeps: head, tail and the full text as an artifact. */
+  truncated?: Truncation;
+  /** Images and files the block carries (a user's images, an image a tool returned). */
+  attachments?: ArtifactRef[];
+}
+
+/** Content stored once in the session's artifact store (GET /api/sessions/{id}/artifacts/{sha256}). */
+export interface ArtifactRef {
+  sha256: string;
+  size: number;
+  contentType?: string;
+  name?: string;
+}
+
+/**
+ * A block's text field (field: "output" or "content") was cut: it holds the
+ * first bytes, tail the last ones, totalBytes the full length, and artifact
+ * the full text once the block is complete.
+ */
+export interface Truncation {
+  field: string;
+  totalBytes: number;
+  tail: string;
+  artifact?: ArtifactRef;
+  artifactError?: string;
 }
 
 export interface UserMessageBlock extends BlockBase {
@@ -418,6 +443,8 @@ export interface QueuedMessage {
   queuedAt?: string;
   /** The principal who sent it. */
   actor?: string;
+  /** The message's images (no name) and files (named). */
+  attachments?: ArtifactRef[];
 }
 
 /** A session rule: later permission requests for toolName are answered without asking. */
