@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 
 	"github.com/agentd/agentd/conversation"
@@ -36,4 +37,76 @@ type ArtifactStore interface {
 	// ArtifactUsage returns the bytes of artifacts the session references
 	// (sessionID "": the whole store's distinct content).
 	ArtifactUsage(ctx context.Context, sessionID string) (int64, error)
+}
+
+// ArtifactChunkSize is how many bytes of an artifact one stored chunk
+// holds (the last chunk holds the rest). Stores put and read artifacts a
+// chunk at a time, so a put or a read holds about one chunk in memory,
+// whatever the artifact's size.
+const ArtifactChunkSize = 256 << 10
+
+// ArtifactQuota limits what an ArtifactStore holds. Zero (or negative)
+// means no limit. A put that would exceed either limit fails with
+// ErrArtifactQuota and stores nothing.
+type ArtifactQuota struct {
+	// Session bounds the bytes of the distinct artifacts one session
+	// references (content shared with other sessions counts for each).
+	Session int64
+	// Total bounds the bytes of distinct content in the whole store
+	// (content shared by sessions counts once).
+	Total int64
+}
+
+// Check returns ErrArtifactQuota (wrapped, with the figures) when adding
+// addSession bytes to a session using sessionUsed, and addTotal bytes to a
+// store holding totalUsed, would pass a limit of q.
+func (q ArtifactQuota) Check(sessionUsed, addSession, totalUsed, addTotal int64) error {
+	if q.Session > 0 && addSession > 0 && sessionUsed+addSession > q.Session {
+		return fmt.Errorf("%w: the session would hold %d bytes of artifacts, over its quota of %d",
+			ErrArtifactQuota, sessionUsed+addSession, q.Session)
+	}
+	if q.Total > 0 && addTotal > 0 && totalUsed+addTotal > q.Total {
+		return fmt.Errorf("%w: the store would hold %d bytes of artifacts, over its quota of %d",
+			ErrArtifactQuota, totalUsed+addTotal, q.Total)
+	}
+	return nil
+}
+
+// Largest is the size beyond which no put can succeed under q (-1: no
+// limit): a put may stop reading there.
+func (q ArtifactQuota) Largest() int64 {
+	l := int64(-1)
+	for _, v := range []int64{q.Session, q.Total} {
+		if v > 0 && (l < 0 || v < l) {
+			l = v
+		}
+	}
+	return l
+}
+
+// ValidSHA256 reports whether s is a lowercase hex SHA-256 (64 digits), the
+// only form artifact names take.
+func ValidSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckArtifactRange validates an OpenArtifact range against the
+// artifact's size and returns the number of bytes to read.
+func CheckArtifactRange(size, off, n int64) (int64, error) {
+	if off < 0 || off > size {
+		return 0, fmt.Errorf("offset %d outside the artifact's %d bytes", off, size)
+	}
+	if n < 0 || n > size-off {
+		n = size - off
+	}
+	return n, nil
 }

@@ -27,8 +27,9 @@ type Store struct {
 	profiles    map[string]profile.Profile
 	leases      map[string]lease
 	now         func() time.Time
-	audit       auditLog // audit.go
-	ident       identity // identity.go
+	audit       auditLog  // audit.go
+	ident       identity  // identity.go
+	arts        artifacts // artifacts.go
 }
 
 type lease struct {
@@ -132,6 +133,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	delete(s.leases, id)
 	s.deleteAuditLocked(id)
 	s.deleteSharesLocked(id)
+	s.deleteArtifactsLocked(id)
 	return nil
 }
 

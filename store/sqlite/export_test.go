@@ -100,3 +100,10 @@ func WriteAndCancel(t testing.TB, s *Store, id string) (extraGoroutines int, err
 	})
 	return extraGoroutines, err
 }
+
+// CountRows counts a table's rows.
+func CountRows(ctx context.Context, s *Store, table string) (int, error) {
+	var n int
+	err := s.r.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table).Scan(&n)
+	return n, err
+}

@@ -55,6 +55,8 @@ type config struct {
 	readConns   int
 	compactAt   int
 	logger      *slog.Logger
+
+	artifactQuota store.ArtifactQuota
 }
 
 // Option configures Open. Options override the DSN's query parameters.
@@ -97,6 +99,8 @@ type Store struct {
 	ckpt      *checkpointer // nil until started
 	compactor *compactor    // nil until started
 
+	artifactQuota store.ArtifactQuota // see WithArtifactQuota
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -135,7 +139,7 @@ func Open(ctx context.Context, dataSource string, opts ...Option) (*Store, error
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
 
-	s := &Store{seqs: newStoredSeqs()}
+	s := &Store{seqs: newStoredSeqs(), artifactQuota: cfg.artifactQuota}
 	if err := s.open(ctx, d.path, cfg); err != nil {
 		s.closeAll()
 		return nil, fmt.Errorf("open sqlite store %s: %w", dataSource, err)

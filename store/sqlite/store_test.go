@@ -179,15 +179,15 @@ func TestSchemaOnDisk(t *testing.T) {
 	if err := db.QueryRow("SELECT version, name FROM schema_migrations ORDER BY version DESC LIMIT 1").Scan(&version, &name); err != nil {
 		t.Fatal(err)
 	}
-	if version != 5 || name != "0005_identity.sql" {
+	if version != 6 || name != "0006_artifacts.sql" {
 		t.Errorf("schema_migrations latest = %d %q", version, name)
 	}
 	// Reopening applies nothing twice.
 	s2 := openTemp2(t, path)
 	defer s2.Close()
 	var n int
-	if err := db.QueryRow("SELECT count(*) FROM schema_migrations").Scan(&n); err != nil || n != 5 {
-		t.Errorf("schema_migrations has %d rows after a reopen, %v; want 5", n, err)
+	if err := db.QueryRow("SELECT count(*) FROM schema_migrations").Scan(&n); err != nil || n != 6 {
+		t.Errorf("schema_migrations has %d rows after a reopen, %v; want 6", n, err)
 	}
 }
 

@@ -87,6 +87,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	// and session owners (identity.go): skipped for stores without
 	// store.IdentityStore.
 	t.Run("Identity", h.identity)
+	// store.ArtifactStore (artifacts.go): skipped for stores without it.
+	// Quotas have their own entry point, RunArtifactQuota.
+	t.Run("Artifacts", h.artifacts)
 }
 
 // harness carries the open function to the subtests.
