@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"time"
 
@@ -73,6 +74,15 @@ type Image struct {
 	Data      []byte
 	// SHA256 names the image in the session's artifact store.
 	SHA256 string
+}
+
+// ArtifactPutter is implemented by hosts whose store keeps artifacts: a
+// runner stores content an event references (an image a tool returned)
+// with PutArtifact before it emits the event, so the log holds the ref,
+// never the bytes. meta's ContentType and Name are kept; the returned ref
+// has SHA256 and Size.
+type ArtifactPutter interface {
+	PutArtifact(ctx context.Context, meta conversation.ArtifactRef, r io.Reader) (conversation.ArtifactRef, error)
 }
 
 // ImageAccepter is implemented by architectures whose agent takes images

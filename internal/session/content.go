@@ -59,9 +59,9 @@ func queuedMessage(q conversation.QueuedMessage) Message {
 	return m
 }
 
-// checkContent refuses, before anything is queued or started, a message
+// CheckContent refuses, before anything is queued or started, a message
 // the session's agent cannot take.
-func (s *Session) checkContent(msg Message) error {
+func (s *Session) CheckContent(msg Message) error {
 	if len(msg.Images) == 0 {
 		return nil
 	}
@@ -135,4 +135,16 @@ func (m *Manager) turnContent(ctx context.Context, env sandbox.Environment, id s
 		}
 	}
 	return t, nil
+}
+
+// artifactHost is the host of a session whose store keeps artifacts: an
+// agent.ArtifactPutter.
+type artifactHost struct {
+	*host
+	as store.ArtifactStore
+}
+
+// PutArtifact stores content of the session's agent (agent.ArtifactPutter).
+func (h *artifactHost) PutArtifact(ctx context.Context, meta conversation.ArtifactRef, r io.Reader) (conversation.ArtifactRef, error) {
+	return h.as.PutArtifact(ctx, h.s.id, meta, r)
 }

@@ -140,7 +140,11 @@ func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.E
 
 	h := &host{s: s, gen: gen, env: e, marks: marks, prof: prof, log: m.log.With("session", rec.ID, "architecture", rec.Architecture)}
 	h.setTurn(actor, rec.Runtime.ActiveQueryID)
-	runner, err := arch.Start(ctx, h)
+	var ah agent.Host = h
+	if as, ok := m.cfg.Store.(store.ArtifactStore); ok {
+		ah = &artifactHost{host: h, as: as} // content.go
+	}
+	runner, err := arch.Start(ctx, ah)
 	if err != nil {
 		return nil, nil, err
 	}

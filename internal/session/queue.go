@@ -41,7 +41,7 @@ func (s *Session) Submit(ctx context.Context, content, actor string) (SubmitResu
 // (already in the session's artifact store). ErrUnsupportedContent when
 // the session's architecture takes no images.
 func (s *Session) SubmitMessage(ctx context.Context, msg Message, actor string) (SubmitResult, error) {
-	if err := s.checkContent(msg); err != nil {
+	if err := s.CheckContent(msg); err != nil {
 		return SubmitResult{}, err
 	}
 	r, err := s.route(ctx, msg.command(opSubmit, actor), true)

@@ -197,7 +197,7 @@ func (s *Session) Send(ctx context.Context, content, actor string) (string, erro
 // (already in the session's artifact store). ErrUnsupportedContent when
 // the session's architecture takes no images.
 func (s *Session) SendMessage(ctx context.Context, msg Message, actor string) (string, error) {
-	if err := s.checkContent(msg); err != nil {
+	if err := s.CheckContent(msg); err != nil {
 		return "", err
 	}
 	r, err := s.route(ctx, msg.command(opSend, actor), true)
