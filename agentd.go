@@ -179,6 +179,16 @@ type Config struct {
 	// of each session; 0 means none. A profile may set a lower one with
 	// the variable AGENTD_SESSION_TOKEN_BUDGET. Needs the model proxy.
 	SessionTokenBudget int64
+	// ArtifactQuotaSession bounds the bytes of artifacts (large outputs
+	// kept whole, images and files; GET /api/sessions/{id}/artifacts/…)
+	// one session may hold; 0 means no limit (the agentd command's default
+	// is 1 GiB). A put over it is refused (ARTIFACT_QUOTA_EXCEEDED), never
+	// silently dropped.
+	ArtifactQuotaSession int64
+	// ArtifactQuotaTotal bounds the bytes of distinct artifact content in
+	// the store (shared by a fleet: give every server the same); 0 means no
+	// limit.
+	ArtifactQuotaTotal int64
 	// WatchIgnore adds workspace paths the file watcher ignores.
 	WatchIgnore []string
 	// DisableUI serves no web UI at /.
@@ -330,6 +340,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		WatchIgnore: cfg.WatchIgnore, DisableUI: cfg.DisableUI, Registerer: cfg.Registerer, Logger: cfg.Logger,
 		NATSURL: cfg.NATSURL, NATSPrefix: cfg.NATSPrefix, NATSEventNotices: cfg.NATSEventNotices,
 		NodeID: cfg.NodeID, LeaseTTL: cfg.LeaseTTL, Version: Version,
+		ArtifactQuota: store.ArtifactQuota{Session: cfg.ArtifactQuotaSession, Total: cfg.ArtifactQuotaTotal},
 	})
 	if err != nil {
 		return nil, err

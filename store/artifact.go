@@ -110,3 +110,11 @@ func CheckArtifactRange(size, off, n int64) (int64, error) {
 	}
 	return n, nil
 }
+
+// ArtifactQuotaSetter is implemented by artifact stores whose quota can be
+// set (or changed) after they are opened; the server sets its configured
+// quota through it. Safe for concurrent use with puts: a put checks the
+// quota in force when it checks.
+type ArtifactQuotaSetter interface {
+	SetArtifactQuota(ArtifactQuota)
+}

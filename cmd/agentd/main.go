@@ -90,6 +90,9 @@ type serveCmd struct {
 	ModelProxyAddr     string        `help:"Loopback address of the model proxy (default: a port kept in the data folder across restarts)." env:"AGENTD_MODEL_PROXY_ADDR"`
 	SessionTokenBudget int64         `help:"Most model tokens (input, output, cache) a session may use, counted by the model proxy; 0 for no limit." default:"0" env:"AGENTD_SESSION_TOKEN_BUDGET"`
 
+	ArtifactQuotaSession int64 `name:"artifact-quota-session" help:"Most bytes of artifacts (large outputs kept whole, images, files) one session may hold; more is refused with ARTIFACT_QUOTA_EXCEEDED. 0 for no limit." default:"1073741824" env:"AGENTD_ARTIFACT_QUOTA_SESSION"`
+	ArtifactQuotaTotal   int64 `name:"artifact-quota-total" help:"Most bytes of distinct artifact content the store may hold (a fleet's servers share it: give each the same); 0 for no limit." default:"0" env:"AGENTD_ARTIFACT_QUOTA_TOTAL"`
+
 	identityFlags `embed:""`
 	NATS          string        `name:"nats" help:"NATS server URL (nats://host:4222): join a fleet of servers sharing one PostgreSQL --store, any of which serves any session (docs/fleet.md)." env:"AGENTD_NATS"`
 	NATSPrefix    string        `name:"nats-prefix" help:"With --nats: the prefix of the fleet's NATS subjects; fleets sharing a NATS server need one each." default:"agentd" env:"AGENTD_NATS_PREFIX"`
@@ -111,6 +114,7 @@ func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
 		SandboxLimits:     sandbox.Limits{MemoryBytes: c.SandboxMemory, Pids: c.SandboxPids, CPUPercent: c.SandboxCPU},
 		PermissionTimeout: c.PermissionTimeout, MaxBody: c.MaxBody, DisableUI: c.NoUI, Logger: log,
 		DisableModelProxy: !c.ModelProxy, ModelProxyAddr: c.ModelProxyAddr, SessionTokenBudget: c.SessionTokenBudget,
+		ArtifactQuotaSession: c.ArtifactQuotaSession, ArtifactQuotaTotal: c.ArtifactQuotaTotal,
 		DockerImage: c.DockerImage, DockerUser: c.DockerUser, DockerExecutor: c.DockerExecutor, WarmPool: c.WarmPool,
 		Kubernetes: agentd.KubernetesConfig{
 			Kubeconfig: c.K8sKubeconfig, Namespace: c.K8sNamespace, Image: c.K8sImage, PullPolicy: c.K8sPullPolicy,

@@ -81,6 +81,10 @@ type Config struct {
 	// Registerer receives the fleet metrics (leases lost, take-overs,
 	// forwarded commands) when set.
 	Registerer prometheus.Registerer
+	// Artifacts stores the sessions' artifacts (large outputs, images,
+	// files): Store itself when it is a store.ArtifactStore (the wiring
+	// passes it metered). nil: the server keeps no artifacts.
+	Artifacts store.ArtifactStore
 }
 
 // Metrics receives session lifecycle observations.
@@ -343,6 +347,11 @@ func (m *Manager) List(ctx context.Context) []Summary {
 	})
 	return out
 }
+
+// Artifacts returns the artifact store (Config.Artifacts), nil when the
+// server keeps no artifacts. Artifacts are the store's: every server of a
+// fleet reaches the same ones, and a session's go with its purge.
+func (m *Manager) Artifacts() store.ArtifactStore { return m.cfg.Artifacts }
 
 // Get returns a session: one known here, or else one the store has (a
 // session another server of a fleet created, or one created after this

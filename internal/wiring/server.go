@@ -98,6 +98,8 @@ type Config struct {
 	NodeID           string
 	LeaseTTL         time.Duration
 
+	ArtifactQuota store.ArtifactQuota
+
 	// Version is the server's version, reported by /health and the API.
 	Version string
 }
@@ -264,6 +266,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		RefuseMissingAgents: cfg.Sandboxes[cfg.Sandbox] == nil && hostSandbox(cfg.Sandbox),
 		LeaseTTL:            cfg.LeaseTTL, WorkspacesDir: cfg.WorkspacesDir,
 		Cluster: cluster, Registerer: cfg.Registerer,
+		Artifacts: artifactStore(s.store, cfg.ArtifactQuota, cfg.Registerer, log),
 	})
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -42,6 +43,8 @@ var dialect = migrate.Dialect{
 type config struct {
 	logger   *slog.Logger
 	maxConns int32
+
+	artifactQuota store.ArtifactQuota
 }
 
 // Option configures Open.
@@ -60,6 +63,8 @@ func WithMaxConns(n int32) Option { return func(c *config) { c.maxConns = n } }
 type Store struct {
 	pool      *pgxpool.Pool
 	closeOnce sync.Once
+
+	artifactQuota atomic.Pointer[store.ArtifactQuota] // see WithArtifactQuota
 }
 
 // Open connects to the database named by url (postgres://… or
@@ -86,6 +91,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("open postgres store: %w", redact(err))
 	}
 	s := &Store{pool: pool}
+	s.SetArtifactQuota(cfg.artifactQuota)
 	if err := s.migrate(ctx, cfg.logger); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres store: %w", err)

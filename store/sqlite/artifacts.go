@@ -18,6 +18,9 @@ var _ store.ArtifactStore = (*Store)(nil)
 // WithArtifactQuota limits the artifacts the store holds (default: none).
 func WithArtifactQuota(q store.ArtifactQuota) Option { return func(c *config) { c.artifactQuota = q } }
 
+// SetArtifactQuota implements store.ArtifactQuotaSetter.
+func (s *Store) SetArtifactQuota(q store.ArtifactQuota) { s.artifactQuota.Store(&q) }
+
 // PutArtifact implements store.ArtifactStore. The content is staged first
 // (hashed and spooled to a temporary file when larger than a chunk), so
 // the write transaction, which holds the writer connection, runs at disk
@@ -27,7 +30,7 @@ func (s *Store) PutArtifact(ctx context.Context, sessionID string, meta conversa
 	if err := ctx.Err(); err != nil {
 		return conversation.ArtifactRef{}, fmt.Errorf("put artifact of %q: %w", sessionID, err)
 	}
-	st, err := artifact.Stage(ctx, r, s.artifactQuota.Largest())
+	st, err := artifact.Stage(ctx, r, s.artifactQuota.Load().Largest())
 	if err != nil {
 		return conversation.ArtifactRef{}, fmt.Errorf("put artifact of %q: %w", sessionID, err)
 	}
@@ -93,7 +96,7 @@ func (s *Store) PutArtifact(ctx context.Context, sessionID string, meta conversa
 // session taking a reference to size bytes (already stored or not) would
 // pass a quota. The caller holds the write transaction.
 func (s *Store) checkArtifactQuotaLocked(ctx context.Context, tx *sql.Tx, sessionID string, size int64, stored bool) error {
-	q := s.artifactQuota
+	q := *s.artifactQuota.Load()
 	var sessionUsed, totalUsed int64
 	if q.Session > 0 {
 		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(c.size), 0) FROM session_artifacts a

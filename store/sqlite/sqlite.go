@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
@@ -99,7 +100,7 @@ type Store struct {
 	ckpt      *checkpointer // nil until started
 	compactor *compactor    // nil until started
 
-	artifactQuota store.ArtifactQuota // see WithArtifactQuota
+	artifactQuota atomic.Pointer[store.ArtifactQuota] // see WithArtifactQuota
 
 	closeOnce sync.Once
 	closeErr  error
@@ -139,7 +140,8 @@ func Open(ctx context.Context, dataSource string, opts ...Option) (*Store, error
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
 
-	s := &Store{seqs: newStoredSeqs(), artifactQuota: cfg.artifactQuota}
+	s := &Store{seqs: newStoredSeqs()}
+	s.SetArtifactQuota(cfg.artifactQuota)
 	if err := s.open(ctx, d.path, cfg); err != nil {
 		s.closeAll()
 		return nil, fmt.Errorf("open sqlite store %s: %w", dataSource, err)
