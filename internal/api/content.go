@@ -140,7 +140,7 @@ func (s *Server) messageOf(ctx context.Context, id string, req restapi.MessageRe
 			return msg, err
 		}
 	}
-	as, err := s.cfg.Sessions.Artifacts()
+	as, err := s.cfg.Sessions.ArtifactsOrErr()
 	if err != nil {
 		return msg, err
 	}

@@ -78,14 +78,13 @@ func (s *Session) CheckContent(msg Message) error {
 	return nil
 }
 
-// Artifacts returns the store's artifact store, or ErrUnsupportedContent
-// when the store keeps none.
-func (m *Manager) Artifacts() (store.ArtifactStore, error) {
-	as, ok := m.cfg.Store.(store.ArtifactStore)
-	if !ok {
-		return nil, fmt.Errorf("%w: the store keeps no artifacts", ErrUnsupportedContent)
+// ArtifactsOrErr returns the artifact store, or ErrUnsupportedContent
+// when the server keeps no artifacts.
+func (m *Manager) ArtifactsOrErr() (store.ArtifactStore, error) {
+	if m.cfg.Artifacts == nil {
+		return nil, fmt.Errorf("%w: the server keeps no artifacts", ErrUnsupportedContent)
 	}
-	return as, nil
+	return m.cfg.Artifacts, nil
 }
 
 // turnContent completes a turn's input from its message, in the turn's
@@ -95,7 +94,7 @@ func (m *Manager) turnContent(ctx context.Context, env sandbox.Environment, id s
 	if len(msg.Images)+len(msg.Files) == 0 {
 		return t, nil
 	}
-	as, err := m.Artifacts()
+	as, err := m.ArtifactsOrErr()
 	if err != nil {
 		return t, err
 	}

@@ -141,8 +141,8 @@ func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.E
 	h := &host{s: s, gen: gen, env: e, marks: marks, prof: prof, log: m.log.With("session", rec.ID, "architecture", rec.Architecture)}
 	h.setTurn(actor, rec.Runtime.ActiveQueryID)
 	var ah agent.Host = h
-	if as, ok := m.cfg.Store.(store.ArtifactStore); ok {
-		ah = &artifactHost{host: h, as: as} // content.go
+	if m.cfg.Artifacts != nil {
+		ah = &artifactHost{host: h, as: m.cfg.Artifacts} // content.go
 	}
 	runner, err := arch.Start(ctx, ah)
 	if err != nil {
