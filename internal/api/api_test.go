@@ -72,7 +72,9 @@ func newEnvOn(t *testing.T, st store.Store, opts eventlog.Options, tune func(*ap
 	archs := agent.NewRegistry()
 	archs.Register(shell.Architecture{})
 	dataDir := t.TempDir()
-	mgr, err := session.New(session.Config{Store: st, Log: lg, Sandbox: local.New(local.Options{}), Architectures: archs, DataDir: dataDir})
+	// The store's artifacts, as the wiring passes them (nil: none).
+	arts, _ := st.(store.ArtifactStore)
+	mgr, err := session.New(session.Config{Store: st, Log: lg, Sandbox: local.New(local.Options{}), Architectures: archs, DataDir: dataDir, Artifacts: arts})
 	if err != nil {
 		t.Fatal(err)
 	}

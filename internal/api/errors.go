@@ -19,6 +19,7 @@ import (
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/restapi"
 	"github.com/agentd/agentd/sandbox"
+	"github.com/agentd/agentd/store"
 )
 
 // Error codes (docs/api.md).
@@ -97,6 +98,10 @@ func classify(err error) (int, string) {
 		return http.StatusUnprocessableEntity, CodeUnsupportedContent
 	case errors.Is(err, session.ErrNotFound):
 		return http.StatusNotFound, CodeSessionNotFound
+	case errors.Is(err, errArtifactNotFound):
+		return http.StatusNotFound, CodeArtifactNotFound
+	case errors.Is(err, store.ErrArtifactQuota):
+		return http.StatusInsufficientStorage, CodeArtifactQuota
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return http.StatusUnauthorized, CodeUnauthorized
 	case errors.Is(err, auth.ErrForbidden):

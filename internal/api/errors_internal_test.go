@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd/sandbox"
+	"github.com/agentd/agentd/store"
 )
 
 func TestErrorTextHidesHostPaths(t *testing.T) {
@@ -61,5 +62,22 @@ func TestInternalErrorsStayInTheLog(t *testing.T) {
 	}
 	if _, err := sandbox.CleanPath(strings.Repeat("n", 256)); !errors.Is(err, sandbox.ErrInvalidPath) {
 		t.Fatalf("CleanPath of a 256-byte name: %v", err)
+	}
+}
+
+// An artifact put refused for its quota, however wrapped on its way (the
+// session layer, an upload), is 507 ARTIFACT_QUOTA_EXCEEDED with the
+// store's figures in the message.
+func TestClassifyArtifactQuota(t *testing.T) {
+	err := store.ArtifactQuota{Session: 10}.Check(8, 5, 0, 5)
+	err = fmt.Errorf("keep output of q3: %w", fmt.Errorf("put artifact of %q: %w", "s1", err))
+	if status, code := classify(err); status != 507 || code != CodeArtifactQuota {
+		t.Errorf("classify(%v) = %d %s, want 507 %s", err, status, code, CodeArtifactQuota)
+	}
+	if !strings.Contains(err.Error(), "13 bytes") || !strings.Contains(err.Error(), "quota of 10") {
+		t.Errorf("message %q: want the figures", err)
+	}
+	if status, code := classify(fmt.Errorf("x: %w", errArtifactNotFound)); status != 404 || code != CodeArtifactNotFound {
+		t.Errorf("classify(not found) = %d %s", status, code)
 	}
 }

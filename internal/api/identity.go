@@ -110,6 +110,7 @@ var sessionRoutes = map[string]sessionAccess{
 	"GET /api/sessions/{id}/changes":                  {level: auth.LevelRead},
 	"GET /api/sessions/{id}/changes/content/{sha256}": {level: auth.LevelRead},
 	"GET /api/sessions/{id}/archive":                  {level: auth.LevelRead},
+	"GET /api/sessions/{id}/artifacts/{sha256}":       {level: auth.LevelRead},
 	"GET /api/sessions/{id}/shares":                   {level: auth.LevelOwner},
 	"PUT /api/sessions/{id}/shares/{userId}":          {level: auth.LevelOwner},
 	"DELETE /api/sessions/{id}/shares/{userId}":       {level: auth.LevelOwner},

@@ -48,7 +48,7 @@ func newIdentEnv(t *testing.T, limits auth.Limits) *identEnv {
 	lg := eventlog.New(st, eventlog.Options{QueueSize: 256})
 	archs := agent.NewRegistry()
 	archs.Register(shell.Architecture{})
-	mgr, err := session.New(session.Config{Store: st, Log: lg, Sandbox: local.New(local.Options{}), Architectures: archs, DataDir: t.TempDir()})
+	mgr, err := session.New(session.Config{Store: st, Log: lg, Sandbox: local.New(local.Options{}), Architectures: archs, DataDir: t.TempDir(), Artifacts: st})
 	if err != nil {
 		t.Fatal(err)
 	}
