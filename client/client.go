@@ -291,6 +291,13 @@ func (c *Client) PutFile(ctx context.Context, id, path string, data []byte) (res
 	return out, c.do(ctx, "PUT", "/api/sessions/"+url.PathEscape(id)+"/files/"+path, nil, rawBody(data), &out)
 }
 
+// Artifact returns an artifact's bytes (GET /api/sessions/{id}/artifacts/{sha256}):
+// an image a user sent or a tool returned, an output kept whole.
+func (c *Client) Artifact(ctx context.Context, id, sha256 string) ([]byte, error) {
+	var out []byte
+	return out, c.do(ctx, "GET", "/api/sessions/"+url.PathEscape(id)+"/artifacts/"+url.PathEscape(sha256), nil, nil, &out)
+}
+
 // rawBody is a request body sent as it is (application/octet-stream).
 type rawBody []byte
 

@@ -204,7 +204,7 @@ func (s *Server) imagePart(i int, p restapi.ContentPart) (imageBlob, error) {
 	var mediaType, data string
 	switch {
 	case p.Artifact != "":
-		if !isSHA256(p.Artifact) {
+		if !store.ValidSHA256(p.Artifact) {
 			return imageBlob{}, invalidContent("content[%d]: artifact must be a lowercase hex SHA-256", i)
 		}
 		return imageBlob{ref: conversation.ArtifactRef{SHA256: p.Artifact}}, nil
@@ -242,16 +242,4 @@ func (s *Server) imagePart(i int, p restapi.ContentPart) (imageBlob, error) {
 		return imageBlob{}, invalidContent("content[%d]: the data is %s, not %s", i, got, mediaType)
 	}
 	return imageBlob{data: b, ref: conversation.ArtifactRef{ContentType: mediaType}}, nil
-}
-
-func isSHA256(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
