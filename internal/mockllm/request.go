@@ -112,7 +112,9 @@ func (r *Request) Images() []ImageInfo {
 }
 
 // describeImages is the images template function's text: one line per
-// image, "image <mediaType> <size> bytes sha256:<hex>", or "no images".
+// image, "image <mediaType> <size> bytes sha256:<hex>" (" (tool result)"
+// after one inside a tool result; "image (url source)" for one without
+// base64 data), or "no images".
 func describeImages(ims []ImageInfo) string {
 	if len(ims) == 0 {
 		return "no images"
@@ -125,6 +127,10 @@ func describeImages(ims []ImageInfo) string {
 		where := ""
 		if im.InToolResult {
 			where = " (tool result)"
+		}
+		if im.SHA256 == "" {
+			fmt.Fprintf(&b, "image (%s source)%s", im.SourceType, where)
+			continue
 		}
 		fmt.Fprintf(&b, "image %s %d bytes sha256:%s%s", im.MediaType, im.Size, im.SHA256, where)
 	}
