@@ -556,6 +556,21 @@ export interface SessionState extends ReducedState {
   sessionOptions: SessionOptions | null;
 }
 
+/**
+ * One part of a message's content (POST …/messages with content as a
+ * list): text; an image as base64 data (source), a data: URL (url) or an
+ * artifact the session holds (artifact: its sha256); a file (name: a
+ * workspace path, with base64 data or an artifact), written into the
+ * workspace before the turn. Images: png, jpeg, gif, webp.
+ */
+export type ContentPart =
+  | { type: "text"; text: string }
+  | { type: "image"; source: { type: "base64"; mediaType: string; data: string } }
+  | { type: "image"; url: string }
+  | { type: "image"; artifact: string }
+  | { type: "file"; name: string; data: string; mediaType?: string }
+  | { type: "file"; name: string; artifact: string; mediaType?: string };
+
 export interface SendMessageResponse {
   success: true;
   sessionId: string;
