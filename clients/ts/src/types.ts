@@ -36,9 +36,9 @@ export interface BlockBase {
   timestamp?: string;
   status?: BlockStatus;
   metadata?: { [key: string]: Json };
-  /** The block's text was longer than the server keeps: head, tail and the full text as an artifact. */
+  /** Set when the block's text was longer than the server keeps: see Truncation. */
   truncated?: Truncation;
-  /** Images and files the block carries (a user's images, an image a tool returned). */
+  /** Images and files the block carries, stored as artifacts. */
   attachments?: ArtifactRef[];
 }
 
@@ -51,9 +51,11 @@ export interface ArtifactRef {
 }
 
 /**
- * A block's text field (field: "output" or "content") was cut: it holds the
- * first bytes, tail the last ones, totalBytes the full length, and artifact
- * the full text once the block is complete.
+ * A block whose text (`field`: "output" or "content") passed the server's
+ * output limit: the field holds the text's first bytes, `tail` its last
+ * ones, `totalBytes` its length (the bytes between are omitted); the whole
+ * text is `artifact` once the block completes (`artifactError` when it
+ * could not be stored). Fetch it, or a byte range of it, from the artifact.
  */
 export interface Truncation {
   field: string;
