@@ -225,6 +225,14 @@ func (c *Client) ChangedContent(ctx context.Context, id, sha256 string) ([]byte,
 	return out, c.do(ctx, "GET", "/api/sessions/"+url.PathEscape(id)+"/changes/content/"+url.PathEscape(sha256), nil, nil, &out)
 }
 
+// Artifact returns an artifact's bytes by its sha256 (a large output kept
+// whole, an image, a file: the ref's SHA256). The whole artifact is read
+// into memory; for ranges, GET the route with a Range header.
+func (c *Client) Artifact(ctx context.Context, id, sha256 string) ([]byte, error) {
+	var out []byte
+	return out, c.do(ctx, "GET", "/api/sessions/"+url.PathEscape(id)+"/artifacts/"+url.PathEscape(sha256), nil, nil, &out)
+}
+
 // Archive returns the workspace as an archive, format "zip" or "tar.gz".
 func (c *Client) Archive(ctx context.Context, id, format string) ([]byte, error) {
 	var out []byte
@@ -289,13 +297,6 @@ func (c *Client) File(ctx context.Context, id, path string) ([]byte, error) {
 func (c *Client) PutFile(ctx context.Context, id, path string, data []byte) (restapi.FileEntry, error) {
 	var out restapi.FileEntry
 	return out, c.do(ctx, "PUT", "/api/sessions/"+url.PathEscape(id)+"/files/"+path, nil, rawBody(data), &out)
-}
-
-// Artifact returns an artifact's bytes (GET /api/sessions/{id}/artifacts/{sha256}):
-// an image a user sent or a tool returned, an output kept whole.
-func (c *Client) Artifact(ctx context.Context, id, sha256 string) ([]byte, error) {
-	var out []byte
-	return out, c.do(ctx, "GET", "/api/sessions/"+url.PathEscape(id)+"/artifacts/"+url.PathEscape(sha256), nil, nil, &out)
 }
 
 // rawBody is a request body sent as it is (application/octet-stream).
