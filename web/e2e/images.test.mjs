@@ -107,6 +107,15 @@ describe("images (claude-code + mock-llm)", () => {
       const result = blocks.find((b) => b.type === "tool_result");
       assert.equal(result.attachments?.length, 1);
       assert.equal(await img.getAttribute("data-sha256"), result.attachments[0].sha256);
+      // The picture in the workspace view shows as an image too.
+      await page.getByTestId("tab-workspace").click();
+      const tree = page.getByTestId("file-tree");
+      await tree.locator('[data-path="pics"]').waitFor();
+      // Folders may start open: open this one only when its file is not shown.
+      if ((await tree.locator('[data-path="pics/pic.png"]').count()) === 0) await tree.locator('[data-path="pics"]').click();
+      await tree.locator('[data-path="pics/pic.png"]').click();
+      const file = await loadedSize(page.getByTestId("file-viewer").getByTestId("file-image"));
+      assert.deepEqual([file.w, file.h], [24, 16]);
     });
   });
 
