@@ -51,3 +51,13 @@ func (c *core) attach(images []wireImage) []conversation.ArtifactRef {
 	}
 	return refs
 }
+
+// KeepImages is StreamConverter.KeepImages for a subagent's transcript.
+func (t *SubagentConverter) KeepImages() { t.c.keepImages = true }
+
+// TakeImages is StreamConverter.TakeImages for a subagent's transcript.
+func (t *SubagentConverter) TakeImages() []Image {
+	out := t.c.images
+	t.c.images = nil
+	return out
+}
