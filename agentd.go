@@ -198,6 +198,11 @@ type Config struct {
 	// the store (shared by a fleet: give every server the same); 0 means no
 	// limit.
 	ArtifactQuotaTotal int64
+	// MaxUploadBytes bounds one PUT /api/sessions/{id}/files/{path} (default
+	// 32 MiB); MaxImageBytes one image of a message, decoded (default 5
+	// MiB); MaxMessageBody a message's body with its base64 images and
+	// files (default 24 MiB). Larger ones are refused with 413.
+	MaxUploadBytes, MaxImageBytes, MaxMessageBody int64
 	// WatchIgnore adds workspace paths the file watcher ignores.
 	WatchIgnore []string
 	// DisableUI serves no web UI at /.
@@ -350,7 +355,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		WatchIgnore: cfg.WatchIgnore, DisableUI: cfg.DisableUI, Registerer: cfg.Registerer, Logger: cfg.Logger,
 		NATSURL: cfg.NATSURL, NATSPrefix: cfg.NATSPrefix, NATSEventNotices: cfg.NATSEventNotices,
 		NodeID: cfg.NodeID, LeaseTTL: cfg.LeaseTTL, Version: Version,
-		ArtifactQuota: store.ArtifactQuota{Session: cfg.ArtifactQuotaSession, Total: cfg.ArtifactQuotaTotal},
+		ArtifactQuota:  store.ArtifactQuota{Session: cfg.ArtifactQuotaSession, Total: cfg.ArtifactQuotaTotal},
+		MaxUploadBytes: cfg.MaxUploadBytes, MaxImageBytes: cfg.MaxImageBytes, MaxMessageBody: cfg.MaxMessageBody,
 	})
 	if err != nil {
 		return nil, err

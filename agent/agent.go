@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"time"
 
@@ -59,6 +60,37 @@ type Turn struct {
 	// it derive from it.
 	QueryID string
 	Content string
+	// Images are the images the user sent with the message, in order,
+	// before the text; only a runner whose architecture is an
+	// ImageAccepter gets any.
+	Images []Image
+}
+
+// Image is an image of a user message: its bytes (a few MiB at most, as
+// the API limits them), media type and artifact.
+type Image struct {
+	// MediaType is "image/png", "image/jpeg", "image/gif" or "image/webp".
+	MediaType string
+	Data      []byte
+	// SHA256 names the image in the session's artifact store.
+	SHA256 string
+}
+
+// ArtifactPutter is implemented by hosts whose store keeps artifacts: a
+// runner stores content an event references (an image a tool returned)
+// with PutArtifact before it emits the event, so the log holds the ref,
+// never the bytes. meta's ContentType and Name are kept; the returned ref
+// has SHA256 and Size.
+type ArtifactPutter interface {
+	PutArtifact(ctx context.Context, meta conversation.ArtifactRef, r io.Reader) (conversation.ArtifactRef, error)
+}
+
+// ImageAccepter is implemented by architectures whose agent takes images
+// in a user message. A message with images for a session of an
+// architecture that is not one (or says false) is refused before its turn
+// starts (UNSUPPORTED_CONTENT).
+type ImageAccepter interface {
+	AcceptsImages() bool
 }
 
 // TurnResult is what a finished turn reports.

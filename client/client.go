@@ -77,7 +77,10 @@ func (c *Client) url(path string, q url.Values) string {
 
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, out any) error {
 	var body io.Reader
-	if in != nil {
+	ctype := "application/json"
+	if raw, ok := in.(rawBody); ok {
+		body, ctype = bytes.NewReader(raw), "application/octet-stream"
+	} else if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return err
@@ -90,7 +93,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 	}
 	if in != nil || (method != http.MethodGet && method != http.MethodHead) {
 		// Every state-changing request says JSON, also without a body.
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", ctype)
 	}
 	c.auth(req.Header)
 	resp, err := c.http.Do(req)
@@ -193,6 +196,13 @@ func (c *Client) SessionPage(ctx context.Context, id string, limit int, before s
 func (c *Client) Send(ctx context.Context, id, content string) (restapi.MessageResponse, error) {
 	var out restapi.MessageResponse
 	return out, c.do(ctx, "POST", "/api/sessions/"+url.PathEscape(id)+"/messages", nil, restapi.MessageRequest{Content: content}, &out)
+}
+
+// SendMessage sends a user message with content parts (text, images,
+// files: restapi.MessageRequest's Parts), queued as Send's.
+func (c *Client) SendMessage(ctx context.Context, id string, msg restapi.MessageRequest) (restapi.MessageResponse, error) {
+	var out restapi.MessageResponse
+	return out, c.do(ctx, "POST", "/api/sessions/"+url.PathEscape(id)+"/messages", nil, msg, &out)
 }
 
 // SendNow sends a user message that must start a turn now: while a turn
@@ -299,6 +309,15 @@ func (c *Client) File(ctx context.Context, id, path string) ([]byte, error) {
 	var out []byte
 	return out, c.do(ctx, "GET", "/api/sessions/"+url.PathEscape(id)+"/files/"+path, nil, nil, &out)
 }
+
+// PutFile writes a workspace file (created or replaced, folders made).
+func (c *Client) PutFile(ctx context.Context, id, path string, data []byte) (restapi.FileEntry, error) {
+	var out restapi.FileEntry
+	return out, c.do(ctx, "PUT", "/api/sessions/"+url.PathEscape(id)+"/files/"+path, nil, rawBody(data), &out)
+}
+
+// rawBody is a request body sent as it is (application/octet-stream).
+type rawBody []byte
 
 // Events returns a page of events after a seq.
 func (c *Client) Events(ctx context.Context, id string, after int64, limit int) (restapi.EventPage, error) {

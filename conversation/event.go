@@ -383,6 +383,9 @@ type SessionIdleEvent struct{}
 type MessageQueued struct {
 	MessageID string `json:"messageId"`
 	Content   string `json:"content"`
+	// Attachments are the message's images (no name) and files (named),
+	// as its user_message block will carry them.
+	Attachments []ArtifactRef `json:"attachments,omitempty"`
 }
 
 // MessageDequeued takes a message out of the queue to start turn QueryID.

@@ -102,6 +102,8 @@ type QueuedMessage struct {
 	QueuedAt time.Time `json:"queuedAt,omitzero"`
 	// Actor is the principal who sent it (the event's context actor).
 	Actor string `json:"actor,omitempty"`
+	// Attachments are the message's images and files (message:queued's).
+	Attachments []ArtifactRef `json:"attachments,omitempty"`
 }
 
 // PermissionRule allows every later request for ToolName in the session.
@@ -308,7 +310,7 @@ func (r *Reducer) Apply(e Event) error {
 			r.rules = append(r.rules, PermissionRule{ToolName: p.ToolName, Behavior: p.Behavior})
 		}
 	case *MessageQueued:
-		q := QueuedMessage{ID: p.MessageID, Content: p.Content, QueuedAt: e.Context.Timestamp}
+		q := QueuedMessage{ID: p.MessageID, Content: p.Content, QueuedAt: e.Context.Timestamp, Attachments: p.Attachments}
 		if e.Context.Actor != nil {
 			q.Actor = *e.Context.Actor
 		}

@@ -4,7 +4,10 @@
 package restapi
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io/fs"
 	"time"
 
@@ -160,12 +163,90 @@ type TerminateEnvironmentResponse struct {
 	Runtime   conversation.Runtime `json:"runtime"`
 }
 
-// MessageRequest is the body of POST /api/sessions/{id}/messages.
+// MessageRequest is the body of POST /api/sessions/{id}/messages. Its
+// "content" is either a string (Content) or a list of content parts
+// (Parts): text, images and files.
 type MessageRequest struct {
+	// Content is the message's text when "content" is a string.
 	Content string `json:"content"`
+	// Parts is "content" when it is a list; MarshalJSON then sends it in
+	// place of Content.
+	Parts []ContentPart `json:"-"`
 	// Queue false refuses the message with 409 SESSION_BUSY while a turn
 	// runs; by default (absent or true) it waits in the session's queue.
 	Queue *bool `json:"queue,omitempty"`
+}
+
+// ContentPart is one part of a message's content. Type "text" has Text;
+// "image" has exactly one of Source (base64 data), URL (a data: URL) and
+// Artifact (the SHA-256 of an artifact the session holds); "file" has Name
+// (a workspace path) and Data (base64), or Artifact.
+type ContentPart struct {
+	Type     string         `json:"type"`
+	Text     string         `json:"text,omitempty"`
+	Source   *ContentSource `json:"source,omitempty"`
+	URL      string         `json:"url,omitempty"`
+	Artifact string         `json:"artifact,omitempty"`
+	Name     string         `json:"name,omitempty"`
+	Data     string         `json:"data,omitempty"`
+	// MediaType is a file's media type (default: from its name).
+	MediaType string `json:"mediaType,omitempty"`
+}
+
+// ContentSource is an image's bytes, as Anthropic's Messages API has them:
+// type "base64", the media type (mediaType, or media_type) and the data.
+type ContentSource struct {
+	Type           string `json:"type"`
+	MediaType      string `json:"mediaType,omitempty"`
+	MediaTypeSnake string `json:"media_type,omitempty"`
+	Data           string `json:"data"`
+}
+
+// ContentMediaType is the source's media type, whichever spelling set it.
+func (c ContentSource) ContentMediaType() string {
+	if c.MediaType != "" {
+		return c.MediaType
+	}
+	return c.MediaTypeSnake
+}
+
+type messageRequestJSON struct {
+	Content json.RawMessage `json:"content"`
+	Queue   *bool           `json:"queue,omitempty"`
+}
+
+// UnmarshalJSON takes "content" as a string or as a list of parts.
+func (m *MessageRequest) UnmarshalJSON(data []byte) error {
+	var raw messageRequestJSON
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	*m = MessageRequest{Queue: raw.Queue}
+	c := bytes.TrimSpace(raw.Content)
+	switch {
+	case len(c) == 0 || string(c) == "null":
+	case c[0] == '"':
+		return json.Unmarshal(c, &m.Content)
+	case c[0] == '[':
+		if err := json.Unmarshal(c, &m.Parts); err != nil {
+			return fmt.Errorf("content: %w", err)
+		}
+	default:
+		return errors.New("content must be a string or a list of content parts")
+	}
+	return nil
+}
+
+// MarshalJSON sends Parts as "content" when there are any.
+func (m MessageRequest) MarshalJSON() ([]byte, error) {
+	var c any = m.Content
+	if len(m.Parts) > 0 {
+		c = m.Parts
+	}
+	return json.Marshal(struct {
+		Content any   `json:"content"`
+		Queue   *bool `json:"queue,omitempty"`
+	}{c, m.Queue})
 }
 
 // MessageResponse answers it: the turn the message started (queryId), or

@@ -94,6 +94,9 @@ type serveCmd struct {
 	SessionTokenBudget int64         `help:"Most model tokens (input, output, cache) a session may use, counted by the model proxy; 0 for no limit." default:"0" env:"AGENTD_SESSION_TOKEN_BUDGET"`
 
 	ArtifactQuotaSession int64 `name:"artifact-quota-session" help:"Most bytes of artifacts (large outputs kept whole, images, files) one session may hold; more is refused with ARTIFACT_QUOTA_EXCEEDED. 0 for no limit." default:"1073741824" env:"AGENTD_ARTIFACT_QUOTA_SESSION"`
+	MaxUpload            int64 `name:"max-upload" help:"Largest workspace file one PUT /api/sessions/{id}/files/{path} writes, in bytes." default:"33554432" env:"AGENTD_MAX_UPLOAD"`
+	MaxImage             int64 `name:"max-image" help:"Largest image (decoded) a message may carry, in bytes." default:"5242880" env:"AGENTD_MAX_IMAGE"`
+	MaxMessageBody       int64 `name:"max-message-body" help:"Largest message body (with its base64 images and files), in bytes." default:"25165824" env:"AGENTD_MAX_MESSAGE_BODY"`
 	ArtifactQuotaTotal   int64 `name:"artifact-quota-total" help:"Most bytes of distinct artifact content the store may hold (a fleet's servers share it: give each the same); 0 for no limit." default:"0" env:"AGENTD_ARTIFACT_QUOTA_TOTAL"`
 
 	identityFlags `embed:""`
@@ -122,6 +125,7 @@ func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
 		PermissionTimeout: c.PermissionTimeout, MaxBody: c.MaxBody, DisableUI: c.NoUI, Logger: log, OutputLimit: outputLimit,
 		DisableModelProxy: !c.ModelProxy, ModelProxyAddr: c.ModelProxyAddr, SessionTokenBudget: c.SessionTokenBudget,
 		ArtifactQuotaSession: c.ArtifactQuotaSession, ArtifactQuotaTotal: c.ArtifactQuotaTotal,
+		MaxUploadBytes: c.MaxUpload, MaxImageBytes: c.MaxImage, MaxMessageBody: c.MaxMessageBody,
 		DockerImage: c.DockerImage, DockerUser: c.DockerUser, DockerExecutor: c.DockerExecutor, WarmPool: c.WarmPool,
 		Kubernetes: agentd.KubernetesConfig{
 			Kubeconfig: c.K8sKubeconfig, Namespace: c.K8sNamespace, Image: c.K8sImage, PullPolicy: c.K8sPullPolicy,

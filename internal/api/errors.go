@@ -90,8 +90,12 @@ func classify(err error) (int, string) {
 		return http.StatusBadRequest, CodeInvalidCursor
 	case errors.As(err, &re):
 		return http.StatusRequestedRangeNotSatisfiable, CodeRangeNotSatisfiable
-	case errors.As(err, &mbe):
+	case errors.As(err, &mbe), errors.Is(err, errContentTooLarge):
 		return http.StatusRequestEntityTooLarge, CodeTooLarge
+	case errors.As(err, new(contentError)):
+		return http.StatusBadRequest, CodeInvalidContent
+	case errors.Is(err, session.ErrUnsupportedContent):
+		return http.StatusUnprocessableEntity, CodeUnsupportedContent
 	case errors.Is(err, session.ErrNotFound):
 		return http.StatusNotFound, CodeSessionNotFound
 	case errors.Is(err, errArtifactNotFound):

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/agentd/agentd/restapi"
 	"github.com/agentd/agentd/sandbox"
 )
 
@@ -70,6 +71,29 @@ func (s *Server) handleFile(w http.ResponseWriter, r *http.Request) {
 	// The budget only backs up checkRanges: ServeContent never sends more.
 	body := &budgetReader{ReadSeeker: f, left: s.cfg.MaxFileBytes}
 	http.ServeContent(deadlineWriter{ResponseWriter: w, rc: rc}, r, "", info.ModTime, body)
+}
+
+// handlePutFile writes a workspace file from the raw request body
+// (bounded by MaxUploadBytes: 413 beyond), with the path rules of reads.
+func (s *Server) handlePutFile(w http.ResponseWriter, r *http.Request) {
+	p := r.PathValue("path")
+	if _, err := sandbox.CleanPath(p); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), fileOpenTimeout)
+	defer cancel()
+	info, err := s.cfg.Sessions.WriteFile(ctx, r.PathValue("id"), p, data)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, restapi.FileEntry{Path: info.Path, Size: info.Size, Mode: info.Mode, ModTime: info.ModTime})
 }
 
 // rangeError is a Range header that selects nothing of the file (416).

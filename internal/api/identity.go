@@ -97,6 +97,7 @@ var sessionRoutes = map[string]sessionAccess{
 	"POST /api/sessions/{id}/permissions/{requestId}": {level: auth.LevelControl},
 	"GET /api/sessions/{id}/files":                    {level: auth.LevelRead},
 	"GET /api/sessions/{id}/files/{path...}":          {level: auth.LevelRead},
+	"PUT /api/sessions/{id}/files/{path...}":          {level: auth.LevelControl},
 	"GET /api/sessions/{id}/events":                   {level: auth.LevelRead},
 	"GET /api/sessions/{id}/audit":                    {level: auth.LevelRead},
 	"GET /api/sessions/{id}/pty":                      {level: auth.LevelControl, start: true},

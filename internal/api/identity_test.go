@@ -253,6 +253,7 @@ func TestTwoUsersEveryTransport(t *testing.T) {
 		{"GET", "/api/sessions/" + b + "/events", ""},
 		{"GET", "/api/sessions/" + b + "/files", ""},
 		{"GET", "/api/sessions/" + b + "/files/x.txt", ""},
+		{"PUT", "/api/sessions/" + b + "/files/x.txt", "overwritten"},
 		{"GET", "/api/sessions/" + b + "/audit", ""},
 		{"POST", "/api/sessions/" + b + "/messages", `{"content":"echo pwned > /tmp/x"}`},
 		{"POST", "/api/sessions/" + b + "/interrupt", `{}`},

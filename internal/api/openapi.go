@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/conversation"
+	"github.com/agentd/agentd/restapi"
 )
 
 // openAPI builds the OpenAPI 3.1 document from the route table and the Go
@@ -47,6 +48,10 @@ func (s *Server) openAPI() map[string]any {
 		if rt.req != nil {
 			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{
 				"application/json": map[string]any{"schema": g.ref(reflect.TypeOf(rt.req))}}}
+		}
+		if rt.rawBody {
+			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{
+				"application/octet-stream": map[string]any{"schema": map[string]any{"type": "string", "format": "binary"}}}}
 		}
 		responses := map[string]any{}
 		ok := map[string]any{"description": "success"}
@@ -87,6 +92,7 @@ func (s *Server) openAPI() map[string]any {
 		g.ref(reflect.TypeOf(t))
 	}
 	g.enums()
+	g.messageContent()
 	return map[string]any{
 		"openapi": "3.1.0",
 		"info": map[string]any{"title": "agentd", "version": APIVersion,
@@ -262,6 +268,20 @@ func (g *schemaGen) enums() {
 	set("PermissionResolved", "scope", []conversation.PermissionScope{conversation.ScopeOnce, conversation.ScopeSession})
 	set("PermissionAnswer", "scope", []conversation.PermissionScope{conversation.ScopeOnce, conversation.ScopeSession})
 	set("PermissionRule", "behavior", []conversation.PermissionBehavior{conversation.Allow, conversation.Deny})
+}
+
+// messageContent gives MessageRequest.content its two shapes: a string,
+// or a list of content parts (restapi's custom JSON).
+func (g *schemaGen) messageContent() {
+	d, ok := g.defs["MessageRequest"].(map[string]any)
+	if !ok {
+		return
+	}
+	part := g.ref(reflect.TypeOf(restapi.ContentPart{}))
+	d["properties"].(map[string]any)["content"] = map[string]any{"oneOf": []any{
+		map[string]any{"type": "string"},
+		map[string]any{"type": "array", "items": part},
+	}}
 }
 
 func schemaName(t reflect.Type) string {

@@ -21,6 +21,8 @@ type route struct {
 	handler         http.HandlerFunc
 	auth            bool // needs the API key when one is set
 	body            bool // has a request body (size-limited)
+	bodyLimit       int  // which limit: MaxBody (default), MaxMessageBody, MaxUploadBytes
+	rawBody         bool // the body is not JSON (no Content-Type check)
 	legacy          bool
 	req             any // request body type, for the schema
 	resp            any // success body type, for the schema
@@ -72,13 +74,14 @@ func (s *Server) table() []route {
 		{method: "PATCH", pattern: "/api/sessions/{id}/options", summary: "Change a session's options (for its agent's next start)", handler: s.handleUpdateOptions, auth: true, body: true, req: restapi.UpdateOptionsRequest{}, resp: restapi.UpdateOptionsResponse{}, status: 200, params: []param{pID}},
 		{method: "POST", pattern: "/api/sessions/{id}/sync", summary: "Persist the session's workspace and agent transcript to the store now", handler: s.handleSync, auth: true, body: true, resp: restapi.SyncResponse{}, status: 200, params: []param{pID}},
 		{method: "POST", pattern: "/api/sessions/{id}/environment/terminate", summary: "Stop the session's environment, keeping the session (the next message starts a new one)", handler: s.handleTerminateEnvironment, auth: true, body: true, resp: restapi.TerminateEnvironmentResponse{}, status: 200, params: []param{pID}},
-		{method: "POST", pattern: "/api/sessions/{id}/messages", summary: "Send a user message: starts a turn, or waits in the session's queue while one runs (queue:false: 409 instead)", handler: s.handleMessage, auth: true, body: true, req: restapi.MessageRequest{}, resp: restapi.MessageResponse{}, status: 202, params: []param{pID}},
+		{method: "POST", pattern: "/api/sessions/{id}/messages", summary: "Send a user message: starts a turn, or waits in the session's queue while one runs (queue:false: 409 instead)", handler: s.handleMessage, auth: true, body: true, bodyLimit: msgBody, req: restapi.MessageRequest{}, resp: restapi.MessageResponse{}, status: 202, params: []param{pID}},
 		{method: "GET", pattern: "/api/sessions/{id}/queue", summary: "The messages waiting for their turn", handler: s.handleQueue, auth: true, resp: restapi.QueuedMessageList{}, status: 200, params: []param{pID}},
 		{method: "DELETE", pattern: "/api/sessions/{id}/queue/{messageId}", summary: "Drop a queued message", handler: s.handleCancelQueued, auth: true, resp: restapi.Success{}, status: 200, params: []param{pID, pMessage}},
 		{method: "POST", pattern: "/api/sessions/{id}/interrupt", summary: "Interrupt the running turn", handler: s.handleInterrupt, auth: true, body: true, resp: restapi.Success{}, status: 202, params: []param{pID}},
 		{method: "POST", pattern: "/api/sessions/{id}/permissions/{requestId}", summary: "Answer a permission request", handler: s.handlePermission, auth: true, body: true, req: restapi.PermissionAnswer{}, resp: restapi.Success{}, status: 200, params: []param{pID, pReq}},
 		{method: "GET", pattern: "/api/sessions/{id}/files", summary: "List the workspace", handler: s.handleFiles, auth: true, resp: restapi.FileList{}, status: 200, params: []param{pID}},
 		{method: "GET", pattern: "/api/sessions/{id}/files/{path...}", summary: "A workspace file's bytes", handler: s.handleFile, auth: true, status: 200, params: []param{pID, pPath}, kind: "raw"},
+		{method: "PUT", pattern: "/api/sessions/{id}/files/{path...}", summary: "Write a workspace file (the raw body, at most MaxUploadBytes)", handler: s.handlePutFile, auth: true, body: true, bodyLimit: uploadBody, rawBody: true, resp: restapi.FileEntry{}, status: 200, params: []param{pID, pPath}},
 		{method: "GET", pattern: "/api/sessions/{id}/changes", summary: "What each turn, and the whole session, changed in the workspace", handler: s.handleChanges, auth: true, resp: restapi.SessionChanges{}, status: 200, params: []param{pID}},
 		{method: "GET", pattern: "/api/sessions/{id}/changes/content/{sha256}", summary: "A file content kept by the workspace snapshots, by sha256", handler: s.handleChangedContent, auth: true, status: 200, params: []param{pID, pSHA}, kind: "raw"},
 		{method: "GET", pattern: "/api/sessions/{id}/artifacts/{sha256}", summary: "An artifact's bytes (a large output kept whole, an image, a file), by sha256: ETag, Range, Content-Disposition", handler: s.handleArtifact, auth: true, status: 200, params: []param{pID, pSHA}, kind: "raw"},
@@ -224,20 +227,22 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if req.Content == "" {
-		s.fail(w, r, badRequest("content must be a non-empty string"))
-		return
-	}
-	sess, err := s.cfg.Sessions.Get(r.PathValue("id"))
+	id := r.PathValue("id")
+	sess, err := s.cfg.Sessions.Get(id)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	ctx, cancel := shortCtx(r)
 	defer cancel()
+	msg, err := s.messageOf(ctx, id, req) // content.go
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	if req.Queue != nil && !*req.Queue {
 		// The client asked not to queue: 409 while a turn runs.
-		qid, err := sess.Send(ctx, req.Content, Principal(r.Context()))
+		qid, err := sess.SendMessage(ctx, msg, Principal(r.Context()))
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -245,7 +250,7 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusAccepted, restapi.MessageResponse{Success: true, SessionID: sess.ID(), QueryID: qid})
 		return
 	}
-	res, err := sess.Submit(ctx, req.Content, Principal(r.Context()))
+	res, err := sess.SubmitMessage(ctx, msg, Principal(r.Context()))
 	if err != nil {
 		s.fail(w, r, err)
 		return

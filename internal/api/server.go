@@ -48,6 +48,15 @@ type Config struct {
 	AuthRecheck time.Duration
 	// MaxBody bounds request bodies (default 1 MiB).
 	MaxBody int64
+	// MaxMessageBody bounds a message's body, with its base64 images and
+	// files (default DefaultMaxMessageBody).
+	MaxMessageBody int64
+	// MaxImageBytes bounds one image of a message, decoded (default
+	// DefaultMaxImageBytes).
+	MaxImageBytes int64
+	// MaxUploadBytes bounds one PUT of a workspace file (default
+	// DefaultMaxUploadBytes).
+	MaxUploadBytes int64
 	// MaxFileBytes bounds what one GET of a workspace file sends: a whole
 	// file up to it, ranges totalling up to it (default
 	// DefaultMaxFileBytes).
@@ -135,6 +144,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 1 << 20
 	}
+	if cfg.MaxMessageBody <= 0 {
+		cfg.MaxMessageBody = DefaultMaxMessageBody
+	}
+	if cfg.MaxImageBytes <= 0 {
+		cfg.MaxImageBytes = DefaultMaxImageBytes
+	}
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = DefaultMaxUploadBytes
+	}
 	if cfg.MaxFileBytes <= 0 {
 		cfg.MaxFileBytes = DefaultMaxFileBytes
 	}
@@ -179,14 +197,14 @@ func New(cfg Config) (*Server, error) {
 	s.routes = append(s.table(), s.identityRoutes()...)
 	for _, rt := range s.routes {
 		h := rt.handler
-		if unsafeMethod(rt.method) {
+		if unsafeMethod(rt.method) && !rt.rawBody {
 			h = s.requireJSON(h)
 		}
 		if rt.auth {
 			h = s.requireAuth(s.authorize(rt, h))
 		}
 		if rt.body {
-			h = s.limitBody(h)
+			h = s.limitBody(h, s.bodyLimit(rt.bodyLimit))
 		}
 		s.mux.HandleFunc(rt.method+" "+rt.pattern, h)
 	}
@@ -327,13 +345,30 @@ func (s *Server) Shutdown(ctx context.Context) {
 	}
 }
 
-func (s *Server) limitBody(next http.HandlerFunc) http.HandlerFunc {
+// Which body limit a route has (route.bodyLimit).
+const (
+	defaultBody = iota
+	msgBody
+	uploadBody
+)
+
+func (s *Server) bodyLimit(which int) int64 {
+	switch which {
+	case msgBody:
+		return s.cfg.MaxMessageBody
+	case uploadBody:
+		return s.cfg.MaxUploadBytes
+	}
+	return s.cfg.MaxBody
+}
+
+func (s *Server) limitBody(next http.HandlerFunc, limit int64) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > s.cfg.MaxBody {
+		if r.ContentLength > limit {
 			writeError(w, http.StatusRequestEntityTooLarge, CodeTooLarge, "request body too large")
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		next(w, r)
 	}
 }

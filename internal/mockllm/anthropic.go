@@ -1,6 +1,9 @@
 package mockllm
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,6 +48,45 @@ type anthropicBlock struct {
 	ToolUseID string          `json:"tool_use_id"`
 	Content   json.RawMessage `json:"content"`
 	IsError   bool            `json:"is_error"`
+	Source    *imageSource    `json:"source"`
+}
+
+// imageSource is an image block's source; only base64 data is read.
+type imageSource struct {
+	Type      string `json:"type"`
+	MediaType string `json:"media_type"`
+	Data      string `json:"data"`
+}
+
+// imagePart is an image block as a Part: what it holds, not its bytes.
+func imagePart(b anthropicBlock, inToolResult bool) Part {
+	p := Part{Type: PartImage, Image: &ImageInfo{InToolResult: inToolResult}}
+	if b.Source == nil {
+		return p
+	}
+	p.Image.MediaType = b.Source.MediaType
+	p.Image.SourceType = b.Source.Type
+	if data, err := base64.StdEncoding.DecodeString(b.Source.Data); err == nil && b.Source.Type == "base64" {
+		sum := sha256.Sum256(data)
+		p.Image.SHA256 = hex.EncodeToString(sum[:])
+		p.Image.Size = len(data)
+	}
+	return p
+}
+
+// toolResultImages are the image blocks of a tool result's content.
+func toolResultImages(raw json.RawMessage) []Part {
+	var blocks []anthropicBlock
+	if json.Unmarshal(raw, &blocks) != nil {
+		return nil
+	}
+	var out []Part
+	for _, b := range blocks {
+		if b.Type == "image" {
+			out = append(out, imagePart(b, true))
+		}
+	}
+	return out
 }
 
 func parseAnthropic(body []byte) (*Request, error) {
@@ -111,6 +153,9 @@ func parseAnthropic(body []byte) (*Request, error) {
 				msg.Parts = append(msg.Parts, Part{Type: PartToolCall, ToolID: b.ID, ToolName: b.Name, Text: string(b.Input)})
 			case "tool_result":
 				msg.Parts = append(msg.Parts, Part{Type: PartToolResult, ToolID: b.ToolUseID, Text: rawText(b.Content), IsError: b.IsError})
+				msg.Parts = append(msg.Parts, toolResultImages(b.Content)...)
+			case "image":
+				msg.Parts = append(msg.Parts, imagePart(b, false))
 			default:
 				msg.Parts = append(msg.Parts, Part{Type: PartOther})
 			}

@@ -2,6 +2,9 @@ package mockllm
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"path/filepath"
 	"reflect"
@@ -416,5 +419,50 @@ rules:
 	}
 	if !reflect.DeepEqual(rec.UserTexts, []string{"next question please"}) {
 		t.Errorf("user texts %q (system reminders must be stripped)", rec.UserTexts)
+	}
+}
+
+// Image blocks of a user message and of a tool result are read, logged and
+// told by the images template function; the bytes are not kept.
+func TestAnthropicImages(t *testing.T) {
+	srv, ts := newTestServer(t, `
+rules:
+  - match: {userContains: "look"}
+    reply: {text: "{{images}}"}
+`)
+	img := []byte("\x89PNG\r\n\x1a\nnot really a png")
+	b64 := base64.StdEncoding.EncodeToString(img)
+	sum := sha256.Sum256(img)
+	msgs := []map[string]any{
+		{"role": "user", "content": "run it"},
+		{"role": "assistant", "content": []any{map[string]any{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": map[string]any{}}}},
+		{"role": "user", "content": []any{
+			map[string]any{"type": "tool_result", "tool_use_id": "toolu_1", "content": []any{
+				map[string]any{"type": "text", "text": "shot"},
+				map[string]any{"type": "image", "source": map[string]any{"type": "base64", "media_type": "image/webp", "data": b64}}}},
+			map[string]any{"type": "image", "source": map[string]any{"type": "base64", "media_type": "image/png", "data": b64}},
+			map[string]any{"type": "image", "source": map[string]any{"type": "url", "url": "https://example.com/x.png"}},
+			map[string]any{"type": "text", "text": "look at these"},
+		}},
+	}
+	resp, body := post(t, ts.URL+"/v1/messages", anthropicBody(false, msgs...))
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	var msg struct{ Content []struct{ Text string } }
+	if err := json.Unmarshal(body, &msg); err != nil || len(msg.Content) != 1 {
+		t.Fatalf("%s: %v", body, err)
+	}
+	h := hex.EncodeToString(sum[:])
+	want := "image image/webp 24 bytes sha256:" + h + " (tool result)\nimage image/png 24 bytes sha256:" + h + "\nimage (url source)"
+	if msg.Content[0].Text != want {
+		t.Fatalf("images told as\n%q, want\n%q", msg.Content[0].Text, want)
+	}
+	logged := srv.ModelRequests("")
+	if len(logged) != 1 || len(logged[0].Images) != 3 || logged[0].Images[1] != (ImageInfo{MediaType: "image/png", SourceType: "base64", SHA256: h, Size: 24}) {
+		t.Fatalf("logged %+v", logged)
+	}
+	if logged[0].ToolResults[0].Content != "shot\n[image: image/webp]" && logged[0].ToolResults[0].Content != "shot" {
+		t.Errorf("tool result text %q", logged[0].ToolResults[0].Content)
 	}
 }

@@ -1,6 +1,9 @@
 package mockllm
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -124,17 +127,49 @@ func textParts(raw json.RawMessage, textTypes ...string) []Part {
 	var parts []struct {
 		Type string `json:"type"`
 		Text string `json:"text"`
+		// ImageURL is a Responses input_image's data URL (a string), or a
+		// Chat image_url part's {"url": …}.
+		ImageURL json.RawMessage `json:"image_url"`
 	}
 	_ = json.Unmarshal(raw, &parts)
 	var out []Part
 	for _, p := range parts {
-		if slices.Contains(textTypes, p.Type) {
+		switch {
+		case slices.Contains(textTypes, p.Type):
 			out = append(out, Part{Type: PartText, Text: p.Text})
-		} else {
+		case p.Type == "input_image" || p.Type == "image_url":
+			out = append(out, urlImagePart(p.ImageURL))
+		default:
 			out = append(out, Part{Type: PartOther})
 		}
 	}
 	return out
+}
+
+// urlImagePart describes an OpenAI image part from its URL: a base64 data:
+// URL is decoded (media type, size, sha256), any other is noted as such.
+func urlImagePart(raw json.RawMessage) Part {
+	var u string
+	if json.Unmarshal(raw, &u) != nil {
+		var obj struct {
+			URL string `json:"url"`
+		}
+		_ = json.Unmarshal(raw, &obj)
+		u = obj.URL
+	}
+	p := Part{Type: PartImage, Image: &ImageInfo{SourceType: "url"}}
+	rest, ok := strings.CutPrefix(u, "data:")
+	meta, data, ok2 := strings.Cut(rest, ",")
+	mt, b64 := strings.CutSuffix(meta, ";base64")
+	if !ok || !ok2 || !b64 {
+		return p
+	}
+	p.Image.SourceType, p.Image.MediaType = "base64", mt
+	if b, err := base64.StdEncoding.DecodeString(data); err == nil {
+		sum := sha256.Sum256(b)
+		p.Image.SHA256, p.Image.Size = hex.EncodeToString(sum[:]), len(b)
+	}
+	return p
 }
 
 type chatUsage struct {

@@ -151,6 +151,7 @@ func (c *tmplCtx) funcs() template.FuncMap {
 			return r[len(r)-1].Content
 		},
 		"toolNames": func() string { return strings.Join(c.req.ToolNames(), ",") },
+		"images":    func() string { return describeImages(c.req.Images()) },
 		"model":     func() string { return c.req.Model },
 		"provider":  func() string { return string(c.req.Provider) },
 		"api":       func() string { return string(c.req.API) },

@@ -1,6 +1,9 @@
 package mockllm
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +17,8 @@ import (
 
 type geminiPart struct {
 	Text             string              `json:"text,omitempty"`
+	InlineData       *geminiBlob         `json:"inlineData,omitempty"`
+	InlineDataSnake  *geminiBlob         `json:"inline_data,omitempty"`
 	Thought          bool                `json:"thought,omitempty"`
 	ThoughtSignature string              `json:"thoughtSignature,omitempty"`
 	FunctionCall     *geminiFunctionCall `json:"functionCall,omitempty"`
@@ -147,6 +152,12 @@ func parseGemini(body []byte, hr *http.Request) (*Request, error) {
 			case fr != nil:
 				text, isErr := geminiFunctionResponse(fr.Response)
 				msg.Parts = append(msg.Parts, Part{Type: PartToolResult, ToolID: fr.ID, ToolName: fr.Name, Text: text, IsError: isErr})
+			case p.InlineData != nil || p.InlineDataSnake != nil:
+				b := p.InlineData
+				if b == nil {
+					b = p.InlineDataSnake
+				}
+				msg.Parts = append(msg.Parts, b.part())
 			case p.Thought:
 				msg.Parts = append(msg.Parts, Part{Type: PartThinking, Text: p.Text})
 			case p.Text != "":
@@ -379,4 +390,24 @@ func geminiModels(models []string) any {
 		out[i] = geminiModel(m)
 	}
 	return map[string]any{"models": out}
+}
+
+// geminiBlob is a part's inline data (an image the client sent).
+type geminiBlob struct {
+	MimeType      string `json:"mimeType,omitempty"`
+	MimeTypeSnake string `json:"mime_type,omitempty"`
+	Data          string `json:"data,omitempty"`
+}
+
+func (b *geminiBlob) part() Part {
+	mt := b.MimeType
+	if mt == "" {
+		mt = b.MimeTypeSnake
+	}
+	p := Part{Type: PartImage, Image: &ImageInfo{MediaType: mt, SourceType: "base64"}}
+	if data, err := base64.StdEncoding.DecodeString(b.Data); err == nil {
+		sum := sha256.Sum256(data)
+		p.Image.SHA256, p.Image.Size = hex.EncodeToString(sum[:]), len(data)
+	}
+	return p
 }

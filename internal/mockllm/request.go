@@ -2,6 +2,7 @@ package mockllm
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"unicode/utf8"
@@ -68,6 +69,7 @@ const (
 	PartThinking   PartType = "thinking"
 	PartToolCall   PartType = "tool_call"
 	PartToolResult PartType = "tool_result"
+	PartImage      PartType = "image"
 	PartOther      PartType = "other"
 )
 
@@ -82,6 +84,57 @@ type Part struct {
 	// when the wire format does not carry it).
 	ToolName string
 	IsError  bool
+	// Image describes an image part (Anthropic image blocks, of a user
+	// message or inside a tool result).
+	Image *ImageInfo
+}
+
+// ImageInfo describes an image a request carried, as logged and as the
+// images template function tells it.
+type ImageInfo struct {
+	MediaType  string `json:"mediaType"`
+	SourceType string `json:"sourceType,omitempty"`
+	// SHA256 and Size are of the decoded bytes (base64 sources only).
+	SHA256       string `json:"sha256,omitempty"`
+	Size         int    `json:"size"`
+	InToolResult bool   `json:"inToolResult,omitempty"`
+}
+
+// Images describes the images of the last user turn, in order.
+func (r *Request) Images() []ImageInfo {
+	var out []ImageInfo
+	for _, p := range r.LastUserTurn() {
+		if p.Type == PartImage && p.Image != nil {
+			out = append(out, *p.Image)
+		}
+	}
+	return out
+}
+
+// describeImages is the images template function's text: one line per
+// image, "image <mediaType> <size> bytes sha256:<hex>" (" (tool result)"
+// after one inside a tool result; "image (url source)" for one without
+// base64 data), or "no images".
+func describeImages(ims []ImageInfo) string {
+	if len(ims) == 0 {
+		return "no images"
+	}
+	var b strings.Builder
+	for i, im := range ims {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		where := ""
+		if im.InToolResult {
+			where = " (tool result)"
+		}
+		if im.SHA256 == "" {
+			fmt.Fprintf(&b, "image (%s source)%s", im.SourceType, where)
+			continue
+		}
+		fmt.Fprintf(&b, "image %s %d bytes sha256:%s%s", im.MediaType, im.Size, im.SHA256, where)
+	}
+	return b.String()
 }
 
 // ToolResult is a tool result of the last user turn, as logged.

@@ -88,11 +88,13 @@ type RecordedRequest struct {
 	Builtin string `json:"builtin,omitempty"`
 	Status  int    `json:"status"`
 	// UserTexts and ToolResults are the last user turn.
-	UserTexts   []string        `json:"userTexts,omitempty"`
-	ToolResults []ToolResult    `json:"toolResults,omitempty"`
-	Tools       []string        `json:"tools,omitempty"`
-	Body        json.RawMessage `json:"body,omitempty"`
-	Error       string          `json:"error,omitempty"`
+	UserTexts   []string     `json:"userTexts,omitempty"`
+	ToolResults []ToolResult `json:"toolResults,omitempty"`
+	// Images are the last user turn's images (user and tool result ones).
+	Images []ImageInfo     `json:"images,omitempty"`
+	Tools  []string        `json:"tools,omitempty"`
+	Body   json.RawMessage `json:"body,omitempty"`
+	Error  string          `json:"error,omitempty"`
 }
 
 // Requests returns a copy of the request log, oldest first.
@@ -371,7 +373,7 @@ func (s *Server) model(w http.ResponseWriter, r *http.Request, api API) {
 		Seq: seq, Time: now, Method: r.Method, Path: r.URL.RequestURI(), API: api,
 		Provider: req.Provider, Model: req.Model, Kind: req.Kind, Stream: req.Stream,
 		Turn: req.Turn(), Call: call, Status: http.StatusOK,
-		UserTexts: req.UserTexts(), ToolResults: req.ToolResults(), Tools: req.ToolNames(),
+		UserTexts: req.UserTexts(), ToolResults: req.ToolResults(), Images: req.Images(), Tools: req.ToolNames(),
 		// The body parsed, so it is valid JSON; no second validation pass.
 		Body: json.RawMessage(body),
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/agent"
+	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/store"
 )
 
@@ -59,15 +60,17 @@ const (
 )
 
 type command struct {
-	Op        string                    `json:"op"`
-	Content   string                    `json:"content,omitempty"`
-	Actor     string                    `json:"actor,omitempty"`
-	RequestID string                    `json:"requestId,omitempty"`
-	Decision  *agent.PermissionDecision `json:"decision,omitempty"`
-	Reason    string                    `json:"reason,omitempty"`
-	MessageID string                    `json:"messageId,omitempty"`
-	Name      string                    `json:"name,omitempty"`
-	Patch     json.RawMessage           `json:"patch,omitempty"`
+	Op        string                     `json:"op"`
+	Content   string                     `json:"content,omitempty"`
+	Images    []conversation.ArtifactRef `json:"images,omitempty"`
+	Files     []conversation.ArtifactRef `json:"files,omitempty"`
+	Actor     string                     `json:"actor,omitempty"`
+	RequestID string                     `json:"requestId,omitempty"`
+	Decision  *agent.PermissionDecision  `json:"decision,omitempty"`
+	Reason    string                     `json:"reason,omitempty"`
+	MessageID string                     `json:"messageId,omitempty"`
+	Name      string                     `json:"name,omitempty"`
+	Patch     json.RawMessage            `json:"patch,omitempty"`
 }
 
 // outcome is what a command returns, here or from the lease holder.
@@ -222,10 +225,10 @@ func forwardTimeout(op string) time.Duration {
 func (s *Session) here(ctx context.Context, cmd command) (outcome, error) {
 	switch cmd.Op {
 	case opSend:
-		qid, err := s.sendHere(ctx, cmd.Content, cmd.Actor)
+		qid, err := s.sendHere(ctx, cmd.message(), cmd.Actor)
 		return outcome{QueryID: qid}, err
 	case opSubmit:
-		r, err := s.submitHere(ctx, cmd.Content, cmd.Actor)
+		r, err := s.submitHere(ctx, cmd.message(), cmd.Actor)
 		return outcome{QueryID: r.QueryID, MessageID: r.MessageID}, err
 	case opCancelQ:
 		return outcome{}, s.cancelQueuedHere(ctx, cmd.MessageID, cmd.Actor)

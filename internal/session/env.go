@@ -141,7 +141,11 @@ func (m *Manager) attachEnvironment(ctx context.Context, s *Session, e sandbox.E
 	h := &host{s: s, gen: gen, env: e, marks: marks, prof: prof, log: m.log.With("session", rec.ID, "architecture", rec.Architecture)}
 	h.bound = m.newBounder(rec.ID, h.log)
 	h.setTurn(actor, rec.Runtime.ActiveQueryID)
-	runner, err := arch.Start(ctx, h)
+	var ah agent.Host = h
+	if m.cfg.Artifacts != nil {
+		ah = &artifactHost{host: h, as: m.cfg.Artifacts} // content.go
+	}
+	runner, err := arch.Start(ctx, ah)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -15,6 +15,9 @@ var (
 	ErrClosed              = errors.New("server is shutting down")
 	ErrInvalidRequest      = errors.New("invalid request")
 	ErrMessageNotFound     = errors.New("queued message not found")
+	// ErrUnsupportedContent: the message carries content (images) the
+	// session's agent does not take, or the store keeps no artifacts.
+	ErrUnsupportedContent = errors.New("unsupported message content")
 	// ErrAgentNotFound: the architecture's agent CLI is not installed on
 	// this server (not on PATH).
 	ErrAgentNotFound = errors.New("agent CLI not found")

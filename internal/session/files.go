@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/agentd/agentd/sandbox"
+	"github.com/agentd/agentd/store"
 )
 
 // withFiles runs f on the session's workspace: through its environment
@@ -41,6 +44,38 @@ func (m *Manager) ListFiles(ctx context.Context, id string) ([]sandbox.FileInfo,
 		return err
 	})
 	return out, err
+}
+
+// WriteFile writes one workspace file (PUT …/files/{path}): through the
+// live environment when it is up (its watcher reports the change as
+// file:* events), otherwise into the workspace folder, whose copy in the
+// store (Config.PersistFilesMax) is then updated here.
+func (m *Manager) WriteFile(ctx context.Context, id, path string, data []byte) (sandbox.FileInfo, error) {
+	p, err := sandbox.CleanPath(path)
+	if err != nil {
+		return sandbox.FileInfo{}, err
+	}
+	if p == "." {
+		return sandbox.FileInfo{}, fmt.Errorf("%w: the workspace root is not a file", sandbox.ErrInvalidPath)
+	}
+	s, err := m.Get(id)
+	if err != nil {
+		return sandbox.FileInfo{}, err
+	}
+	live := s.liveEnv() != nil
+	err = m.withFiles(ctx, id, func(e sandbox.Environment) error {
+		return e.WriteFile(ctx, p, data, 0o644)
+	})
+	if err != nil {
+		return sandbox.FileInfo{}, err
+	}
+	if !live && m.cfg.PersistFilesMax > 0 && int64(len(data)) <= m.cfg.PersistFilesMax {
+		f := store.WorkspaceFile{Path: p, Content: data, Mode: 0o644, UpdatedAt: time.Now().UTC()}
+		if err := m.cfg.Store.SaveWorkspaceFile(ctx, id, f); err != nil {
+			m.log.Warn("save file", "session", id, "path", p, "err", err)
+		}
+	}
+	return sandbox.FileInfo{Path: p, Size: int64(len(data)), Mode: 0o644, ModTime: time.Now().UTC()}, nil
 }
 
 // ReadFile returns one workspace file.

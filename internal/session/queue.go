@@ -34,12 +34,22 @@ type SubmitResult struct {
 // session without a name is named after its first message.
 // In a fleet it runs on the server holding the session's lease, as Send.
 func (s *Session) Submit(ctx context.Context, content, actor string) (SubmitResult, error) {
-	r, err := s.route(ctx, command{Op: opSubmit, Content: content, Actor: actor}, true)
+	return s.SubmitMessage(ctx, Message{Content: content}, actor)
+}
+
+// SubmitMessage is Submit with a message that may carry images and files
+// (already in the session's artifact store). ErrUnsupportedContent when
+// the session's architecture takes no images.
+func (s *Session) SubmitMessage(ctx context.Context, msg Message, actor string) (SubmitResult, error) {
+	if err := s.CheckContent(msg); err != nil {
+		return SubmitResult{}, err
+	}
+	r, err := s.route(ctx, msg.command(opSubmit, actor), true)
 	return SubmitResult{QueryID: r.QueryID, MessageID: r.MessageID}, err
 }
 
 // submitHere is Submit on this server.
-func (s *Session) submitHere(ctx context.Context, content, actor string) (SubmitResult, error) {
+func (s *Session) submitHere(ctx context.Context, content Message, actor string) (SubmitResult, error) {
 	return doSync(ctx, s, func(o *owner, done func(SubmitResult, error)) {
 		o.whenRecovered(func() { done(o.submit(ctx, content, actor)) })
 	})
@@ -79,7 +89,8 @@ func (m *Manager) Queue(ctx context.Context, id string) ([]conversation.QueuedMe
 	return st.QueuedMessages, nil
 }
 
-func (o *owner) submit(ctx context.Context, content, actor string) (SubmitResult, error) {
+func (o *owner) submit(ctx context.Context, msg Message, actor string) (SubmitResult, error) {
+	content := msg.Content
 	if o.terminating != "" {
 		return SubmitResult{}, fmt.Errorf("%w: session is terminating", ErrBusy)
 	}
@@ -93,7 +104,7 @@ func (o *owner) submit(ctx context.Context, content, actor string) (SubmitResult
 			return SubmitResult{}, err
 		}
 		if o.turn == nil {
-			qid, err := o.send(ctx, content, actor)
+			qid, err := o.send(ctx, msg, actor)
 			if err == nil {
 				o.nameAfter(ctx, content)
 			}
@@ -101,7 +112,7 @@ func (o *owner) submit(ctx context.Context, content, actor string) (SubmitResult
 		}
 	}
 	id := "msg-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
-	ev := withActor(conversation.NewEvent(conversation.MessageQueued{MessageID: id, Content: content}), actor)
+	ev := withActor(conversation.NewEvent(conversation.MessageQueued{MessageID: id, Content: content, Attachments: msg.attachments()}), actor)
 	if _, err := o.s.appendEvents(ctx, o.s.gen(), ev.From(conversation.SourceClient)); err != nil {
 		return SubmitResult{}, fmt.Errorf("queue message: %w", err)
 	}
@@ -145,7 +156,7 @@ func (o *owner) runQueue(ctx context.Context) error {
 		return nil
 	}
 	q := st.QueuedMessages[0]
-	qid, err := o.send(ctx, q.Content, q.Actor)
+	qid, err := o.send(ctx, queuedMessage(q), q.Actor)
 	if err != nil {
 		o.s.m.log.Warn("queued message did not start", "session", o.s.id, "message", q.ID, "err", err)
 		code := agent.CodeOf(err)

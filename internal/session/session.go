@@ -190,12 +190,22 @@ func (o *owner) goJob(f func() func(*owner)) {
 // a fleet, a session whose lease another server holds is sent there
 // (cluster.go).
 func (s *Session) Send(ctx context.Context, content, actor string) (string, error) {
-	r, err := s.route(ctx, command{Op: opSend, Content: content, Actor: actor}, true)
+	return s.SendMessage(ctx, Message{Content: content}, actor)
+}
+
+// SendMessage is Send with a message that may carry images and files
+// (already in the session's artifact store). ErrUnsupportedContent when
+// the session's architecture takes no images.
+func (s *Session) SendMessage(ctx context.Context, msg Message, actor string) (string, error) {
+	if err := s.CheckContent(msg); err != nil {
+		return "", err
+	}
+	r, err := s.route(ctx, msg.command(opSend, actor), true)
 	return r.QueryID, err
 }
 
 // sendHere is Send on this server.
-func (s *Session) sendHere(ctx context.Context, content, actor string) (string, error) {
+func (s *Session) sendHere(ctx context.Context, content Message, actor string) (string, error) {
 	return doSync(ctx, s, func(o *owner, done func(string, error)) {
 		o.whenRecovered(func() { done(o.send(ctx, content, actor)) })
 	})
@@ -367,7 +377,8 @@ func (s *Session) shutdown(ctx context.Context, detach bool) {
 
 // ---- owner logic ----
 
-func (o *owner) send(ctx context.Context, content, actor string) (string, error) {
+func (o *owner) send(ctx context.Context, msg Message, actor string) (string, error) {
+	content := msg.Content
 	s := o.s
 	if o.turn != nil {
 		return "", ErrBusy
@@ -425,7 +436,7 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 	}
 	user := withActor(conversation.Upsert(conversation.Block{
 		ID: queryID + "-user", Type: conversation.BlockUserMessage, Status: conversation.StatusComplete,
-		Content: content, Timestamp: rec.LastActivity,
+		Content: content, Timestamp: rec.LastActivity, Attachments: msg.attachments(),
 	}).From(conversation.SourceClient), actor)
 	started := withActor(conversation.NewEvent(conversation.QueryStarted{QueryID: queryID, Content: content}), actor)
 	if _, err := s.appendEvents(ctx, gen, user, started); err != nil {
@@ -453,7 +464,12 @@ func (o *owner) send(ctx context.Context, content, actor string) (string, error)
 		runner, h, env := o.runner, o.host, o.env
 		o.goJob(func() func(*owner) {
 			s.m.snapshotTurn(tctx, env, s.id, queryID) // changes.go: the workspace before the turn
-			res, err := runner.Turn(tctx, t)
+			// content.go: the images' bytes, the files into the workspace
+			full, err := s.m.turnContent(tctx, env, s.id, t, msg)
+			var res agent.TurnResult
+			if err == nil {
+				res, err = runner.Turn(tctx, full)
+			}
 			// The turn's file changes go in the log before its end.
 			syncTurnFiles(h)
 			return func(o *owner) {

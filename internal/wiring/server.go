@@ -102,6 +102,8 @@ type Config struct {
 	LeaseTTL         time.Duration
 
 	ArtifactQuota store.ArtifactQuota
+	// The API's content limits (api.Config's; 0: its defaults).
+	MaxUploadBytes, MaxImageBytes, MaxMessageBody int64
 
 	// Version is the server's version, reported by /health and the API.
 	Version string
@@ -303,6 +305,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		AllowedHosts: cfg.AllowedHosts, AllowIPHosts: !LoopbackAddr(cfg.Addr),
 		UI: ui, Logger: log, Version: cfg.Version, DataDir: dataDir,
 		Audit: auditReader(s.store), ModelUsage: s.modelUsage(), Sandboxes: sandboxLister{s},
+		MaxUploadBytes: cfg.MaxUploadBytes, MaxImageBytes: cfg.MaxImageBytes, MaxMessageBody: cfg.MaxMessageBody,
 		Health: s.health,
 	})
 	if err != nil {

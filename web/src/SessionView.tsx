@@ -5,6 +5,7 @@ import {
   noticesOf,
   stateFromSnapshot,
   type AnyBlock,
+  type ContentPart,
   type ConversationState,
   type PermissionRequestedPayload,
   type QueuedMessage,
@@ -596,6 +597,7 @@ function QueuedMessages({ sessionId, queue }: { sessionId: string; queue: readon
         {queue.map((m) => (
           <li key={m.id} data-testid="queued-message" data-message-id={m.id}>
             <span className="q-text">{m.content}</span>
+            {m.attachments?.length ? <span className="muted small"> (+{m.attachments.length} attached)</span> : null}
             <button
               type="button"
               className="linkish"
@@ -622,6 +624,31 @@ function QueuedMessages({ sessionId, queue }: { sessionId: string; queue: readon
   );
 }
 
+/** A file picked or pasted into the composer, as the content part it is sent as. */
+interface Picked {
+  name: string;
+  part: ContentPart;
+  /** An image's data: URL, for the thumbnail. */
+  preview?: string;
+}
+
+const COMPOSER_IMAGE_TYPES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]);
+
+/** Reads a file: an image becomes an image part, anything else a file part at its name. */
+function pick(f: File): Promise<Picked> {
+  return new Promise((resolve, reject) => {
+    const r = new FileReader();
+    r.onerror = () => reject(new Error(`read ${f.name}: ${r.error?.message ?? "failed"}`));
+    r.onload = () => {
+      const url = String(r.result);
+      const data = url.slice(url.indexOf(",") + 1);
+      if (COMPOSER_IMAGE_TYPES.has(f.type)) resolve({ name: f.name || "image", preview: url, part: { type: "image", source: { type: "base64", mediaType: f.type, data } } });
+      else resolve({ name: f.name, part: { type: "file", name: f.name, data } });
+    };
+    r.readAsDataURL(f);
+  });
+}
+
 function Composer({
   sessionId,
   running,
@@ -639,19 +666,38 @@ function Composer({
   const [text, setText] = useState("");
   const [sending, setSending] = useState(false);
   const [err, setErr] = useState<string | null>(null);
+  const [files, setFiles] = useState<Picked[]>([]);
+  const fileInput = useRef<HTMLInputElement>(null);
+  const add = async (list: Iterable<File>) => {
+    setErr(null);
+    try {
+      const picked = await Promise.all([...list].map(pick));
+      setFiles((cur) => [...cur, ...picked]);
+    } catch (e) {
+      setErr(e instanceof Error ? e.message : String(e));
+    }
+  };
   const send = async () => {
     const content = text.trim();
-    if (!content || sending) return;
+    if ((!content && files.length === 0) || sending) return;
     setSending(true);
     setErr(null);
     // Cleared at once, so what the user types while the request is out is
     // theirs (clearing after the answer wiped it); a refused message comes
     // back unless something new was typed meanwhile.
     setText("");
+    const sent = files;
+    setFiles([]);
     try {
-      await client.sendMessage(sessionId, content);
+      if (sent.length === 0) await client.sendMessage(sessionId, content);
+      else {
+        const parts: ContentPart[] = sent.map((f) => f.part);
+        if (content) parts.push({ type: "text", text: content });
+        await client.sendMessage(sessionId, parts);
+      }
     } catch (e) {
       setText((cur) => (cur === "" ? content : cur));
+      setFiles((cur) => (cur.length === 0 ? sent : cur));
       setErr(e instanceof Error ? e.message : String(e));
     } finally {
       setSending(false);
@@ -672,7 +718,33 @@ function Composer({
           {shown}
         </div>
       )}
+      {files.length > 0 && (
+        <div className="composer-attachments" data-testid="composer-attachments">
+          {files.map((f, i) => (
+            <span key={i} className="composer-attachment" data-testid="composer-attachment">
+              {f.preview ? <img src={f.preview} alt={f.name} /> : <span className="small">📄 {f.name}</span>}
+              <button type="button" className="linkish" aria-label={`Remove ${f.name}`} onClick={() => setFiles((cur) => cur.filter((_, j) => j !== i))}>
+                ✕
+              </button>
+            </span>
+          ))}
+        </div>
+      )}
       <div className="composer-row">
+        <input
+          ref={fileInput}
+          type="file"
+          multiple
+          hidden
+          data-testid="composer-file"
+          onChange={(e) => {
+            if (e.target.files) void add(e.target.files);
+            e.target.value = "";
+          }}
+        />
+        <button type="button" className="attach-button" data-testid="attach-button" title="Attach images or files" aria-label="Attach images or files" onClick={() => fileInput.current?.click()}>
+          📎
+        </button>
         <textarea
           ref={inputRef}
           data-testid="composer-input"
@@ -681,6 +753,13 @@ function Composer({
           value={text}
           rows={2}
           onChange={(e) => setText(e.target.value)}
+          onPaste={(e) => {
+            const pasted = [...e.clipboardData.files];
+            if (pasted.length > 0) {
+              e.preventDefault();
+              void add(pasted);
+            }
+          }}
           onKeyDown={(e) => {
             if (e.key === "Enter" && !e.shiftKey && !e.nativeEvent.isComposing) {
               e.preventDefault();
@@ -693,7 +772,7 @@ function Composer({
             Stop
           </button>
         ) : null}
-        <button type="submit" className="primary" data-testid="send-button" disabled={sending || !text.trim()}>
+        <button type="submit" className="primary" data-testid="send-button" disabled={sending || (!text.trim() && files.length === 0)}>
           {running ? "Queue" : "Send"}
         </button>
       </div>

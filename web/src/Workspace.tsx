@@ -199,18 +199,30 @@ export function Workspace({ sessionId, files }: { sessionId: string; files: read
 }
 
 const VIEW_CAP = 1 << 20;
+/** Files shown as images (raster types: nothing in them runs). */
+const IMAGE_TYPES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]);
 
 function FileViewer({ sessionId, path, version }: { sessionId: string; path: string | null; version: string }) {
   const { client } = useApp();
-  const [content, setContent] = useState<{ text: string; note?: string; binary?: boolean } | null>(null);
+  const [content, setContent] = useState<{ text: string; note?: string; binary?: boolean; image?: string } | null>(null);
   const [err, setErr] = useState<string | null>(null);
   useEffect(() => {
     if (!path) return;
     let cancelled = false;
+    let imageURL: string | null = null;
     setErr(null);
     client
       .readFile(sessionId, path)
       .then(async (res) => {
+        const type = (res.headers.get("Content-Type") ?? "").split(";")[0]!.trim();
+        if (IMAGE_TYPES.has(type)) {
+          // An image the agent wrote: shown as one (from a blob URL).
+          const blob = await res.blob();
+          if (cancelled) return;
+          imageURL = URL.createObjectURL(blob);
+          setContent({ text: "", binary: true, image: imageURL, note: `${type}, ${fmtSize(blob.size)}.` });
+          return;
+        }
         const buf = new Uint8Array(await res.arrayBuffer());
         if (cancelled) return;
         const head = buf.subarray(0, Math.min(buf.length, 8000));
@@ -229,6 +241,7 @@ function FileViewer({ sessionId, path, version }: { sessionId: string; path: str
       });
     return () => {
       cancelled = true;
+      if (imageURL) URL.revokeObjectURL(imageURL);
     };
   }, [client, sessionId, path, version]);
   if (!path) return <div className="file-viewer muted">Select a file to view it.</div>;
@@ -254,6 +267,7 @@ function FileViewer({ sessionId, path, version }: { sessionId: string; path: str
         <>
           {content?.note && <div className="muted small">{content.note}</div>}
           {content && !content.binary && <CodeView text={content.text} path={path} testId="file-content" />}
+          {content?.image && <img className="attachment-image" data-testid="file-image" src={content.image} alt={path} />}
         </>
       )}
     </div>

@@ -8,6 +8,7 @@ import { Markdown, CopyButton } from "./markdown";
 import { stats } from "./app-context";
 import { ansiNodes, stripAnsi } from "./lib/ansi";
 import { highlightLines, languageOf, useHighlighter } from "./lib/highlight";
+import { Attachments, TruncatedText, truncationOf } from "./Attachments";
 
 const SHELL_TOOLS = new Set(["bash", "shell", "exec", "exec_command", "run_shell_command", "command", "local_shell"]);
 const OUTPUT_CAP = 256 * 1024; // characters of tool output shown before "show all"
@@ -175,6 +176,30 @@ export function TerminalOutput({ text, isError, testId, collapsible = true }: { 
         ))}
       </pre>
     </div>
+  );
+}
+
+/**
+ * A tool result's output: as TerminalOutput, or, when the server kept it
+ * as head + tail (block.truncated), both with the bytes omitted between
+ * and "Show all"; then the images the tool returned.
+ */
+function ResultOutput({ result, testId = "tool-output", collapsible = true }: { result: AnyBlock; testId?: string; collapsible?: boolean }) {
+  const output = result.output ?? "";
+  const t = truncationOf(result, "output");
+  return (
+    <>
+      {t ? (
+        <TruncatedText
+          head={output}
+          truncation={t}
+          render={(text, part) => <TerminalOutput text={text} isError={result.isError} testId={part === "full" ? testId : `${testId}-${part}`} collapsible={part === "full" && collapsible} />}
+        />
+      ) : (
+        <TerminalOutput text={output} isError={result.isError} testId={testId} collapsible={collapsible} />
+      )}
+      <Attachments refs={result.attachments} label="Tool result image" />
+    </>
   );
 }
 
@@ -346,7 +371,10 @@ const ToolUseView = memo(function ToolUseView({ block, result, sub, awaiting }: 
   const cmd = commandOf(block);
   const edits = cmd === null ? editsOf(block.input) : null;
   const quiet = QUIET_TOOLS.has((block.toolName ?? "").toLowerCase());
-  const [open, setOpen] = useState(!quiet);
+  // Quiet tools start collapsed, unless their result brought images:
+  // those are worth seeing. A click decides from then on.
+  const [picked, setOpen] = useState<boolean | null>(null);
+  const open = picked ?? (!quiet || !!result?.attachments?.length);
   // A tool_use block is "complete" once its input is; the call itself is
   // done only when its result is there.
   const status = result ? (result.isError ? "error" : result.status ?? "complete") : block.status === "error" ? "error" : "pending";
@@ -391,7 +419,7 @@ const ToolUseView = memo(function ToolUseView({ block, result, sub, awaiting }: 
         {cmd !== null ? (
           <div className="shell">
             <ToolInput toolName={block.toolName} input={block.input} />
-            {result && <TerminalOutput text={output} isError={result.isError} testId="tool-output" />}
+            {result && <ResultOutput result={result} />}
           </div>
         ) : edits ? (
           <>
@@ -399,11 +427,11 @@ const ToolUseView = memo(function ToolUseView({ block, result, sub, awaiting }: 
             {result && (result.isError || output.length > 0) && (
               <div className={notApplied ? "denied-reason" : ""}>
                 {notApplied ? (
-                  <TerminalOutput text={output} isError testId="tool-output" collapsible={false} />
+                  <ResultOutput result={result} collapsible={false} />
                 ) : (
                   <details className="tool-result">
                     <summary>Result</summary>
-                    <TerminalOutput text={output} isError={result.isError} testId="tool-output" />
+                    <ResultOutput result={result} />
                   </details>
                 )}
               </div>
@@ -412,7 +440,7 @@ const ToolUseView = memo(function ToolUseView({ block, result, sub, awaiting }: 
         ) : (
           <>
             <ToolInput toolName={block.toolName} input={block.input} inHeader />
-            {result && <TerminalOutput text={output} isError={result.isError} testId="tool-output" />}
+            {result && <ResultOutput result={result} />}
           </>
         )}
       </div>
@@ -468,13 +496,18 @@ export const BlockView = memo(function BlockView({ block, sub }: { block: AnyBlo
     case "user_message":
       return (
         <div className="block user" {...common}>
-          <div className="bubble">{block.content}</div>
+          {block.content ? <div className="bubble">{block.content}</div> : null}
+          <Attachments refs={block.attachments} label="Image" />
         </div>
       );
     case "assistant_text":
       return (
         <div className="block assistant" {...common}>
-          <Markdown text={block.content ?? ""} />
+          {truncationOf(block, "content") ? (
+            <TruncatedText head={block.content ?? ""} truncation={truncationOf(block, "content")!} render={(text) => <Markdown text={text} />} />
+          ) : (
+            <Markdown text={block.content ?? ""} />
+          )}
           {block.status !== "pending" && block.content ? (
             <div className="msg-actions">
               <CopyButton text={block.content} label="Copy message" />
@@ -495,7 +528,7 @@ export const BlockView = memo(function BlockView({ block, sub }: { block: AnyBlo
     case "tool_result":
       return (
         <div className="block tool" {...common}>
-          <TerminalOutput text={block.output ?? ""} isError={block.isError} testId="tool-output" />
+          <ResultOutput result={block} />
         </div>
       );
     case "system":

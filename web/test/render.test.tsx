@@ -1,6 +1,7 @@
 import { renderToStaticMarkup } from "react-dom/server";
 import { describe, expect, it } from "vitest";
 import { noticesOf, reduce, stateFromSnapshot, type AnyBlock, type Notice, type Subagent } from "@agentd/client";
+import { AppContext } from "../src/app-context";
 import { ItemView, buildItems, commandOf } from "../src/blocks";
 import { diffLines, editsOf } from "../src/diff";
 import { Markdown, parseBlocks, safeHref } from "../src/markdown";
@@ -302,5 +303,52 @@ describe("turn progress", () => {
     expect(html).toMatch(/data-testid="turn-elapsed">1m 2[2-4]s/);
     expect(html).toContain("↑12.3k ↓67");
     expect(html).toContain("$0.0123");
+  });
+});
+
+describe("attachments and truncated outputs", () => {
+  // The views that fetch artifacts need the app's client; static rendering
+  // runs no effect, so it is never called.
+  const app = { client: {} as never, socket: {} as never, unauthorized: () => {} };
+  const render = (node: React.ReactNode) => renderToStaticMarkup(<AppContext.Provider value={app}>{node}</AppContext.Provider>);
+  const sha = "ab".repeat(32);
+
+  it("shows a truncated output as head, bytes omitted, tail and Show all", () => {
+    const head = "line 1\nline 2\n";
+    const tail = "line 99\nline 100\n";
+    const blocks = [
+      { id: "t1", type: "tool_use", toolName: "Bash", toolUseId: "t1", input: { command: "seq 100" }, status: "complete" },
+      {
+        id: "t1-result", type: "tool_result", toolUseId: "t1", output: head, isError: false,
+        truncated: { field: "output", totalBytes: 292, tail, artifact: { sha256: sha, size: 292, contentType: "text/plain; charset=utf-8" } },
+      },
+    ] as AnyBlock[];
+    const html = render(<ItemView item={buildItems(blocks, [], [])[0]!} />);
+    expect(html).toContain('data-testid="truncated"');
+    expect(html).toContain(`… ${(292 - head.length - tail.length).toLocaleString()} bytes omitted …`);
+    expect(html).toContain('data-testid="show-all"');
+    expect(html.indexOf("line 2")).toBeLessThan(html.indexOf("bytes omitted"));
+    expect(html.indexOf("bytes omitted")).toBeLessThan(html.indexOf("line 99"));
+    // Still streaming: no artifact yet, no button.
+    const streaming = { ...blocks[1]!, truncated: { field: "output", totalBytes: 292, tail } } as AnyBlock;
+    const html2 = render(<ItemView item={buildItems([blocks[0]!, streaming], [], [])[0]!} />);
+    expect(html2).not.toContain('data-testid="show-all"');
+    expect(html2).toContain("bytes omitted");
+  });
+
+  it("shows a user's images and files and opens a quiet tool whose result has images", () => {
+    const user = { id: "q1-user", type: "user_message", content: "look", attachments: [{ sha256: sha, size: 10, contentType: "image/png" }, { sha256: sha, size: 3, name: "a.txt" }] } as AnyBlock;
+    const html = render(<ItemView item={buildItems([user], [], [])[0]!} />);
+    expect(html).toContain('data-testid="attachments"');
+    expect(html).toContain('data-testid="attachment-loading"');
+    expect(html).toContain('data-testid="attachment-file"');
+    expect(html).toContain("a.txt");
+    const read = [
+      { id: "r1", type: "tool_use", toolName: "Read", toolUseId: "r1", input: { file_path: "/w/p.png" }, status: "complete" },
+      { id: "r1-result", type: "tool_result", toolUseId: "r1", output: "[image: image/png]", isError: false, attachments: [{ sha256: sha, size: 10, contentType: "image/png" }] },
+    ] as AnyBlock[];
+    const tool = render(<ItemView item={buildItems(read, [], [])[0]!} />);
+    expect(tool).toContain('aria-expanded="true"');
+    expect(tool).toContain('data-testid="attachment-loading"');
   });
 });

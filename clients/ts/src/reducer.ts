@@ -40,6 +40,7 @@ import {
   MAIN_CONVERSATION,
   REQUIRED_FIELDS,
   type AgentEvent,
+  type ArtifactRef,
   type BlockType,
   type AnyBlock,
   type Json,
@@ -546,6 +547,7 @@ class Draft {
         if (ts && !isZeroTime(ts)) m.queuedAt = ts;
         const actor = isObject(e.context) ? e.context.actor : undefined;
         if (typeof actor === "string" && actor !== "") m.actor = actor;
+        if (Array.isArray(p.attachments) && p.attachments.length > 0) m.attachments = p.attachments as ArtifactRef[];
         const at = this.queue.findIndex((x) => x.id === m.id);
         if (at >= 0) this.queue[at] = m;
         else this.queue.push(m);

@@ -20,6 +20,8 @@ import type {
   User,
   UserUpdate,
   CreateSessionRequest,
+  ArtifactRef,
+  ContentPart,
   CreateSessionResponse,
   EventsPage,
   FileEntry,
@@ -175,7 +177,7 @@ export class AgentdClient {
    * session's queue (the answer has queued and messageId). With
    * {queue: false} a busy session answers 409 SESSION_BUSY instead.
    */
-  sendMessage(id: string, content: string, opts: { queue?: boolean } = {}): Promise<SendMessageResponse> {
+  sendMessage(id: string, content: string | ContentPart[], opts: { queue?: boolean } = {}): Promise<SendMessageResponse> {
     return this.json("POST", `/api/sessions/${encodeURIComponent(id)}/messages`, { content, ...(opts.queue === false ? { queue: false } : {}) });
   }
   /** The messages waiting in the session's queue. */
@@ -222,6 +224,51 @@ export class AgentdClient {
     return this.request("GET", `/api/sessions/${encodeURIComponent(id)}/files/${encodePath(path)}`, undefined, {
       Accept: "*/*",
     });
+  }
+  /** Writes a workspace file (created or replaced): 413 above the server's upload limit. */
+  async putFile(id: string, path: string, data: Blob | ArrayBuffer | Uint8Array | string): Promise<FileEntry> {
+    const h: Record<string, string> = { Accept: "application/json", "Content-Type": "application/octet-stream" };
+    if (this.apiKey) h.Authorization = `Bearer ${this.apiKey}`;
+    const res = await this.fetchImpl(this.url(`/api/sessions/${encodeURIComponent(id)}/files/${encodePath(path)}`), {
+      method: "PUT",
+      headers: h,
+      body: data as BodyInit,
+    });
+    if (!res.ok) throw await errorFrom(res);
+    return (await res.json()) as FileEntry;
+  }
+  /**
+   * An artifact's bytes (an image, a file, an output kept whole), as a
+   * Response; with range, those bytes only (inclusive end; 206).
+   */
+  artifact(id: string, sha256: string, range?: { start: number; end?: number }): Promise<Response> {
+    const headers: Record<string, string> = { Accept: "*/*" };
+    if (range) headers.Range = `bytes=${range.start}-${range.end ?? ""}`;
+    return this.request("GET", `/api/sessions/${encodeURIComponent(id)}/artifacts/${encodeURIComponent(sha256)}`, undefined, headers);
+  }
+  /**
+   * An artifact's whole content, fetched by ranges of chunkSize bytes
+   * (default 1 MiB); onProgress gets the bytes read so far.
+   */
+  async fetchArtifact(
+    id: string,
+    ref: Pick<ArtifactRef, "sha256" | "size">,
+    opts: { chunkSize?: number; onProgress?: (read: number, total: number) => void; signal?: AbortSignal } = {},
+  ): Promise<Uint8Array> {
+    const chunk = opts.chunkSize ?? 1 << 20;
+    const out = new Uint8Array(ref.size);
+    let off = 0;
+    while (off < ref.size) {
+      if (opts.signal?.aborted) throw new Error("aborted");
+      const end = Math.min(off + chunk, ref.size) - 1;
+      const res = await this.artifact(id, ref.sha256, { start: off, end });
+      const part = new Uint8Array(await res.arrayBuffer());
+      if (part.length === 0 || off + part.length > ref.size) throw new Error(`artifact ${ref.sha256}: unexpected range answer`);
+      out.set(part, off);
+      off += part.length;
+      opts.onProgress?.(off, ref.size);
+    }
+    return out;
   }
   getEvents(id: string, opts: { after?: number; limit?: number } = {}): Promise<EventsPage> {
     const q = new URLSearchParams();

@@ -445,6 +445,8 @@ export interface QueuedMessage {
   queuedAt?: string;
   /** The principal who sent it. */
   actor?: string;
+  /** The message's images (no name) and files (named). */
+  attachments?: ArtifactRef[];
 }
 
 /** A session rule: later permission requests for toolName are answered without asking. */
@@ -561,6 +563,21 @@ export interface SessionState extends ReducedState {
   /** Blocks come before blocks[0]: getSession(id, {before: blocks[0].id}) returns them. */
   hasMore: boolean;
 }
+
+/**
+ * One part of a message's content (POST …/messages with content as a
+ * list): text; an image as base64 data (source), a data: URL (url) or an
+ * artifact the session holds (artifact: its sha256); a file (name: a
+ * workspace path, with base64 data or an artifact), written into the
+ * workspace before the turn. Images: png, jpeg, gif, webp.
+ */
+export type ContentPart =
+  | { type: "text"; text: string }
+  | { type: "image"; source: { type: "base64"; mediaType: string; data: string } }
+  | { type: "image"; url: string }
+  | { type: "image"; artifact: string }
+  | { type: "file"; name: string; data: string; mediaType?: string }
+  | { type: "file"; name: string; artifact: string; mediaType?: string };
 
 export interface SendMessageResponse {
   success: true;

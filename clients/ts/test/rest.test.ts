@@ -29,6 +29,33 @@ describe("AgentdClient", () => {
     expect(JSON.parse(calls[0]!.init!.body as string)).toEqual({ content: "echo hi" });
   });
 
+  it("sends content parts, uploads files raw and reads artifacts by ranges", async () => {
+    const content = new TextEncoder().encode("0123456789abcdefghij"); // 20 bytes
+    const { c, calls } = client((call) => {
+      if (call.url.includes("/artifacts/")) {
+        const m = /bytes=(\d+)-(\d+)/.exec((call.init!.headers as Record<string, string>).Range ?? "");
+        const [a, b] = [Number(m![1]), Number(m![2])];
+        return new Response(content.slice(a, b + 1), { status: 206 });
+      }
+      if (call.init?.method === "PUT") return json({ path: "a/b.txt", size: 3, mode: 420, isDir: false, modTime: "2026-01-01T00:00:00Z" });
+      return json({ success: true, sessionId: "s", queryId: "q1" }, 202);
+    }, "k");
+    await c.sendMessage("s", [{ type: "image", source: { type: "base64", mediaType: "image/png", data: "iVBORw0KGgo=" } }, { type: "text", text: "look" }]);
+    expect(JSON.parse(calls[0]!.init!.body as string)).toEqual({
+      content: [{ type: "image", source: { type: "base64", mediaType: "image/png", data: "iVBORw0KGgo=" } }, { type: "text", text: "look" }],
+    });
+    const f = await c.putFile("s", "a/b.txt", "abc");
+    expect(f.path).toBe("a/b.txt");
+    expect(calls[1]!.url).toBe("http://127.0.0.1:1/api/sessions/s/files/a/b.txt");
+    expect((calls[1]!.init!.headers as Record<string, string>)["Content-Type"]).toBe("application/octet-stream");
+    expect(calls[1]!.init!.body).toBe("abc");
+    const seen: number[] = [];
+    const got = await c.fetchArtifact("s", { sha256: "ab".repeat(32), size: 20 }, { chunkSize: 8, onProgress: (n) => seen.push(n) });
+    expect(new TextDecoder().decode(got)).toBe("0123456789abcdefghij");
+    expect(seen).toEqual([8, 16, 20]);
+    expect(calls.slice(2).map((x) => (x.init!.headers as Record<string, string>).Range)).toEqual(["bytes=0-7", "bytes=8-15", "bytes=16-19"]);
+  });
+
   it("maps error bodies to AgentdError with code and status", async () => {
     const { c } = client(() => json({ error: "a turn is running", code: "SESSION_BUSY" }, 409));
     const err = await c.sendMessage("s", "x").catch((e: unknown) => e);

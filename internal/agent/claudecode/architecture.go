@@ -105,6 +105,10 @@ func New(opts Options) *Architecture {
 // Name implements agent.Architecture.
 func (a *Architecture) Name() string { return Name }
 
+// AcceptsImages: Claude Code takes image blocks in a stream-json user
+// message (agent.ImageAccepter).
+func (a *Architecture) AcceptsImages() bool { return true }
+
 // Start implements agent.Architecture: it writes the profile's files under
 // the session's Claude config folder. The CLI itself starts with the first
 // turn (and again, resuming, after it exited).

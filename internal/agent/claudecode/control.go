@@ -1,9 +1,12 @@
 package claudecode
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/agentd/agentd/agent"
 )
 
 // The control protocol Claude Code speaks on stdin/stdout next to its
@@ -128,18 +131,41 @@ type permissionDeny struct {
 	Message  string `json:"message"`
 }
 
-// userMessageLine is a user turn on stdin.
-func userMessageLine(content string) ([]byte, error) {
+// userMessageLine is a user turn on stdin: its text as a string, or, with
+// images, a list of content blocks (the images first, then the text), as
+// the Agent SDKs send an SDKUserMessage.
+func userMessageLine(content string, images []agent.Image) ([]byte, error) {
+	type source struct {
+		Type      string `json:"type"`
+		MediaType string `json:"media_type"`
+		Data      string `json:"data"`
+	}
+	type block struct {
+		Type   string  `json:"type"`
+		Source *source `json:"source,omitempty"`
+		Text   *string `json:"text,omitempty"`
+	}
 	type message struct {
 		Role    string `json:"role"`
-		Content string `json:"content"`
+		Content any    `json:"content"`
+	}
+	var c any = content
+	if len(images) > 0 {
+		blocks := make([]block, 0, len(images)+1)
+		for _, im := range images {
+			blocks = append(blocks, block{Type: "image", Source: &source{"base64", im.MediaType, base64.StdEncoding.EncodeToString(im.Data)}})
+		}
+		if content != "" {
+			blocks = append(blocks, block{Type: "text", Text: &content})
+		}
+		c = blocks
 	}
 	return marshalLine(struct {
 		Type            string  `json:"type"`
 		Message         message `json:"message"`
 		ParentToolUseID *string `json:"parent_tool_use_id"`
 		SessionID       string  `json:"session_id"`
-	}{"user", message{"user", content}, nil, "default"})
+	}{"user", message{"user", c}, nil, "default"})
 }
 
 func marshalLine(v any) ([]byte, error) {

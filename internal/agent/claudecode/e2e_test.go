@@ -114,6 +114,19 @@ rules:
   - name: broken
     match: {userContains: "break me"}
     error: {status: 500, message: "mock internal failure"}
+  - name: image-in
+    match: {userContains: "describe the images"}
+    reply: {text: "I see {{images}}"}
+  - name: image-read
+    match: {userContains: "read the picture ", noToolResult: true}
+    reply:
+      content:
+        - type: tool_use
+          name: Read
+          input: {file_path: "{{slice lastUserText 17}}"}
+  - name: image-read-done
+    match: {toolResult: {name: Read}}
+    reply: {text: "The picture: {{images}}"}
   - name: bash-ok
     match: {toolResult: {name: Bash, isError: false}}
     reply: {text: "Bash said: {{toolResult}}"}

@@ -166,7 +166,21 @@ func newProcess(r *runner, pr cliProc, tag string, resumed, resumable bool) *pro
 	if resumable {
 		p.rd.track = newBlockTracker()
 	}
+	if _, ok := r.host.(agent.ArtifactPutter); ok {
+		p.rd.conv.KeepImages() // images of tool results become artifacts
+	}
 	return p
+}
+
+// storeImages stores the images of a converted line as artifacts, before
+// the events that reference them are emitted.
+func (p *process) storeImages(ims []claudeconv.Image) {
+	ap := p.r.host.(agent.ArtifactPutter)
+	for _, im := range ims {
+		if _, err := ap.PutArtifact(context.Background(), im.Ref, bytes.NewReader(im.Data)); err != nil {
+			p.r.host.Logger().Warn("store a tool result's image", "sha256", im.Ref.SHA256, "err", err)
+		}
+	}
 }
 
 // begin starts the reader and the transcript saver, and opens the control
@@ -258,7 +272,7 @@ func (p *process) runTurn(ctx context.Context, t agent.Turn) turnEnd {
 
 // sendMessage writes the turn's user message.
 func (p *process) sendMessage(ctx context.Context, t agent.Turn) {
-	line, err := userMessageLine(t.Content)
+	line, err := userMessageLine(t.Content, t.Images)
 	if err == nil {
 		err = p.write(line)
 	}
@@ -565,6 +579,9 @@ func (p *process) handleLine(ln cliLine) {
 		return
 	}
 	evs, err := p.rd.conv.Convert(data)
+	if ims := p.rd.conv.TakeImages(); len(ims) > 0 {
+		p.storeImages(ims)
+	}
 	if err != nil && !errors.Is(err, claudeconv.ErrIgnored) {
 		p.badLine(data, "")
 		return

@@ -8,6 +8,7 @@ import (
 	"path"
 	"time"
 
+	"github.com/agentd/agentd/agent"
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/agent/claudecode/claudeconv"
 )
@@ -52,6 +53,9 @@ func (p *process) trackSubagent(toolUseID string) {
 	}
 	sa := &liveSubagent{id: toolUseID, conv: claudeconv.NewSubagentConverter(toolUseID), fromFile: make(map[string]bool),
 		pending: make(map[string]bool), inFile: make(map[string]bool), started: time.Now()}
+	if _, ok := p.r.host.(agent.ArtifactPutter); ok {
+		sa.conv.KeepImages()
+	}
 	p.rd.subs[toolUseID] = sa
 	p.rd.subOrder = append(p.rd.subOrder, sa)
 }
@@ -183,6 +187,9 @@ func (p *process) pollSubagent(sa *liveSubagent) {
 			continue
 		}
 		evs, err := sa.conv.Convert(line)
+		if ims := sa.conv.TakeImages(); len(ims) > 0 {
+			p.storeImages(ims)
+		}
 		if errors.Is(err, claudeconv.ErrMalformed) {
 			continue // the CLI's own file; a bad line is skipped, as the transcript converter does
 		}

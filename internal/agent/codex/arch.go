@@ -46,6 +46,10 @@ func (a Architecture) startTimeout() time.Duration { return agentcli.StartTimeou
 // Name implements agent.Architecture.
 func (Architecture) Name() string { return Name }
 
+// AcceptsImages: the app-server's turn/start takes images as data: URLs
+// (agent.ImageAccepter).
+func (Architecture) AcceptsImages() bool { return true }
+
 // ParseVersion extracts the version from `codex --version` output
 // ("codex-cli 0.169.0"); "" when there is none.
 func ParseVersion(out string) string { return agentcli.ParseVersion(out) }

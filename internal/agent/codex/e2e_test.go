@@ -97,6 +97,7 @@ func TestE2ECodex(t *testing.T) {
 		e2etest.ShellAfterApproval(t, c, id, "shell", "codex-proof")
 	})
 	ok = ok && t.Run("ToolOutputStreams", func(t *testing.T) { e2etest.ToolOutputStreams(t, c, id) })
+	ok = ok && t.Run("UserImage", func(t *testing.T) { e2etest.UserImage(t, c, id, e2etest.PNG(t, 6, 4)) })
 	ok = ok && t.Run("Subagent", func(t *testing.T) { subagent(t, c, id) })
 	ok = ok && t.Run("ApprovalDenied", func(t *testing.T) { e2etest.ApprovalDenied(t, c, id, false) })
 	ok = ok && t.Run("Interrupt", func(t *testing.T) { e2etest.Interrupt(t, c, id) })

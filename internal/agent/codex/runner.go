@@ -2,6 +2,7 @@ package codex
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -116,9 +117,17 @@ func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 	if r.interrupted(tr) {
 		return agent.TurnResult{}, agent.ErrInterrupted
 	}
+	// Images go first, as data: URLs (the app-server's UserInput "image").
+	input := make([]map[string]any, 0, len(t.Images)+1)
+	for _, im := range t.Images {
+		input = append(input, map[string]any{"type": "image", "url": "data:" + im.MediaType + ";base64," + base64.StdEncoding.EncodeToString(im.Data)})
+	}
+	if t.Content != "" || len(input) == 0 {
+		input = append(input, map[string]any{"type": "text", "text": t.Content, "text_elements": []any{}})
+	}
 	params := map[string]any{
 		"threadId": srv.threadID,
-		"input":    []map[string]any{{"type": "text", "text": t.Content, "text_elements": []any{}}},
+		"input":    input,
 	}
 	var started struct {
 		Turn struct {

@@ -43,6 +43,10 @@ func (a Architecture) stopGrace() time.Duration { return agentcli.StopGrace(a.St
 // Name implements agent.Architecture.
 func (Architecture) Name() string { return Name }
 
+// AcceptsImages: images are written into the workspace and referenced
+// with @path in the prompt (agent.ImageAccepter).
+func (Architecture) AcceptsImages() bool { return true }
+
 // ParseVersion extracts the version from `gemini --version` output
 // ("0.61.0"); "" when there is none.
 func ParseVersion(out string) string { return agentcli.ParseVersion(out) }

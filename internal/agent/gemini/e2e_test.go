@@ -81,6 +81,7 @@ func TestE2EGemini(t *testing.T) {
 		}
 	})
 
+	ok = ok && t.Run("UserImage", func(t *testing.T) { e2etest.UserImage(t, c, id, e2etest.PNG(t, 6, 4)) })
 	ok = ok && t.Run("ShellCommandWritesFile", func(t *testing.T) {
 		q, after := e2etest.Send(t, c, id, "please write the proof")
 		seen, end := e2etest.Turn(t, c, id, after, q, nil)

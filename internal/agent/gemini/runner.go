@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"path"
 	"sort"
@@ -99,6 +100,10 @@ func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 		r.interrupted = false
 		r.mu.Unlock()
 	}()
+	prompt, err := imagePrompt(ctx, env, t)
+	if err != nil {
+		return agent.TurnResult{}, err
+	}
 	proc, err := agentproc.Start(ctx, env, "gemini", sandbox.Cmd{
 		Argv: argv,
 		Env: map[string]string{
@@ -121,7 +126,7 @@ func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 	if intr {
 		proc.Stop(context.WithoutCancel(ctx), r.arch.stopGrace())
 	}
-	if err := proc.Write([]byte(t.Content)); err == nil {
+	if err := proc.Write([]byte(prompt)); err == nil {
 		_ = proc.CloseStdin()
 	}
 	stop := context.AfterFunc(ctx, func() { proc.Stop(context.Background(), r.arch.stopGrace()) })
@@ -335,4 +340,28 @@ func (r *runner) emit(evs ...conversation.Event) { agentcli.Emit(r.host, "gemini
 // logLine keeps a line agentd cannot convert as a log event.
 func (r *runner) logLine(line []byte, msg string) {
 	r.emit(agentcli.LogEvent(conversation.LevelWarn, msg, line))
+}
+
+// ImagesDir holds a turn's images in the workspace (under .agentd, which
+// the server does not watch), for the prompt to reference.
+const ImagesDir = ".agentd/images"
+
+// imagePrompt is the turn's prompt: with images, each written to
+// ImagesDir and referenced first with Gemini CLI's @path syntax, which
+// reads the file into the request as inline data.
+func imagePrompt(ctx context.Context, env sandbox.Environment, t agent.Turn) (string, error) {
+	if len(t.Images) == 0 {
+		return t.Content, nil
+	}
+	var b strings.Builder
+	for _, im := range t.Images {
+		_, sub, _ := strings.Cut(im.MediaType, "/")
+		p := path.Join(ImagesDir, im.SHA256+"."+sub)
+		if err := env.WriteFile(ctx, p, im.Data, 0o644); err != nil {
+			return "", fmt.Errorf("write image for gemini: %w", err)
+		}
+		b.WriteString("@" + p + " ")
+	}
+	b.WriteString(t.Content)
+	return b.String(), nil
 }

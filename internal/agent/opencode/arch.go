@@ -51,6 +51,10 @@ func (a Architecture) startTimeout() time.Duration { return agentcli.StartTimeou
 // Name implements agent.Architecture.
 func (Architecture) Name() string { return Name }
 
+// AcceptsImages: a prompt's file parts carry images as data: URLs
+// (agent.ImageAccepter).
+func (Architecture) AcceptsImages() bool { return true }
+
 // ParseVersion extracts the version from `opencode --version` output
 // ("1.18.33"); "" when there is none.
 func ParseVersion(out string) string { return agentcli.ParseVersion(out) }
@@ -184,7 +188,10 @@ func config(p configParams) map[string]any {
 			"npm":     "@ai-sdk/openai-compatible",
 			"name":    "agentd",
 			"options": map[string]any{"baseURL": p.BaseURL, "apiKey": "{env:OPENAI_API_KEY}"},
-			"models":  map[string]any{model: map[string]any{"name": model, "tool_call": true}},
+			// Images (a user's): the model takes them, so OpenCode sends
+			// them on instead of refusing them.
+			"models": map[string]any{model: map[string]any{"name": model, "tool_call": true, "attachment": true,
+				"modalities": map[string]any{"input": []string{"text", "image"}, "output": []string{"text"}}}},
 		}}
 		c["model"] = "agentd/" + model
 		c["small_model"] = "agentd/" + model

@@ -109,6 +109,7 @@ func TestE2EOpenCode(t *testing.T) {
 	})
 
 	ok = ok && t.Run("ToolOutputStreams", func(t *testing.T) { e2etest.ToolOutputStreams(t, c, id) })
+	ok = ok && t.Run("UserImage", func(t *testing.T) { e2etest.UserImage(t, c, id, e2etest.PNG(t, 6, 4)) })
 
 	ok = ok && t.Run("Subagent", func(t *testing.T) {
 		seen, spawned, finished := e2etest.SubagentTurn(t, c, id, "delegate the greeting")

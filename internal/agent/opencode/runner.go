@@ -2,12 +2,14 @@ package opencode
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -89,7 +91,16 @@ func (r *runner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, erro
 	if intr {
 		return agent.TurnResult{}, agent.ErrInterrupted
 	}
-	body := map[string]any{"parts": []map[string]any{{"type": "text", "text": t.Content}}}
+	// Images first, as file parts with data: URLs.
+	parts := make([]map[string]any, 0, len(t.Images)+1)
+	for i, im := range t.Images {
+		parts = append(parts, map[string]any{"type": "file", "mime": im.MediaType, "filename": fmt.Sprintf("image-%d%s", i+1, imageExt(im.MediaType)),
+			"url": "data:" + im.MediaType + ";base64," + base64.StdEncoding.EncodeToString(im.Data)})
+	}
+	if t.Content != "" || len(parts) == 0 {
+		parts = append(parts, map[string]any{"type": "text", "text": t.Content})
+	}
+	body := map[string]any{"parts": parts}
 	if r.system != "" {
 		body["system"] = r.system
 	}
@@ -557,3 +568,11 @@ func (r *runner) logData(level conversation.LogLevel, msg string, data []byte) {
 }
 
 func (r *runner) emit(evs ...conversation.Event) { agentcli.Emit(r.host, "opencode", evs...) }
+
+// imageExt is a file extension for an image's media type.
+func imageExt(mediaType string) string {
+	if _, sub, ok := strings.Cut(mediaType, "/"); ok && sub != "" {
+		return "." + sub
+	}
+	return ""
+}

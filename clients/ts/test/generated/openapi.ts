@@ -207,6 +207,24 @@ export interface ComponentHealth {
   url?: string;
 }
 
+export interface ContentPart {
+  artifact?: string;
+  data?: string;
+  mediaType?: string;
+  name?: string;
+  source?: ContentSource;
+  text?: string;
+  type: string;
+  url?: string;
+}
+
+export interface ContentSource {
+  data: string;
+  mediaType?: string;
+  media_type?: string;
+  type: string;
+}
+
 export interface Context {
   actor: string | null;
   conversationId: string;
@@ -368,12 +386,13 @@ export interface MessageDequeued {
 }
 
 export interface MessageQueued {
+  attachments?: ArtifactRef[];
   content: string;
   messageId: string;
 }
 
 export interface MessageRequest {
-  content: string;
+  content: string | ContentPart[];
   queue?: boolean;
 }
 
@@ -500,6 +519,7 @@ export interface QueryStarted {
 
 export interface QueuedMessage {
   actor?: string;
+  attachments?: ArtifactRef[];
   content: string;
   id: string;
   queuedAt?: string;

@@ -36,7 +36,7 @@ func TestScript(t *testing.T) {
 	for _, r := range parsed.Rules {
 		names = append(names, r.Name)
 	}
-	if strings.Join(names, ",") != "mine,after-tool,recall,slow" {
+	if strings.Join(names, ",") != "mine,after-tool,recall,describe-images,slow" {
 		t.Fatalf("rules %v", names)
 	}
 	if parsed.Default == nil {

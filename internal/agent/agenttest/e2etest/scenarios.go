@@ -1,8 +1,16 @@
 package e2etest
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,6 +41,9 @@ const commonRules = `  - name: after-tool
   - name: recall
     match: {userContains: "what did I ask first"}
     reply: {text: "You asked me to say hello."}
+  - name: describe-images
+    match: {userContains: "describe the images"}
+    reply: {text: "I see {{images}}"}
   - name: slow
     match: {userContains: "count slowly"}
     reply: {text: "one two three four five six seven eight nine ten eleven twelve", chunkSize: 4, delayMs: 400}
@@ -43,6 +54,46 @@ default: {text: "Hello from mock-llm: {{lastUserText}}"}
 // items, matched first), then the rules the shared scenarios rely on.
 func Script(rules string) string {
 	return "rules:\n" + strings.TrimPrefix(rules, "\n") + commonRules
+}
+
+// UserImage sends a message with a PNG (a content part) and checks the
+// model received it: the scripted answer describes the images of the
+// request (mock-llm's images function), and the user block holds the
+// image as an attachment.
+func UserImage(t testing.TB, c *client.Client, id string, png []byte) {
+	t.Helper()
+	ctx := context.Background()
+	page, err := c.Events(ctx, id, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent, err := c.SendMessage(ctx, id, restapi.MessageRequest{Parts: []restapi.ContentPart{
+		{Type: "image", Source: &restapi.ContentSource{Type: "base64", MediaType: "image/png", Data: base64.StdEncoding.EncodeToString(png)}},
+		{Type: "text", Text: "please describe the images"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen, end := Turn(t, c, id, page.LastSeq, sent.QueryID, nil)
+	Completed(t, end, seen)
+	sum := sha256.Sum256(png)
+	want := fmt.Sprintf("I see image image/png %d bytes sha256:%s", len(png), hex.EncodeToString(sum[:]))
+	st := State(t, c, id)
+	var user, answer *conversation.Block
+	for i := range st.Blocks {
+		switch b := &st.Blocks[i]; b.Type {
+		case conversation.BlockUserMessage:
+			user = b
+		case conversation.BlockAssistantText:
+			answer = b
+		}
+	}
+	if answer == nil || !strings.Contains(answer.Content, want) {
+		t.Fatalf("the model did not get the image: answer %+v, want %q%s", answer, want, Dump(seen))
+	}
+	if user == nil || len(user.Attachments) != 1 || user.Attachments[0].SHA256 != hex.EncodeToString(sum[:]) {
+		t.Fatalf("user block %+v", user)
+	}
 }
 
 // Listed checks that the server lists the architecture name as available
@@ -372,4 +423,20 @@ func oneRequest(t testing.TB, mock *mockllm.Server, n int, wants []string) {
 			t.Fatalf("the resumed session's request lacks %q: %s", want, body)
 		}
 	}
+}
+
+// PNG is a w×h PNG of one colour, for the image scenarios.
+func PNG(t testing.TB, w, h int) []byte {
+	t.Helper()
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	for x := range w {
+		for y := range h {
+			img.Set(x, y, color.RGBA{R: 30, G: 90, B: 200, A: 255})
+		}
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
 }

@@ -104,6 +104,11 @@ type core struct {
 	mainModel string
 	initModel string
 	lastCost  float64
+
+	// keepImages: tool results' images become attachments, their bytes
+	// held in images for the runtime to store (images.go).
+	keepImages bool
+	images     []Image
 }
 
 func newCore() *core {
@@ -412,7 +417,7 @@ func (c *core) assistantPart(l *wireLine, lc lineCtx, msgID string, p *wirePart)
 		if strings.HasSuffix(p.Type, "_tool_result") && p.ToolUseID != "" {
 			// Server-side tool results (web search, MCP) arrive inside the
 			// assistant message.
-			c.toolResultBlock(lc, p.ToolUseID, p.Output, p.IsError, 0)
+			c.toolResultBlock(lc, p.ToolUseID, p.Output, p.IsError, 0, c.attach(p.Images))
 			return
 		}
 		_ = n
@@ -664,7 +669,7 @@ func (c *core) toolResult(lc lineCtx, p *wirePart, tur *toolUseResult) {
 	if dur == 0 {
 		dur = tur.TotalDurationMs
 	}
-	c.toolResultBlock(lc, id, p.Output, p.IsError, dur)
+	c.toolResultBlock(lc, id, p.Output, p.IsError, dur, c.attach(p.Images))
 	if info != nil && info.name == "Skill" && !p.IsError {
 		name := info.skillName
 		if name == "" {
@@ -674,10 +679,10 @@ func (c *core) toolResult(lc lineCtx, p *wirePart, tur *toolUseResult) {
 	}
 }
 
-func (c *core) toolResultBlock(lc lineCtx, toolUseID, output string, isError bool, durationMs int64) {
+func (c *core) toolResultBlock(lc lineCtx, toolUseID, output string, isError bool, durationMs int64, attachments []conversation.ArtifactRef) {
 	b := conversation.Block{ID: conversation.ToolResultID(toolUseID), Type: conversation.BlockToolResult,
 		Timestamp: lc.ts, Status: conversation.StatusComplete, ToolUseID: toolUseID,
-		Output: output, IsError: isError, DurationMs: durationMs}
+		Output: output, IsError: isError, DurationMs: durationMs, Attachments: attachments}
 	if isError {
 		b.Status = conversation.StatusError
 		b.Output = stripToolUseError(output)

@@ -100,6 +100,19 @@ func appendBlock(dst []byte, b *conversation.Block) []byte {
 	dst = appendField(dst, "subagentId", b.SubagentID)
 	dst = appendField(dst, "name", b.Name)
 	dst = appendField(dst, "skillName", b.SkillName)
+	// Rare: encoded by encoding/json.
+	if b.Truncated != nil {
+		if m, err := json.Marshal(b.Truncated); err == nil {
+			dst = append(dst, `,"truncated":`...)
+			dst = append(dst, m...)
+		}
+	}
+	if len(b.Attachments) > 0 {
+		if m, err := json.Marshal(b.Attachments); err == nil {
+			dst = append(dst, `,"attachments":`...)
+			dst = append(dst, m...)
+		}
+	}
 	return append(dst, '}')
 }
 
@@ -108,6 +121,7 @@ var blockFields = []string{
 	"id", "type", "timestamp", "status", "metadata", "content", "model", "summary",
 	"toolName", "toolUseId", "input", "displayName", "description", "output",
 	"isError", "durationMs", "subtype", "message", "code", "subagentId", "name", "skillName",
+	"truncated", "attachments",
 }
 
 // appendField appends ,"name":"value" unless value is empty (omitempty).

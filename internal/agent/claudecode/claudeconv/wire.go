@@ -100,6 +100,8 @@ type wirePart struct {
 	// Output is a tool_result's content as text: the string, or the text
 	// parts of the array joined, images noted.
 	Output string
+	// Images are a tool_result's image parts (base64 data as sent).
+	Images []wireImage
 	// image
 	MediaType string
 	// Raw is the whole part, for unknown types.
@@ -256,7 +258,7 @@ func decodePart(s *scanner, p *wirePart) {
 		case "is_error":
 			p.IsError = s.boolean()
 		case "content":
-			p.Output = decodeResultContent(s)
+			p.Output, p.Images = decodeResultContent(s, nil)
 		case "source":
 			p.MediaType = decodeImageSource(s)
 		default:
@@ -309,21 +311,22 @@ func decodeToolInput(s *scanner, ti *toolInput) {
 // decodeResultContent reads a tool_result's content: a string, or an array
 // of parts whose text parts are joined with newlines and whose images are
 // noted as [image: media/type].
-func decodeResultContent(s *scanner) string {
+func decodeResultContent(s *scanner, images []wireImage) (string, []wireImage) {
 	switch s.peek() {
 	case '"':
-		return s.str()
+		return s.str(), images
 	case '[':
 	default:
 		s.skip()
-		return ""
+		return "", images
 	}
 	s.enter('[')
 	var only string
 	var joined strings.Builder
 	n := 0
 	for first := true; s.next(']', &first); {
-		var typ, mediaType, text string
+		var typ, text string
+		var img wireImage
 		if !s.enter('{') {
 			s.skip()
 			continue
@@ -335,7 +338,7 @@ func decodeResultContent(s *scanner) string {
 			case "text":
 				text = s.str()
 			case "source":
-				mediaType = decodeImageSource(s)
+				img = decodeImageData(s)
 			default:
 				s.skip()
 			}
@@ -343,7 +346,10 @@ func decodeResultContent(s *scanner) string {
 		switch typ {
 		case "text":
 		case "image":
-			text = imageNote(mediaType)
+			text = imageNote(img.MediaType)
+			if img.Data != "" {
+				images = append(images, img)
+			}
 		default:
 			continue
 		}
@@ -361,9 +367,42 @@ func decodeResultContent(s *scanner) string {
 		n++
 	}
 	if n <= 1 {
-		return only
+		return only, images
 	}
-	return joined.String()
+	return joined.String(), images
+}
+
+// wireImage is an image part of a tool result: its media type and base64
+// data.
+type wireImage struct {
+	MediaType, Data string
+}
+
+// decodeImageData reads an image's source: its media type, and its data
+// when it is base64.
+func decodeImageData(s *scanner) wireImage {
+	var img wireImage
+	if !s.enter('{') {
+		s.skip()
+		return img
+	}
+	base64 := false
+	for first := true; s.next('}', &first); {
+		switch string(s.key()) {
+		case "media_type":
+			img.MediaType = s.str()
+		case "type":
+			base64 = s.str() == "base64"
+		case "data":
+			img.Data = s.str()
+		default:
+			s.skip()
+		}
+	}
+	if !base64 {
+		img.Data = ""
+	}
+	return img
 }
 
 func decodeImageSource(s *scanner) string {
@@ -443,7 +482,7 @@ func (r *toolUseResult) content(s *scanner) (string, bool) {
 		return "", false
 	}
 	s.reset(r.ContentRaw)
-	text := decodeResultContent(s)
+	text, _ := decodeResultContent(s, nil)
 	return text, s.err == nil
 }
 
