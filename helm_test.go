@@ -141,7 +141,7 @@ extraEnv:
 	}
 
 	// A turn runs while every server is replaced.
-	const lines = 60
+	const lines = 120
 	running, err := c.Send(ctx, id, fmt.Sprintf(`for i in $(seq 1 %d); do echo line $i; sleep 0.25; done`, lines))
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +151,9 @@ extraEnv:
 	if err != nil {
 		t.Fatal(err)
 	}
+	upgradeStart := time.Now()
 	runHelm("upgrade", "agentd", chart, "--values", values, "--set", "image.tag=helm-b", "--wait", "--timeout", "5m")
+	upgraded := time.Now()
 
 	c = forwardService(t, kube, adminCfg, ns, "agentd")
 	if h, err := c.Health(ctx); err != nil || h.Version != "helm-b" {
@@ -165,6 +167,10 @@ extraEnv:
 	if len(after.Events) < len(before.Events) || !reflect.DeepEqual(after.Events[:len(before.Events)], before.Events) {
 		t.Fatalf("events after helm upgrade: %d, before: %d (or they differ)", len(after.Events), len(before.Events))
 	}
+	// Whether the turn outlived the old servers depends on the rollout's
+	// pace; say which it was.
+	t.Logf("helm upgrade took %s; the turn ended %s after it returned", upgraded.Sub(upgradeStart).Round(time.Second),
+		end.Context.Timestamp.Sub(upgraded).Round(time.Second))
 	if end.Type != conversation.TypeQueryCompleted {
 		t.Fatalf("the turn across the upgrade ended %s: %s", end.Type, end.Payload)
 	}
