@@ -44,7 +44,7 @@ import (
 // (scripts/pg.sh, scripts/nats.sh with PGLISTEN/NATSLISTEN) and are given
 // as postgresql.url and nats.url, and the servers get the API server's
 // address in KUBERNETES_SERVICE_HOST (extraEnv). The bundled ones are only
-// rendered (TestHelmTemplate).
+// rendered and validated (TestKubernetesManifests).
 func TestKubernetesHelm(t *testing.T) {
 	kube, sandboxImage := kubeSetup(t)
 	helm := helmBinary(t)
