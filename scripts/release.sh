@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Release builds: static agentd binaries (CGO_ENABLED=0, -trimpath) with the
 # web UI embedded and the version and commit stamped (`agentd version`),
-# for linux/amd64, linux/arm64, darwin/amd64 and darwin/arm64, each in a
-# tar.gz with the README, docs/deploy.md and the systemd unit; SHA-256
+# for linux/amd64 and linux/arm64, each in a tar.gz with the README, docs/deploy.md and the systemd unit; SHA-256
 # checksums of everything (SHA256SUMS) and a CycloneDX SBOM of the Go
 # module graph the binary was built from (agentd-<version>.cdx.json).
 #
@@ -15,13 +14,13 @@
 # UI with npm from web/'s lockfile (as scripts/build.sh), the binaries
 # with the Go modules go.sum pins.
 #
-# darwin builds are for the client side (`agentd run`, `agentd token`)
-# and a local server with the local sandbox; the executor, bwrap and
-# kubernetes-in-pod parts are Linux's.
+# No darwin (or Windows) build: the server's packages use Linux APIs
+# (inotify in internal/sandbox/watch, among others) without a fallback,
+# so the binary does not compile there; --targets darwin/arm64 says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-version="" out="" targets="linux/amd64 linux/arm64 darwin/amd64 darwin/arm64"
+version="" out="" targets="linux/amd64 linux/arm64"
 binary_only=0 os="" arch=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -88,7 +87,8 @@ sbom_bin=$(mktemp)
 build linux amd64 "$sbom_bin"
 go version -m "$sbom_bin" | awk -v version="$version" -v commit="$commit" -v now="$(date -u +%Y-%m-%dT%H:%M:%SZ)" '
 function esc(s) { gsub(/\\/, "\\\\", s); gsub(/"/, "\\\"", s); return s }
-$1 == "go" && NR == 2 { gover = $2 }
+BEGIN { n = 0 }
+NR == 1 { gover = $2 }  # "<file>: go1.26.8"
 $1 == "dep" || $1 == "=>" {
   if ($1 == "=>") { n--; }  # a replacement: its target replaces the entry
   path = $2; ver = $3; sum = $4
