@@ -88,11 +88,13 @@ extraEnv:
 		t.Fatal(err)
 	}
 	admin := os.Getenv("AGENTD_KUBECONFIG")
+	helmHome := t.TempDir()
+	helmEnv := append(os.Environ(), "HELM_CACHE_HOME="+helmHome+"/cache", "HELM_CONFIG_HOME="+helmHome+"/config", "HELM_DATA_HOME="+helmHome+"/data")
 	runHelm := func(args ...string) {
 		t.Helper()
 		args = append(args, "--kubeconfig", admin, "--namespace", ns)
 		cmd := exec.CommandContext(ctx, helm, args...)
-		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+		cmd.Env = helmEnv
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("helm %s: %v\n%s\n%s", strings.Join(args, " "), err, out, helmDiagnose(kube, ns))
 		}
@@ -103,7 +105,7 @@ extraEnv:
 		c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(c, helm, "uninstall", "agentd", "--kubeconfig", admin, "--namespace", ns, "--wait")
-		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+os.TempDir(), "HELM_CONFIG_HOME="+os.TempDir())
+		cmd.Env = helmEnv
 		_ = cmd.Run()
 		zero := int64(0)
 		_ = kube.Admin.CoreV1().Pods(ns).DeleteCollection(c, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
