@@ -279,7 +279,12 @@ func forwardService(t *testing.T, kube *agentdtest.KubeCluster, cfg *rest.Config
 	}
 	done := make(chan error, 1)
 	go func() { done <- fw.ForwardPorts() }()
+	// A transport of its own: its idle connections (each a stream of the
+	// forward's connection) are closed before the forward, or the
+	// connection's shutdown waits for them after the test.
+	tr := &http.Transport{}
 	t.Cleanup(func() {
+		tr.CloseIdleConnections()
 		close(stop)
 		<-done
 	})
@@ -292,7 +297,7 @@ func forwardService(t *testing.T, kube *agentdtest.KubeCluster, cfg *rest.Config
 	if err != nil || len(ports) != 1 {
 		t.Fatalf("port-forward ports: %v %v", ports, err)
 	}
-	c, err := client.New(fmt.Sprintf("http://127.0.0.1:%d", ports[0].Local))
+	c, err := client.New(fmt.Sprintf("http://127.0.0.1:%d", ports[0].Local), client.WithHTTPClient(&http.Client{Transport: tr}))
 	if err != nil {
 		t.Fatal(err)
 	}
