@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the binaries of the single-node Kubernetes cluster the kubernetes
 # sandbox is tested against (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubelet, and the pods' pause program) from the published
+# kube-scheduler, kubelet, kubectl for the manifests' tests, and the pods'
+# pause program) from the published
 # Go modules pinned in tools/kube/go.mod, into a cache keyed by their
 # versions:
 #
@@ -25,7 +26,7 @@ ever=$(version go.etcd.io/etcd/server/v3)
 [[ -n $kver && -n $ever ]] || { echo "kube-build: versions not found in $mod/go.mod" >&2; exit 1; }
 cache=${AGENTD_KUBE_CACHE:-$HOME/.cache/agentd}/kube-$kver-etcd$ever
 bin=$cache/bin
-names=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet pause)
+names=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl pause)
 
 complete=1
 for n in "${names[@]}"; do [[ -x $bin/$n ]] || complete=0; done

@@ -36,7 +36,10 @@ start() {
   dir=$(mktemp -d /tmp/agentd-test-nats.XXXXXX)
   mkdir "$dir/ports"
   # setsid: the server outlives this script's process group (CI steps).
-  setsid "$bin" -a 127.0.0.1 -p -1 --ports_file_dir "$dir/ports" -l "$dir/server.log" </dev/null >/dev/null 2>&1 &
+  # NATSLISTEN=ADDR listens there instead of on loopback: for pods of the
+  # test cluster (an address inside its network namespace; run this
+  # script there), never a host address.
+  setsid "$bin" -a "${NATSLISTEN:-127.0.0.1}" -p -1 --ports_file_dir "$dir/ports" -l "$dir/server.log" </dev/null >/dev/null 2>&1 &
   pid=$!
   echo "$dir $pid" > "$state"
   for _ in $(seq 1 200); do

@@ -67,10 +67,21 @@ start() {
   # C collation (bytes order), as the store contract requires.
   as "$bin/initdb" -D "$dir/data" -U postgres --auth=trust --no-locale -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 ||
     { cat "$dir/initdb.log" >&2; exit 1; }
+  # PGLISTEN=ADDR also listens on ADDR:5432, trusting the networks the
+  # server is on: for pods of the test cluster (an address inside its
+  # network namespace; run this script there), never a host address.
+  local listen=""
+  if [ -n "${PGLISTEN:-}" ]; then
+    listen=$PGLISTEN
+    echo "host all all samenet trust" >>"$dir/data/pg_hba.conf"
+  fi
   as "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-k $dir -p 5432 -c listen_addresses= -c max_connections=300 -c shared_buffers=128MB" start >/dev/null ||
+    -o "-k $dir -p 5432 -c listen_addresses=$listen -c max_connections=300 -c shared_buffers=128MB" start >/dev/null ||
     { cat "$dir/server.log" >&2; exit 1; }
   echo "export AGENTD_TEST_POSTGRES='postgres://postgres@/postgres?host=$dir&port=5432'"
+  if [ -n "$listen" ]; then
+    echo "export AGENTD_TEST_POSTGRES_TCP='postgres://postgres@$listen:5432/postgres?sslmode=disable'"
+  fi
 }
 
 stop() {

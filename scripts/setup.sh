@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what agentd's tests need on a fresh Debian machine: Debian
 # packages (bubblewrap, chromium, postgresql, nats-server, docker.io, mmdebstrap,
-# containerd, runc, containernetworking-plugins), the pinned agent CLIs and the UI's npm
+# containerd, runc, containernetworking-plugins, busybox-static, systemd), the pinned agent CLIs and the UI's npm
 # packages (from their lockfiles), and the Go modules. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +33,12 @@ command -v openssl >/dev/null 2>&1 || apt_pkgs+=(openssl)
 command -v curl >/dev/null 2>&1 || apt_pkgs+=(curl)
 command -v ip >/dev/null 2>&1 || apt_pkgs+=(iproute2)
 command -v nsenter >/dev/null 2>&1 || apt_pkgs+=(util-linux)
+# agentd's own image (scripts/agentd-image.sh): a static busybox and the
+# CA bundle; systemd-analyze checks the systemd unit (TestSystemdUnit).
+[ -x /bin/busybox ] && file -L /bin/busybox 2>/dev/null | grep -q 'statically linked' || apt_pkgs+=(busybox-static)
+command -v file >/dev/null 2>&1 || apt_pkgs+=(file)
+[ -f /etc/ssl/certs/ca-certificates.crt ] || apt_pkgs+=(ca-certificates)
+command -v systemd-analyze >/dev/null 2>&1 || apt_pkgs+=(systemd)
 if [ ${#apt_pkgs[@]} -gt 0 ]; then
   log "installing Debian packages: ${apt_pkgs[*]}"
   sudo=""

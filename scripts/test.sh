@@ -125,6 +125,9 @@ echo "docker set-up: $(( $(date +%s) - docker_start ))s"
 step "go test"
 # Missing agent CLIs fail the run instead of skipping tests.
 export AGENTD_REQUIRE_AGENTS=1
+# The upgrade test builds the previous release from its commit (cached):
+# a clone without that history fails instead of skipping it.
+export AGENTD_REQUIRE_UPGRADE=1
 go test -count=1 -timeout 30m "${pkgs[@]}"
 
 step "go test -race"
@@ -151,6 +154,8 @@ kube_dir=${AGENTD_KUBE_DIR:-/tmp/agentd-test-kube}
 cleanups+=('scripts/kube.sh stop "$kube_dir"')
 kube_env=$(scripts/kube.sh start "$kube_dir")
 scripts/sandbox-image.sh --no-docker --agents claude --agentd bin/agentd
+# The Helm CLI of the chart's tests, built once per machine and cached.
+scripts/helm-build.sh >/dev/null
 echo "kubernetes set-up: $(( $(date +%s) - kube_start ))s"
 # Missing cluster or image fail the kubernetes tests instead of skipping them.
 kube_test() {
@@ -158,6 +163,8 @@ kube_test() {
     nsenter --net="/run/netns/${AGENTD_KUBE_NETNS:-agentd-kube}" go test -count=1 -timeout 20m "$@"
 }
 kube_test ./internal/sandbox/kubernetes/
+# TestKubernetesHelm and TestKubernetesManifests are the Helm chart and the
+# kustomize manifests (docs/deploy.md).
 kube_test -run 'TestKubernetes|TestIsolation/kubernetes' .
 echo "kubernetes step: $(( $(date +%s) - kube_start ))s"
 

@@ -284,6 +284,7 @@ func (versionCmd) Run() error {
 }
 
 func main() {
+	versionFromBuildInfo()
 	var c cli
 	parser, err := kong.New(&c,
 		kong.Name("agentd"),
