@@ -79,4 +79,5 @@ go mod download
 . scripts/tools.env
 go run "$STATICCHECK" -version >/dev/null
 go run "$GOVULNCHECK" -version >/dev/null
+go run "$GREMLINS" --version >/dev/null
 log "done"

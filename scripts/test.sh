@@ -3,7 +3,8 @@
 # set-up, Go vet, staticcheck, go mod tidy, govulncheck, Go tests with and
 # without the race detector (real SQLite, PostgreSQL and NATS, a private
 # dockerd, real processes, the real agent CLIs against mock-llm), a short
-# chaos run, a short fuzzing pass, the TypeScript client and UI unit tests,
+# chaos run, a short fuzzing pass, mutation testing of the changed core
+# packages, the TypeScript client and UI unit tests,
 # browser tests in Debian's chromium against a real server, and the
 # Kubernetes sandbox on a single-node cluster in a network namespace. Each
 # step's time is printed at the end.
@@ -13,6 +14,8 @@ cd "$(dirname "$0")/.."
 . scripts/tools.env
 # Seconds each fuzz target runs (scripts/fuzz.sh; docs/testing.md says why).
 FUZZTIME=${AGENTD_FUZZTIME:-5s}
+# Seconds the mutation testing step may take (docs/mutation.md).
+MUTATIONBUDGET=${AGENTD_MUTATION_BUDGET:-300}
 
 start=$(date +%s)
 times=()
@@ -142,6 +145,12 @@ go test -count=1 -race -timeout 15m -v ./tests/chaos
 
 step "fuzz ($FUZZTIME a target)"
 scripts/fuzz.sh "$FUZZTIME"
+
+step "mutation testing (changed core packages, ${MUTATIONBUDGET}s budget)"
+# scripts/mutation.sh --ci: gremlins on the core packages changed in the
+# last 10 commits (else a small fixed sample), each package's efficacy
+# against its floor, stopped at the budget (docs/mutation.md).
+AGENTD_MUTATION_BUDGET=$MUTATIONBUDGET scripts/mutation.sh --ci
 
 step "Kubernetes (scripts/kube.sh: a single-node cluster in a network namespace; kubernetes sandbox tests)"
 # The cluster's binaries are built from the Go modules once per machine
