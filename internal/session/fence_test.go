@@ -221,18 +221,19 @@ func TestRenewalFindingAnotherHolderStopsTheRunner(t *testing.T) {
 	if _, err := s.Send(ctx, "go", ""); err != nil {
 		t.Fatal(err)
 	}
-	st.cut.Store(true)
-	// Part of the scenario, not a wait for a condition: A stays cut off
-	// for a whole lease period before another server takes the lease.
-	// (Taken the moment it expired instead, A did not always report the
-	// other holder: tried, failed 1 run in 4.)
-	time.Sleep(ttl)
-	// Another server takes the lease as its own, directly.
-	waitFor(t, "B takes the expired lease", func() bool {
-		_, err := st.Store.AcquireLease(ctx, rec.ID, "B", time.Hour)
-		return err == nil
-	})
-	st.cut.Store(false)
+	// The turn's start is written first (a write refused later would
+	// stop A by its fence instead, not by its renewal).
+	waitFor(t, "the turn runs", func() bool { return s.Record().Status == conversation.SessionRunning })
+	// The store drops A's lease behind A's back (as when A's renewals
+	// came late past the ttl while A still thought it held it) and B
+	// takes it at once. Cutting A off for a ttl instead raced A's own
+	// give-up ("could not be renewed") under load.
+	if err := st.Store.ReleaseLease(ctx, rec.ID, "A"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Store.AcquireLease(ctx, rec.ID, "B", time.Hour); err != nil {
+		t.Fatalf("B takes the lease: %v", err)
+	}
 	waitClosed(t, "A's runner stops", arch.ended)
 	waitFor(t, "A says why", func() bool { return strings.Contains(a.out.String(), "another server holds the lease") })
 }
