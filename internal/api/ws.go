@@ -336,6 +336,11 @@ func (w *wsConn) pumpSessions(ctx context.Context) {
 	// Only sessions the caller may see; shares are looked up again at most
 	// every few seconds, so a new share shows with the session's next change.
 	vis := newVisibility(w.s, w.who)
+	// Watch before listing: a session created between the two would
+	// otherwise never be sent. A change made meanwhile may then come again
+	// after the listing, but every change after the watch starts follows
+	// in order, so a session's last frame is its current state.
+	ch := w.s.cfg.Sessions.WatchSessions(ctx)
 	for _, sum := range w.s.cfg.Sessions.List(ctx) {
 		if !vis.sees(ctx, sum.Owner, sum.SessionID) {
 			continue
@@ -344,7 +349,6 @@ func (w *wsConn) pumpSessions(ctx context.Context) {
 			return
 		}
 	}
-	ch := w.s.cfg.Sessions.WatchSessions(ctx)
 	for sum := range ch {
 		if !vis.sees(ctx, sum.Owner, sum.SessionID) {
 			continue
