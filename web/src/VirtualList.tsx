@@ -58,6 +58,7 @@ export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan 
   const headerRef = useRef<HTMLDivElement>(null);
   const headerHeight = useRef(0);
   const firstKey = useRef<string | undefined>(undefined); // items[0]'s key at the last layout
+  const placed = useRef<[string, number][]>([]); // the mounted items' keys and tops at the last layout
 
   const bump = useCallback(() => {
     if (pending.current) return;
@@ -190,10 +191,19 @@ export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan 
     headerHeight.current = head;
     const first = count > 0 ? itemKey(items[0]!) : undefined;
     if (firstKey.current !== undefined && first !== firstKey.current) {
-      const was = indexRef.current.get(firstKey.current);
-      if (was !== undefined && was > 0) above += offsetsRef.current[was]!;
+      // The first item mounted before that is still there says how far
+      // things moved (the old first item itself may be gone: a tool result
+      // shown alone joins its call when the call arrives).
+      for (const [k, top] of placed.current) {
+        const i = indexRef.current.get(k);
+        if (i === undefined) continue;
+        above += offsetsRef.current[i]! - top;
+        break;
+      }
     }
     firstKey.current = first;
+    placed.current = [];
+    for (let i = start; i < end; i++) placed.current.push([itemKey(items[i]!), offsetsRef.current[i]!]);
     if (above !== 0 && !atBottom.current) anchorDelta.current += above;
     if (atBottom.current) {
       if (el.scrollHeight - el.scrollTop - el.clientHeight > 1) el.scrollTop = el.scrollHeight;
