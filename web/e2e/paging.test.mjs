@@ -8,6 +8,7 @@ import { Agentd, duplicateBlocks, fatalErrors, launch, sleep, waitFor, withPage 
 
 let browser;
 let server;
+let longId = ""; // the session the first test makes
 const TURNS = 140; // a shell turn is 3 blocks: 420, over two pages
 
 before(async () => {
@@ -41,6 +42,7 @@ describe("paging back", () => {
   it("shows earlier messages page by page, in place, each block once", async (t) => {
     const { sessionId: id } = await server.api("POST", "/api/sessions", { architecture: "shell", name: "long" });
     for (let i = 0; i < TURNS; i++) await runTurn(id, i === 0 ? "echo first-turn-zzz" : `echo turn-${i}`, i + 1);
+    longId = id;
     const all = await server.api("GET", `/api/sessions/${id}?limit=1000`);
     assert.ok(all.totalBlocks > 400, `blocks: ${all.totalBlocks}`);
     assert.equal(all.blocks.length, all.totalBlocks);
@@ -88,6 +90,22 @@ describe("paging back", () => {
         return (await page.getByText("first-turn-zzz").count()) > 0;
       }, { what: "the first turn shown", timeout: 10_000 });
       assert.deepEqual(await duplicateBlocks(page), []);
+      assert.deepEqual(fatalErrors(page), []);
+    });
+  });
+
+  it("shows a failed page's error and keeps what it holds", async (t) => {
+    if (!longId) return t.skip("the first test made no session");
+    await withPage(t, browser, server, { width: 1280, height: 900 }, async (page) => {
+      await page.route("**/api/sessions/*?*before=*", (r) => r.fulfill({ status: 500, contentType: "application/json", body: '{"error":"page store down","code":"INTERNAL"}' }));
+      await page.goto(`${server.url}/s/${longId}`);
+      await page.getByTestId("show-earlier").click();
+      const err = page.getByTestId("earlier-error");
+      await err.waitFor();
+      assert.match(await err.innerText(), /Could not load earlier messages: .*page store down/);
+      const h = await held(page);
+      assert.equal(h.ids.length, 200);
+      assert.ok(await page.getByTestId("show-earlier").isEnabled(), "the button can be tried again");
       assert.deepEqual(fatalErrors(page), []);
     });
   });
