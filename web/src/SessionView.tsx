@@ -235,7 +235,7 @@ function Live({
         )}
         <div className="tab-body" hidden={tab !== "conversation"} role="tabpanel" id="panel-conversation" aria-labelledby="tab-conversation">
           <ErrorBoundary name="conversation" resetKey={id}>
-            <ConversationPane state={state} />
+            <ConversationPane state={state} header={<EarlierMessages sessionId={id} conv={conv} state={state} />} />
           </ErrorBoundary>
           <ErrorBoundary name="permission request" resetKey={state.pendingPermissions}>
             <Permissions sessionId={id} pending={state.pendingPermissions} onInterrupt={interrupt} composer={composerRef} />
@@ -349,7 +349,58 @@ const itemKey = (it: Item) => it.key;
 const estimateItem = (it: Item) => (it.kind === "tool" ? 120 : 56);
 const renderItem = (it: Item) => <ItemView item={it} />;
 
-function ConversationPane({ state }: { state: ConversationState }) {
+/** How many blocks "Show earlier messages" asks for: the server's default page. */
+export const EARLIER_PAGE = 200;
+
+/** The client calls loadEarlier makes. */
+export interface PageSource {
+  getSession(id: string, opts: { limit?: number; before?: string }): Promise<SessionState>;
+}
+
+/**
+ * Fetches the page before the blocks conv holds and puts it before them.
+ * Returns how many blocks it added; a failed request rejects (and changes
+ * nothing).
+ */
+export async function loadEarlier(client: PageSource, sessionId: string, conv: Conversation): Promise<number> {
+  const first = conv.state.blocks[0];
+  if (!first || !conv.state.blockOffset) return 0;
+  const page = await client.getSession(sessionId, { before: first.id, limit: EARLIER_PAGE });
+  return conv.prependPage(page);
+}
+
+/**
+ * "Show earlier messages (N more)" above a conversation loaded as its last
+ * page; nothing once every block is held.
+ */
+export function EarlierMessages({ sessionId, conv, state }: { sessionId: string; conv: Conversation; state: ConversationState }) {
+  const { client } = useApp();
+  const [busy, setBusy] = useState(false);
+  const [err, setErr] = useState<string | null>(null);
+  const more = state.blockOffset ?? 0;
+  if (more <= 0) return null;
+  const load = () => {
+    setBusy(true);
+    setErr(null);
+    loadEarlier(client, sessionId, conv)
+      .catch((e: unknown) => setErr(`Could not load earlier messages: ${e instanceof Error ? e.message : String(e)}`))
+      .finally(() => setBusy(false));
+  };
+  return (
+    <div className="earlier">
+      <button type="button" className="linkish" data-testid="show-earlier" disabled={busy} onClick={load}>
+        {busy ? "Loading earlier messages…" : `Show earlier messages (${more} more)`}
+      </button>
+      {err && (
+        <div className="error-box small" role="alert" data-testid="earlier-error">
+          {err}
+        </div>
+      )}
+    </div>
+  );
+}
+
+function ConversationPane({ state, header }: { state: ConversationState; header?: React.ReactNode }) {
   // Turn notices come from the reduced turns, which the snapshot carries: a
   // failed or interrupted turn keeps its notice across a reload, once.
   const notices = useMemo(() => noticesOf(state), [state.turns, state.errorNotices]);
@@ -370,6 +421,7 @@ function ConversationPane({ state }: { state: ConversationState }) {
         itemKey={itemKey}
         estimate={estimateItem}
         renderItem={renderItem}
+        header={header}
         footer={items.length === 0 ? <div className="empty muted">No messages yet. Send one below.</div> : null}
       />
       <Announcer state={state} />

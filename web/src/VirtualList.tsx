@@ -13,6 +13,10 @@
 // the range changed and mounted other items, and so on until React gave up
 // with "maximum update depth exceeded", blanking the app.) Range updates made
 // during layout are also capped per frame, so no layout can loop.
+//
+// Items put before the first one (an older page of the conversation) keep
+// the reader's place: the scroll position moves by their height, as it does
+// when the header above the items changes height.
 import { memo, useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState, type ReactNode } from "react";
 import { ErrorBoundary } from "./ErrorBoundary";
 
@@ -29,6 +33,8 @@ export interface VirtualListProps<T> {
   testId?: string;
   /** Rendered after the last item (inside the scroller). */
   footer?: ReactNode;
+  /** Rendered before the first item (inside the scroller), e.g. "Show earlier messages". */
+  header?: ReactNode;
   label?: string;
   id?: string;
 }
@@ -37,7 +43,7 @@ const BOTTOM_SLACK = 48;
 /** Range updates allowed during layout in one frame before waiting for the next. */
 const LAYOUT_SYNCS_PER_FRAME = 4;
 
-export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan = 600, className, testId, footer, label, id }: VirtualListProps<T>) {
+export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan = 600, className, testId, footer, header, label, id }: VirtualListProps<T>) {
   const scroller = useRef<HTMLDivElement>(null);
   const heights = useRef(new Map<string, number>());
   const [, setVersion] = useState(0);
@@ -49,6 +55,10 @@ export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan 
   const indexRef = useRef(new Map<string, number>());
   const anchorDelta = useRef(0); // height change above the viewport, to keep the reader's place
   const layoutSyncs = useRef(0);
+  const headerRef = useRef<HTMLDivElement>(null);
+  const headerHeight = useRef(0);
+  const firstKey = useRef<string | undefined>(undefined); // items[0]'s key at the last layout
+  const placed = useRef<[string, number][]>([]); // the mounted items' keys and tops at the last layout
 
   const bump = useCallback(() => {
     if (pending.current) return;
@@ -114,12 +124,13 @@ export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan 
       const offs = offsetsRef.current;
       const n = offs.length - 1;
       const viewport = el.clientHeight || 800;
+      const head = headerRef.current?.offsetHeight ?? 0;
       if (atBottom.current) {
         let start = upperBound(offs, Math.max(0, offs[n]! - viewport - overscan)) - 1;
         if (start < 0) start = 0;
         return [start, n];
       }
-      const top = el.scrollTop;
+      const top = Math.max(0, el.scrollTop - head);
       let start = upperBound(offs, Math.max(0, top - overscan)) - 1;
       if (start < 0) start = 0;
       let end = upperBound(offs, top + viewport + overscan);
@@ -173,6 +184,27 @@ export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan 
   useLayoutEffect(() => {
     const el = scroller.current;
     if (!el) return;
+    // Items put before the first one, or a header grown or shrunk, move
+    // what the reader looks at: move the scroll position with it.
+    const head = headerRef.current?.offsetHeight ?? 0;
+    let above = head - headerHeight.current;
+    headerHeight.current = head;
+    const first = count > 0 ? itemKey(items[0]!) : undefined;
+    if (firstKey.current !== undefined && first !== firstKey.current) {
+      // The first item mounted before that is still there says how far
+      // things moved (the old first item itself may be gone: a tool result
+      // shown alone joins its call when the call arrives).
+      for (const [k, top] of placed.current) {
+        const i = indexRef.current.get(k);
+        if (i === undefined) continue;
+        above += offsetsRef.current[i]! - top;
+        break;
+      }
+    }
+    firstKey.current = first;
+    placed.current = [];
+    for (let i = start; i < end; i++) placed.current.push([itemKey(items[i]!), offsetsRef.current[i]!]);
+    if (above !== 0 && !atBottom.current) anchorDelta.current += above;
     if (atBottom.current) {
       if (el.scrollHeight - el.scrollTop - el.clientHeight > 1) el.scrollTop = el.scrollHeight;
     } else if (anchorDelta.current !== 0) {
@@ -200,6 +232,7 @@ export function VirtualList<T>({ items, itemKey, renderItem, estimate, overscan 
 
   return (
     <div ref={scroller} id={id} className={className} data-testid={testId} onScroll={onScroll} role="log" aria-label={label} aria-live="off" tabIndex={0}>
+      {header != null && <div ref={headerRef}>{header}</div>}
       <div style={{ height: total, position: "relative" }}>
         <div style={{ position: "absolute", top: offsets[start], left: 0, right: 0 }}>{mounted}</div>
       </div>

@@ -1,4 +1,4 @@
-import { applyBatch, applyEvent, initialState, type ApplyResult, type ConversationState } from "./reducer.js";
+import { applyBatch, applyEvent, initialState, prependPage, type ApplyResult, type ConversationState, type OlderPage } from "./reducer.js";
 import type { AgentEvent } from "./types.js";
 
 /** Runs a callback later: requestAnimationFrame in a browser, a microtask elsewhere. */
@@ -62,6 +62,22 @@ export class Conversation {
     this.queue = [];
     this.st = state;
     this.emit();
+  }
+
+  /**
+   * Puts an older page of the conversation (getSession(id, {before:
+   * state.blocks[0].id})) before the blocks held, applying queued events
+   * first; notifies when it added anything. Returns how many blocks it
+   * inserted. See prependPage in the reducer for what moves.
+   */
+  prependPage(page: OlderPage): number {
+    this.flush();
+    const r = prependPage(this.st, page);
+    if (r.state !== this.st) {
+      this.st = r.state;
+      this.emit();
+    }
+    return r.inserted;
   }
 
   /** Applies one event now and notifies listeners if it changed anything. */

@@ -77,6 +77,13 @@ export interface Notice {
  */
 export interface ConversationState extends ReducedState {
   errorNotices: readonly Notice[];
+  /**
+   * When the state holds a page of the conversation (a snapshot's last
+   * blocks): how many main-conversation blocks come before blocks[0]. Absent
+   * when it holds them all. Turns' and notices' afterBlock count from
+   * blocks[0], not from the conversation's start.
+   */
+  blockOffset?: number;
 }
 
 /** The notice of a failed or interrupted turn; undefined for one that completed or still runs. */
@@ -180,7 +187,48 @@ export function stateFromSnapshot(s: Partial<ReducedState> & { lastSeq?: number;
     permissionRules: s.permissionRules ?? [],
     ...(s.sessionOptions ? { sessionOptions: s.sessionOptions } : {}),
     lastSeq: s.lastSeq ?? 0,
+    ...(offset > 0 ? { blockOffset: offset } : {}),
   };
+}
+
+/** What prependPage needs of an older page: GET /api/sessions/{id}?before=… */
+export type OlderPage = Pick<ReducedState, "blocks"> & { blockOffset?: number; turns?: ReducedState["turns"] };
+
+/**
+ * Puts an older page of the main conversation (GET /api/sessions/{id}
+ * ?before=<state.blocks[0].id>) before the blocks a state holds; pure.
+ * Blocks already held (by id) are skipped. Everything else of the state is
+ * kept (it is newer than the page: live events went into it), but the
+ * positions that count blocks: turns' and error notices' afterBlock move by
+ * the blocks inserted, and a turn that ended before the held blocks (placed
+ * at 0) takes its place from the page's turns (absolute afterBlock, as the
+ * server sends them). blockOffset becomes the page's. Returns the state
+ * unchanged when the page adds nothing.
+ */
+export function prependPage(state: ConversationState, page: OlderPage): { state: ConversationState; inserted: number } {
+  const held = new Set(state.blocks.map((b) => b.id));
+  const older = (page.blocks ?? []).filter((b) => !held.has(b.id));
+  const offset = Math.max(0, page.blockOffset ?? 0);
+  const k = older.length;
+  if (k === 0) {
+    if ((state.blockOffset ?? 0) === offset) return { state, inserted: 0 };
+    const { blockOffset: _o, ...rest } = state;
+    return { state: offset > 0 ? { ...rest, blockOffset: offset } : rest, inserted: 0 };
+  }
+  const pageTurns = page.turns ?? [];
+  const turns = state.turns.map((t, i) => {
+    if (t.afterBlock) return { ...t, afterBlock: t.afterBlock + k };
+    if (t.status === "running") return t;
+    // Ended before the held blocks (or with none): the page knows where.
+    const p = pageTurns[i];
+    if (t.afterBlock === undefined || !p || p.queryId !== t.queryId || !p.afterBlock) return t;
+    return { ...t, afterBlock: Math.max(0, p.afterBlock - offset) };
+  });
+  const errorNotices = state.errorNotices.map((n) => ({ ...n, afterBlock: n.afterBlock + k }));
+  const { blockOffset: _o, ...rest } = state;
+  const next: ConversationState = { ...rest, blocks: [...older, ...state.blocks], turns, errorNotices };
+  if (offset > 0) next.blockOffset = offset;
+  return { state: next, inserted: k };
 }
 
 /** Folds one event into state; pure. Errors and duplicates leave state as it was (but for lastSeq). */
