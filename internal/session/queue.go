@@ -51,7 +51,7 @@ func (s *Session) SubmitMessage(ctx context.Context, msg Message, actor string) 
 // submitHere is Submit on this server.
 func (s *Session) submitHere(ctx context.Context, content Message, actor string) (SubmitResult, error) {
 	return doSync(ctx, s, func(o *owner, done func(SubmitResult, error)) {
-		o.whenRecovered(func() { done(o.submit(ctx, content, actor)) })
+		retryAfterTakeOver(o, func() (SubmitResult, error) { return o.submit(ctx, content, actor) }, done)
 	})
 }
 

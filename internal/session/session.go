@@ -207,7 +207,7 @@ func (s *Session) SendMessage(ctx context.Context, msg Message, actor string) (s
 // sendHere is Send on this server.
 func (s *Session) sendHere(ctx context.Context, content Message, actor string) (string, error) {
 	return doSync(ctx, s, func(o *owner, done func(string, error)) {
-		o.whenRecovered(func() { done(o.send(ctx, content, actor)) })
+		retryAfterTakeOver(o, func() (string, error) { return o.send(ctx, content, actor) }, done)
 	})
 }
 
@@ -221,6 +221,24 @@ func (o *owner) whenRecovered(f func()) {
 		return
 	}
 	f()
+}
+
+// retryAfterTakeOver runs f when no re-attach is under way, and when f
+// itself began one (the session's lease was a stopped server's, so f
+// took the session over and got errTakingOver), runs f again once the
+// re-attach is done instead of failing the request: the caller asked for
+// a turn, not for a take-over. Owner goroutine.
+func retryAfterTakeOver[T any](o *owner, f func() (T, error), done func(T, error)) {
+	var attempt func()
+	attempt = func() {
+		v, err := f()
+		if errors.Is(err, errTakingOver) && o.recovering {
+			o.afterRecover = append(o.afterRecover, attempt)
+			return
+		}
+		done(v, err)
+	}
+	o.whenRecovered(attempt)
 }
 
 // runAfterRecover runs what waited for the re-attach. Owner goroutine.
