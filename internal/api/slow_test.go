@@ -139,24 +139,7 @@ func testWebSocketStopsReading(t *testing.T, e *env, reg *prometheus.Registry) {
 	appendBig(t, e, id, bigEvents)
 	waitSlowConsumers(t, reg, 1)
 
-	var got []int64
-	for {
-		_, data, err := c.Read(ctx)
-		if err != nil {
-			if code := websocket.CloseStatus(err); code != api.CloseSlowConsumer {
-				t.Fatalf("after %d events: %v (close code %d), want close code 4008", len(got), err, code)
-			}
-			break
-		}
-		var f struct {
-			Op    string
-			Event conversation.Event
-		}
-		if err := json.Unmarshal(data, &f); err != nil || f.Op != "event" {
-			t.Fatalf("frame %.80s: %v", data, err)
-		}
-		got = append(got, f.Event.Seq)
-	}
+	got := readUntilCutOff(t, ctx, c)
 	if len(got) == 0 || len(got) >= bigEvents {
 		t.Fatalf("got %d of %d events before 4008, want some but not all", len(got), bigEvents)
 	}
@@ -389,4 +372,28 @@ func (sc *sioConn) fail(format string, args ...any) (*websocket.Conn, error) {
 	for range sc.packets {
 	}
 	return nil, fmt.Errorf(format, args...)
+}
+
+// readUntilCutOff reads event frames until the server closes c, which
+// must be with 4008 (slow consumer), and returns the seqs read.
+func readUntilCutOff(t *testing.T, ctx context.Context, c *websocket.Conn) []int64 {
+	t.Helper()
+	var got []int64
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			if code := websocket.CloseStatus(err); code != api.CloseSlowConsumer {
+				t.Fatalf("after %d events: %v (close code %d), want close code 4008", len(got), err, code)
+			}
+			return got
+		}
+		var f struct {
+			Op    string
+			Event conversation.Event
+		}
+		if err := json.Unmarshal(data, &f); err != nil || f.Op != "event" {
+			t.Fatalf("frame %.120s: %v", data, err)
+		}
+		got = append(got, f.Event.Seq)
+	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agentd/agentd/conversation"
-	"github.com/agentd/agentd/internal/api"
 	"github.com/agentd/agentd/internal/eventlog"
 )
 
@@ -84,24 +83,7 @@ func TestWebSocketSmallQueueCutOff(t *testing.T) {
 	readWS(t, ctx, c, appendLive(t, e, id))
 	start := appendBurst(t, e, id)
 	waitSlowConsumers(t, reg, 1)
-	var got []int64
-	for {
-		_, data, err := c.Read(ctx)
-		if err != nil {
-			if code := websocket.CloseStatus(err); code != api.CloseSlowConsumer {
-				t.Fatalf("after %d events: %v (close code %d), want close code 4008", len(got), err, code)
-			}
-			break
-		}
-		var f struct {
-			Op    string
-			Event conversation.Event
-		}
-		if err := json.Unmarshal(data, &f); err != nil || f.Op != "event" {
-			t.Fatalf("frame %.120s: %v", data, err)
-		}
-		got = append(got, f.Event.Seq)
-	}
+	got := readUntilCutOff(t, ctx, c)
 	checkCutOffEvents(t, got, start)
 }
 
