@@ -218,8 +218,10 @@ func (w *wsConn) join(f clientFrame) {
 		}
 	}
 	if f.SessionID == "*" {
-		w.startPump("*", nil, func(ctx context.Context) { w.pumpSessions(ctx) })
+		// Ack first, as for a session: a client that waits for the ack
+		// must not have skipped the list's first frames meanwhile.
 		w.ack(f.ID, nil, nil)
+		w.startPump("*", nil, func(ctx context.Context) { w.pumpSessions(ctx) })
 		return
 	}
 	if _, err := w.s.checkSession(w.ctx, w.who, f.SessionID, auth.LevelRead); err != nil {
