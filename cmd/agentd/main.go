@@ -105,6 +105,7 @@ type serveCmd struct {
 	NATSPayload   string        `name:"nats-payload" help:"With --nats: what a commit publishes to the other servers: events, or notice (its seq range; they read the store)." default:"events" enum:"events,notice" env:"AGENTD_NATS_PAYLOAD"`
 	NodeID        string        `name:"node-id" help:"This server's name in session leases (default: an id kept in <data-dir>/node-id); each server of a fleet needs its own." env:"AGENTD_NODE_ID"`
 	LeaseTTL      time.Duration `name:"lease-ttl" help:"How long a session's lease lasts unless renewed (every third of it): the longest a session whose server died waits for another server to take it over." default:"15s" env:"AGENTD_LEASE_TTL"`
+	PprofAddr     string        `name:"pprof-addr" help:"Serve Go's profiles (/debug/pprof/) on this address, apart from the API and without its authentication: keep it on loopback. Off by default." env:"AGENTD_PPROF_ADDR"`
 	WorkspacesDir string        `name:"workspaces" help:"Folder of the sessions' workspaces (default <data-dir>/workspaces); servers of a fleet on one machine may share one." env:"AGENTD_WORKSPACES" type:"path"`
 }
 
@@ -138,6 +139,13 @@ func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
 	}
 	if err := c.identityFlags.apply(&cfg); err != nil {
 		return err
+	}
+	if c.PprofAddr != "" {
+		_, stop, err := servePprof(c.PprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	srv, err := agentd.New(ctx, cfg)
 	if err != nil {
