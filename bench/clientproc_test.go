@@ -136,7 +136,19 @@ func startClientProcSend(tb testing.TB, url, sendURL string, fs []*follower) *cl
 	}
 	cmd, in, out := startChild(tb, env, 64<<20)
 	p := &clientProc{cmd: cmd, in: in, out: out}
+	// The process follows the sessions itself: the setup's streams would
+	// be a second subscriber of every session, costing the server (and
+	// this process) a delivery per line the measurement does not count.
+	closeFollowers(fs)
 	return p
+}
+
+// closeFollowers closes the followers' streams (latencySetup's), once
+// another process follows their sessions.
+func closeFollowers(fs []*follower) {
+	for _, f := range fs {
+		f.stream.Close()
+	}
 }
 
 // startChild starts this test binary again with env added (its TestMain

@@ -228,9 +228,12 @@ const (
 //
 // Target (issue 12): p99 < 5 ms.
 func BenchmarkFanoutLatency(b *testing.B) {
-	srv, c := startServer(b, agentd.Config{})
+	// A round prints ~100 KB: past the default output limit the deltas
+	// would stop (docs/api.md, Long texts), and this measures each line.
+	srv, c := startServer(b, agentd.Config{OutputLimit: -1})
 	fs := latencySetup(b, c, 1)
 	p := startFanoutProc(b, srv.URL, fs[0].id, fanoutLatSubs)
+	closeFollowers(fs) // the 200 subscribers are the process's
 	command := stamperCommand(b, fanoutLatLines, time.Millisecond)
 	var sums []Summary
 	var lines int

@@ -6,7 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -46,8 +48,11 @@ func fleetNodes(tb testing.TB, n int, args ...string) ([]*agentdtest.Process, []
 	prefix := natstest.Prefix(tb)
 	var ps []*agentdtest.Process
 	var cs []*client.Client
-	for range n {
+	for i := range n {
 		a := append([]string{"--data-dir", tb.TempDir(), "--store", storeURL, "--nats", natsURL, "--nats-prefix", prefix, "--no-ui"}, args...)
+		if i == 0 && os.Getenv(nodeProfileEnv) != "" {
+			a = append(a, "--pprof-addr", freeLoopbackAddr(tb))
+		}
 		p := agentdtest.StartProcess(tb, nil, a...)
 		c, err := client.New(p.URL, client.WithHTTPClient(newHTTPClient(tb)))
 		if err != nil {
@@ -84,6 +89,7 @@ func BenchmarkFleetLatency(b *testing.B) {
 				hc := newHTTPClient(b)
 				a0, b0 := readNode(b, hc, nodes[0]), readNode(b, hc, nodes[1])
 				var all lineLatencies
+				stopProfile := profileNode(b, nodes[0], payload+"-"+where)
 				for b.Loop() {
 					lat, _, err := p.round(command(), latencyLines)
 					if err != nil {
@@ -91,6 +97,7 @@ func BenchmarkFleetLatency(b *testing.B) {
 					}
 					all.merge(lat)
 				}
+				stopProfile()
 				reportLatency(b, all)
 				reportNodes(b, a0, readNode(b, hc, nodes[0]), b0, readNode(b, hc, nodes[1]), len(all.all))
 			})
@@ -319,4 +326,81 @@ func waitTakeover(ctx context.Context, s *client.Stream, query string) error {
 		}
 		return nil
 	}
+}
+
+// nodeProfileEnv names a file prefix: with it, node A of the fleet
+// benchmarks serves its profiles (agentd serve --pprof-addr) and a CPU
+// profile of it over the measured rounds is written to PREFIX-NAME.pprof.
+const nodeProfileEnv = "AGENTD_BENCH_NODE_CPUPROFILE"
+
+func freeLoopbackAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// profileNode profiles p's CPU (p runs with --pprof-addr) from now until
+// stop, when nodeProfileEnv is set: back-to-back 2-second profiles,
+// PREFIX-NAME-001.pprof and on, which `go tool pprof` reads together.
+// stop waits for the profile in progress to end.
+func profileNode(tb testing.TB, p *agentdtest.Process, name string) (stop func()) {
+	tb.Helper()
+	prefix := os.Getenv(nodeProfileEnv)
+	if prefix == "" {
+		return func() {}
+	}
+	i := slices.Index(p.Args, "--pprof-addr")
+	if i < 0 {
+		tb.Fatal("profileNode: the node has no --pprof-addr")
+	}
+	url := "http://" + p.Args[i+1] + "/debug/pprof/profile?seconds=2"
+	if os.Getenv("AGENTD_BENCH_NODE_TRACE") != "" {
+		url = "http://" + p.Args[i+1] + "/debug/pprof/trace?seconds=2"
+	}
+	quit := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for n := 1; ; n++ {
+			select {
+			case <-quit:
+				done <- nil
+				return
+			default:
+			}
+			if err := fetchTo(url, fmt.Sprintf("%s-%s-%03d.pprof", prefix, name, n)); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		if err := <-done; err != nil {
+			tb.Errorf("profile of node A: %v", err)
+		}
+	}
+}
+
+func fetchTo(url, file string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
