@@ -92,6 +92,10 @@ type Config struct {
 	// files): Store itself when it is a store.ArtifactStore (the wiring
 	// passes it metered). nil: the server keeps no artifacts.
 	Artifacts store.ArtifactStore
+
+	// noSweep leaves out the take-over sweep (tests of the other ways
+	// in: export_test.go).
+	noSweep bool
 }
 
 // Metrics receives session lifecycle observations.
@@ -205,7 +209,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	// Sessions whose server dies (or stops, handing them over) are taken
 	// over here once their lease is free.
-	m.background(m.sweepLoop)
+	if !m.cfg.noSweep {
+		m.background(m.sweepLoop)
+	}
 	return nil
 }
 

@@ -167,3 +167,122 @@ func TestMessageDuringReattachWaits(t *testing.T) {
 		t.Fatalf("the second turn's output is not in the log: %s", out)
 	}
 }
+
+// TestMessageThatTakesOverWaits: the first message to a session whose
+// lease a stopped server still held (so start-up recovery left it alone)
+// takes the session over itself; when that starts a re-attach, the
+// message waits for it and runs its turn instead of failing UNAVAILABLE
+// "being taken over" (chaos seed 1795662007466969677 found it).
+func TestMessageThatTakesOverWaits(t *testing.T) {
+	st := memstore.New()
+	dataDir := t.TempDir()
+	const ttl = time.Second
+	// No take-over sweep: it would take the session over as soon as the
+	// lease expires, before the message can.
+	start := func(sb sandbox.Provider, holder string) (*session.Manager, *eventlog.Log) {
+		lg := eventlog.New(st, eventlog.Options{})
+		archs := agent.NewRegistry()
+		archs.Register(shell.Architecture{})
+		m, err := session.New(session.WithoutSweep(session.Config{Store: st, Log: lg, Sandbox: sb, Architectures: archs,
+			DataDir: dataDir, Holder: holder, LeaseTTL: ttl, InterruptGrace: 2 * time.Second}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return m, lg
+	}
+	stop := func(m *session.Manager, lg *eventlog.Log) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		m.Close(ctx)
+		lg.Close()
+	}
+	ctx := context.Background()
+
+	g1 := &gatedRecoverer{Provider: local.New(local.Options{}), gate: make(chan struct{}), called: make(chan struct{})}
+	defer g1.terminateAll()
+	m1, lg1 := start(g1, "node-1")
+	rec, err := m1.Create(ctx, session.CreateRequest{Architecture: "shell"}, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := lg1.Subscribe(ctx, rec.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1, _ := m1.Get(rec.ID)
+	if _, err := s1.Send(ctx, "echo first", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	until(t, sub, conversation.TypeQueryCompleted, 1)
+	sub.Close()
+	stop(m1, lg1)
+	// node-1 stopped without handing the lease over (as when it is
+	// killed): it still holds it for a ttl.
+	if _, err := st.AcquireLease(ctx, rec.ID, "node-1", ttl); err != nil {
+		t.Fatal(err)
+	}
+
+	g2 := &gatedRecoverer{Provider: local.New(local.Options{}), gate: make(chan struct{}), called: make(chan struct{})}
+	defer g2.terminateAll()
+	m2, lg2 := start(g2, "node-2")
+	defer stop(m2, lg2)
+	// Wait out node-1's lease; nothing may have re-attached meanwhile, so
+	// that the message is what takes the session over.
+	time.Sleep(ttl + 200*time.Millisecond)
+	select {
+	case <-g2.called:
+		t.Fatal("the session was re-attached before any message: the test would not cover the take-over by a message")
+	default:
+	}
+	s2, err := m2.Get(rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		qid string
+		err error
+	}
+	sent := make(chan result, 1)
+	go func() {
+		qid, err := s2.Send(ctx, "echo second", "alice")
+		sent <- result{qid, err}
+	}()
+	select {
+	case <-g2.called:
+	case r := <-sent:
+		t.Fatalf("the message was answered before the re-attach was done: %q, %v", r.qid, r.err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the message did not take the session over")
+	}
+	select {
+	case r := <-sent:
+		t.Fatalf("the message was answered while the environment was being re-attached: %q, %v", r.qid, r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(g2.gate)
+	var r result
+	select {
+	case r = <-sent:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the message was not answered after the re-attach")
+	}
+	if r.err != nil || r.qid == "" {
+		t.Fatalf("a message that took the session over: %q, %v; want a turn", r.qid, r.err)
+	}
+	sub2, err := lg2.Subscribe(ctx, rec.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub2.Close()
+	evs := until(t, sub2, conversation.TypeQueryCompleted, 2)
+	var out string
+	for _, ev := range evs {
+		out += string(ev.Payload)
+	}
+	if !strings.Contains(out, "second") {
+		t.Fatalf("the second turn's output is not in the log: %s", out)
+	}
+}
