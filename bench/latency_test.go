@@ -492,7 +492,16 @@ func TestShellLatencySmoke(t *testing.T) {
 	if direct, err := directRound(2, stamper, 5); err != nil || len(direct.all) != 10 {
 		t.Fatalf("stamper direct: %d lines, %v", len(direct.all), err)
 	}
-	// The clients in a process of their own, the stampers starting together.
+	// A command that prints fewer lines than expected is an error.
+	if _, err := latencyRound(c, fs[:1], stampCommand(2, "0"), 3); err == nil {
+		t.Fatal("2 lines counted as 3")
+	}
+	// A command whose output is not timestamps is reported, not counted.
+	if _, err := latencyRound(c, fs[:1], "echo not-a-stamp", 1); !errors.Is(err, ErrBadStamp) {
+		t.Fatalf("garbage output: err = %v, want ErrBadStamp", err)
+	}
+	// The clients in a process of their own, the stampers starting together
+	// (the followers' streams close: the process follows the sessions).
 	p := startClientProc(t, srv.URL, fs)
 	lat, cpu, err := p.round(stamperAt(stamper, time.Now().Add(300*time.Millisecond)), 5)
 	if err != nil || len(lat.all) != 15 || cpu <= 0 {
@@ -508,14 +517,6 @@ func TestShellLatencySmoke(t *testing.T) {
 	}
 	if _, _, err := p.round(stamper, 5); err == nil || !strings.Contains(err.Error(), "client process") {
 		t.Fatalf("round after a bad one: %v", err)
-	}
-	// A command that prints fewer lines than expected is an error.
-	if _, err := latencyRound(c, fs[:1], stampCommand(2, "0"), 3); err == nil {
-		t.Fatal("2 lines counted as 3")
-	}
-	// A command whose output is not timestamps is reported, not counted.
-	if _, err := latencyRound(c, fs[:1], "echo not-a-stamp", 1); !errors.Is(err, ErrBadStamp) {
-		t.Fatalf("garbage output: err = %v, want ErrBadStamp", err)
 	}
 }
 

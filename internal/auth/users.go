@@ -232,6 +232,11 @@ func (s *Service) AccessLog(ctx context.Context, by Principal, after int64, limi
 	if !by.Admin() {
 		return nil, fmt.Errorf("%w: only admins read the access log", ErrForbidden)
 	}
+	// Records are stored in the background: the reader sees every one
+	// made before it asked.
+	if err := s.access.flush(ctx); err != nil {
+		return nil, err
+	}
 	return s.id.ReadAccess(ctx, after, limit)
 }
 
