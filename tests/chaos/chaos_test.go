@@ -107,6 +107,9 @@ type harness struct {
 	run   string // XDG_RUNTIME_DIR: the executors' sockets and spools
 	tmpfs bool   // data is a tmpfs of our own: disk-full faults possible
 	db    string
+	// modelPort is mock-llm's port (Claude rounds): the server's model
+	// proxy keeps idle connections to it, which are not leaks.
+	modelPort int
 
 	sessions []*session
 	// cgroups holds every executor cgroup folder seen, checked gone once
@@ -164,8 +167,9 @@ func newHarness(t *testing.T, cfg config) *harness {
 	env := []string{"XDG_RUNTIME_DIR=" + h.run}
 	args := []string{"--data-dir", h.data, "--no-ui", "--sandbox", "executor", "--idle-timeout", "1s"}
 	if cfg.claude {
-		e, a := claudeSetup(t)
+		e, a, port := claudeSetup(t)
 		env, args = append(env, e...), append(args, a...)
+		h.modelPort = port
 	}
 	h.p = agentdtest.StartProcess(t, env, args...)
 	h.tr = &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: 5 * time.Second}

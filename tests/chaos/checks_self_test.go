@@ -1,6 +1,8 @@
 package chaos
 
 import (
+	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -153,5 +155,37 @@ func TestCheckClaudeTurn(t *testing.T) {
 			h.checkClaudeTurn("turn", c.evs, true)
 			assertViolation(t, *got, c.want)
 		})
+	}
+}
+
+// TestServerFDsSkipsModelConnections: a pooled connection to the model
+// endpoint is left out of the descriptors compared, and only it.
+func TestServerFDsSkipsModelConnections(t *testing.T) {
+	model, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer model.Close()
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	before := serverFDs(os.Getpid(), model.Addr().(*net.TCPAddr).Port)
+	c1, err := net.Dial("tcp", model.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	if got := serverFDs(os.Getpid(), model.Addr().(*net.TCPAddr).Port); len(got) != len(before) {
+		t.Fatalf("a connection to the model port counted: %d descriptors, then %d", len(got), len(before))
+	}
+	c2, err := net.Dial("tcp", other.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if got := serverFDs(os.Getpid(), model.Addr().(*net.TCPAddr).Port); len(got) != len(before)+1 {
+		t.Fatalf("a connection elsewhere: %d descriptors, want %d", len(got), len(before)+1)
 	}
 }

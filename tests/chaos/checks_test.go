@@ -340,14 +340,16 @@ func (h *harness) quiet(ctx context.Context) bool {
 }
 
 // checkServerResources compares the server's open descriptors (other than
-// its database files) and goroutines with its first quiet point. Idle
-// connections the server has not noticed closing yet may linger for a
-// moment: it waits up to 10 s for them.
+// its database files, and its model proxy's pooled connections to
+// mock-llm) and goroutines with its first quiet point. Idle connections
+// the server has not noticed closing yet may linger for a moment: it
+// waits up to 10 s for them. The goroutines allow for 2 more: a pooled
+// connection's two.
 func (h *harness) checkServerResources(ctx context.Context) bool {
 	pid := h.p.PID()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		fds := serverFDs(pid)
+		fds := serverFDs(pid, h.modelPort)
 		g, err := h.goroutines(ctx)
 		if err != nil {
 			h.failf("read the server's metrics: %v", err)

@@ -3,8 +3,10 @@ package chaos
 import (
 	"encoding/json"
 	"fmt"
+	neturl "net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -29,17 +31,24 @@ const (
 var claudeProfile = agentdtest.CountSlowlyProfile
 
 // claudeSetup starts mock-llm and returns the server's extra environment
-// and flags.
-func claudeSetup(t *testing.T) (env, args []string) {
+// and flags, and mock-llm's port.
+func claudeSetup(t *testing.T) (env, args []string, port int) {
 	bin := agentdtest.AgentBin(t, "claude")
 	_, url := agentdtest.MockLLM(t, agentdtest.CountSlowlyScript)
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if port, err = strconv.Atoi(u.Port()); err != nil {
+		t.Fatalf("mock-llm's URL %q: %v", url, err)
+	}
 	dir := t.TempDir()
 	data, _ := json.Marshal(claudeProfile)
 	if err := os.WriteFile(filepath.Join(dir, "chaos.json"), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	env = []string{"ANTHROPIC_BASE_URL=" + url, "ANTHROPIC_API_KEY=test-key", "PATH=" + bin + ":" + os.Getenv("PATH")}
-	return env, []string{"--profiles", dir}
+	return env, []string{"--profiles", dir}, port
 }
 
 // checkClaudeTurn checks a Claude Code turn's events (from its

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -143,9 +144,13 @@ func mountsUnder(data, run string) []string {
 // serverFDs lists what the server's descriptors point to, except its
 // database files (the read pool opens and closes connections as it sees
 // fit).
-func serverFDs(pid int) []string {
+func serverFDs(pid int, skipRemotePort int) []string {
 	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
 	ents, _ := os.ReadDir(dir)
+	skip := map[string]bool{}
+	if skipRemotePort > 0 {
+		skip = socketsTo(pid, skipRemotePort)
+	}
 	var out []string
 	for _, e := range ents {
 		target, err := os.Readlink(filepath.Join(dir, e.Name()))
@@ -153,7 +158,7 @@ func serverFDs(pid int) []string {
 			continue
 		}
 		base := filepath.Base(target)
-		if strings.HasPrefix(base, "agentd.db") {
+		if strings.HasPrefix(base, "agentd.db") || skip[target] {
 			continue
 		}
 		// Socket and pipe inode numbers change; what matters is how many.
@@ -163,6 +168,27 @@ func serverFDs(pid int) []string {
 		out = append(out, target)
 	}
 	slices.Sort(out)
+	return out
+}
+
+// socketsTo returns the descriptor targets ("socket:[inode]") of pid's TCP
+// connections to port, from its /proc/PID/net/tcp and tcp6.
+func socketsTo(pid, port int) map[string]bool {
+	out := map[string]bool{}
+	want := fmt.Sprintf(":%04X", port)
+	for _, f := range []string{"tcp", "tcp6"} {
+		data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/net/" + f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			// sl local_address rem_address st … uid timeout inode
+			fields := strings.Fields(line)
+			if len(fields) > 9 && strings.HasSuffix(fields[2], want) {
+				out["socket:["+fields[9]+"]"] = true
+			}
+		}
+	}
 	return out
 }
 
