@@ -49,6 +49,12 @@ func (s *Store) PutArtifact(ctx context.Context, sessionID string, meta conversa
 	}
 	defer st.Close()
 	ref := conversation.ArtifactRef{SHA256: st.SHA256, Size: st.Size, ContentType: meta.ContentType, Name: meta.Name}
+	if s.blobs != nil {
+		if err := s.putBlobArtifact(ctx, sessionID, meta, st); err != nil {
+			return conversation.ArtifactRef{}, fmt.Errorf("put artifact of %q: %w", sessionID, err)
+		}
+		return ref, nil
+	}
 	chunks := (st.Size + store.ArtifactChunkSize - 1) / store.ArtifactChunkSize
 	if chunks > chunksPerWrite {
 		done, err := s.preWriteChunks(ctx, sessionID, st)
@@ -231,6 +237,9 @@ func (s *Store) OpenArtifact(ctx context.Context, sessionID, sha256 string, off,
 	n, err = store.CheckArtifactRange(ref.Size, off, n)
 	if err != nil {
 		return nil, fmt.Errorf("open artifact %s of %q: %w", sha256, sessionID, err)
+	}
+	if s.blobs != nil {
+		return artifact.OpenBlob(ctx, s.blobs, sha256, off, n)
 	}
 	return artifact.NewReader(ctx, off, n, func(ctx context.Context, idx, from, n int64) ([]byte, error) {
 		var data []byte
