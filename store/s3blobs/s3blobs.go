@@ -210,6 +210,9 @@ func (b *Blobs) String() string { return b.cfg.String() }
 // Key returns the object name of the content of sha.
 func (b *Blobs) Key(sha string) string { return path.Join(b.cfg.Prefix, "sha256", sha) }
 
+// Prefix returns the prefix of the object names ("" for none).
+func (b *Blobs) Prefix() string { return b.cfg.Prefix }
+
 // Bucket returns the bucket's name.
 func (b *Blobs) Bucket() string { return b.cfg.Bucket }
 
