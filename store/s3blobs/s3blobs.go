@@ -72,6 +72,9 @@ func ParseURL(raw string) (Config, error) {
 		}
 	}
 	c.Region = q.Get("region")
+	if strings.Trim(c.Region, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" {
+		return Config{}, fmt.Errorf("artifacts URL: region %q is not lowercase letters, digits and hyphens", c.Region)
+	}
 	if e := q.Get("endpoint"); e != "" {
 		eu, err := url.Parse(e)
 		if err != nil || eu.Host == "" || (eu.Scheme != "http" && eu.Scheme != "https") || (eu.Path != "" && eu.Path != "/") || eu.RawQuery != "" || eu.User != nil {
@@ -118,16 +121,15 @@ func (c Config) String() string {
 	}
 	s := "s3://" + c.Bucket
 	if c.Prefix != "" {
-		s += "/" + c.Prefix
+		s += "/" + (&url.URL{Path: c.Prefix}).EscapedPath()
 	}
-	q := url.Values{"endpoint": {scheme + "://" + c.Endpoint}}
+	// Written out rather than url.Values.Encode: an endpoint's ':' and '/'
+	// need no escape in a query, and logs read better without.
+	s += "?endpoint=" + scheme + "://" + c.Endpoint + "&path-style=" + strconv.FormatBool(c.PathStyle)
 	if c.Region != "" {
-		q.Set("region", c.Region)
+		s += "&region=" + c.Region
 	}
-	if c.PathStyle {
-		q.Set("path-style", "true")
-	}
-	return s + "?" + q.Encode()
+	return s
 }
 
 // Blobs is an S3 bucket holding artifact content. Safe for concurrent use.
