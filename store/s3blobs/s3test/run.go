@@ -5,8 +5,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,8 +27,9 @@ type Sweeper interface {
 // bucket: the artifact part of storetest (unchanged) and its quotas, then
 // that the bytes are objects in the bucket and not rows (chunks counts
 // the store's chunk rows), that deleting a session deletes the content
-// only it referenced, that a ranged read of a large artifact streams, and
-// the sweep of unreferenced content. open returns a new, empty store
+// only it referenced (also racing a put of the same content), that a
+// ranged read of a large artifact streams, and the sweep of unreferenced
+// content. open returns a new, empty store
 // keeping its content in b, with quota q; RunStore closes it.
 func RunStore(t *testing.T, open func(t *testing.T, b store.ArtifactBlobs, q store.ArtifactQuota) store.Store, chunks func(t *testing.T, s store.Store) int) {
 	t.Run("Conformance", func(t *testing.T) {
@@ -122,6 +125,53 @@ func RunStore(t *testing.T, open func(t *testing.T, b store.ArtifactBlobs, q sto
 		}
 		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > uint64(n/4) {
 			t.Errorf("a %d MiB ranged read allocated %d MiB: it does not stream", n>>20, alloc>>20)
+		}
+	})
+	t.Run("PutRacingDeleteKeepsOrDropsTheObject", func(t *testing.T) {
+		// One session's delete drops the last reference to content while
+		// another puts it: the put's session reads it whole from the
+		// bucket, and once that session goes too no object is left.
+		b := Open(t)
+		s := open(t, b, store.ArtifactQuota{})
+		t.Cleanup(func() { _ = s.Close() })
+		as := s.(store.ArtifactStore)
+		ctx := t.Context()
+		data := bytes.Repeat([]byte("raced "), store.ArtifactChunkSize/3)
+		for round := range 20 {
+			a, c := fmt.Sprintf("a%d", round), fmt.Sprintf("c%d", round)
+			for _, id := range []string{a, c} {
+				if err := s.CreateSession(ctx, store.Session{ID: id, Status: "idle"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ref, err := as.PutArtifact(ctx, a, conversation.ArtifactRef{}, bytes.NewReader(data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			var delErr, putErr error
+			wg.Go(func() { delErr = s.DeleteSession(ctx, a) })
+			wg.Go(func() {
+				_, putErr = as.PutArtifact(ctx, c, conversation.ArtifactRef{}, bytes.NewReader(data))
+			})
+			wg.Wait()
+			if delErr != nil || putErr != nil {
+				t.Fatalf("round %d: delete %v, put %v", round, delErr, putErr)
+			}
+			checkObjects(t, b, map[string]int64{b.Key(ref.SHA256): int64(len(data))})
+			rc, err := as.OpenArtifact(ctx, c, ref.SHA256, 0, -1)
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			got, err := io.ReadAll(rc)
+			rc.Close()
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("round %d: the put's session reads %d bytes, %v", round, len(got), err)
+			}
+			if err := s.DeleteSession(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			checkObjects(t, b, map[string]int64{})
 		}
 	})
 	t.Run("SweepDeletesOnlyUnreferenced", func(t *testing.T) {
