@@ -239,7 +239,9 @@ func (b *Blobs) HasBlob(ctx context.Context, sha string) (bool, error) {
 }
 
 // PutBlob implements store.ArtifactBlobs. A put of more than 16 MiB is a
-// multipart upload, which buffers one part (16 MiB) at a time.
+// multipart upload; from a reader that is an io.ReaderAt (a staged file)
+// its parts are read from it as they are sent, not buffered (a 64 MiB put
+// allocates a few MiB: s3test's LargePutStreams).
 func (b *Blobs) PutBlob(ctx context.Context, sha string, r io.Reader, size int64) error {
 	if _, err := b.client.PutObject(ctx, b.cfg.Bucket, b.Key(sha), r, size,
 		minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {

@@ -28,8 +28,8 @@ type Sweeper interface {
 // that the bytes are objects in the bucket and not rows (chunks counts
 // the store's chunk rows), that deleting a session deletes the content
 // only it referenced (also racing a put of the same content), that a
-// ranged read of a large artifact streams, and the sweep of unreferenced
-// content. open returns a new, empty store
+// ranged read of a large artifact and a large put stream, and the sweep
+// of unreferenced content. open returns a new, empty store
 // keeping its content in b, with quota q; RunStore closes it.
 func RunStore(t *testing.T, open func(t *testing.T, b store.ArtifactBlobs, q store.ArtifactQuota) store.Store, chunks func(t *testing.T, s store.Store) int) {
 	t.Run("Conformance", func(t *testing.T) {
@@ -174,6 +174,28 @@ func RunStore(t *testing.T, open func(t *testing.T, b store.ArtifactBlobs, q sto
 			checkObjects(t, b, map[string]int64{})
 		}
 	})
+	t.Run("LargePutStreams", func(t *testing.T) {
+		// A 64 MiB put (staged to a file, then a multipart upload) makes
+		// the Go heap allocate a few MiB, never the artifact's size.
+		b := Open(t)
+		s := open(t, b, store.ArtifactQuota{})
+		t.Cleanup(func() { _ = s.Close() })
+		if err := s.CreateSession(t.Context(), store.Session{ID: "s", Status: "idle"}); err != nil {
+			t.Fatal(err)
+		}
+		const size = 64 << 20
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		ref, err := s.(store.ArtifactStore).PutArtifact(t.Context(), "s", conversation.ArtifactRef{}, &patternReader{left: size})
+		runtime.ReadMemStats(&after)
+		if err != nil || ref.Size != size {
+			t.Fatalf("PutArtifact: %+v, %v", ref, err)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > size/4 {
+			t.Errorf("a %d MiB put allocated %d MiB", size>>20, alloc>>20)
+		}
+		checkObjects(t, b, map[string]int64{b.Key(ref.SHA256): size})
+	})
 	t.Run("SweepDeletesOnlyUnreferenced", func(t *testing.T) {
 		b := Open(t)
 		s := open(t, b, store.ArtifactQuota{})
@@ -216,4 +238,19 @@ func checkObjects(t *testing.T, b *s3blobs.Blobs, want map[string]int64) {
 			t.Fatalf("objects in the bucket: %v, want %v", got, want)
 		}
 	}
+}
+
+// patternReader is n bytes, made as they are read.
+type patternReader struct{ left int64 }
+
+func (z *patternReader) Read(p []byte) (int, error) {
+	if z.left <= 0 {
+		return 0, io.EOF
+	}
+	n := min(int64(len(p)), z.left)
+	for i := range p[:n] {
+		p[i] = byte(z.left) + byte(i)
+	}
+	z.left -= n
+	return int(n), nil
 }
