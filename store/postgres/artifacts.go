@@ -30,7 +30,9 @@ func (s *Store) SetArtifactQuota(q store.ArtifactQuota) { s.artifactQuota.Store(
 // serialise, so its quota holds) and, with a total quota, one for the
 // store (puts serialise store-wide). The content's row is
 // upserted with its reference count, and its chunks written only by the
-// transaction that inserted it.
+// transaction that inserted it. With blobs (WithArtifactBlobs) the content
+// is uploaded before the transaction, which takes the content's advisory
+// lock and, when it inserts the row, checks the object is still there.
 func (s *Store) PutArtifact(ctx context.Context, sessionID string, meta conversation.ArtifactRef, r io.Reader) (_ conversation.ArtifactRef, err error) {
 	if err := checkCtx(ctx); err != nil {
 		return conversation.ArtifactRef{}, fmt.Errorf("put artifact of %q: %w", sessionID, err)

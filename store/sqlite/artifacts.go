@@ -38,7 +38,8 @@ var testHookAfterPreWrite func()
 // in a last one, which checks everything again (session, reference, quota)
 // and writes any chunk that is missing (a concurrent delete of the same
 // content can take chunks written before it). A put that fails deletes the
-// chunks it wrote unless the content got its row.
+// chunks it wrote unless the content got its row. With blobs
+// (WithArtifactBlobs) no chunk is written: putBlobArtifact.
 func (s *Store) PutArtifact(ctx context.Context, sessionID string, meta conversation.ArtifactRef, r io.Reader) (conversation.ArtifactRef, error) {
 	if err := ctx.Err(); err != nil {
 		return conversation.ArtifactRef{}, fmt.Errorf("put artifact of %q: %w", sessionID, err)
