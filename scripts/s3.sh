@@ -57,11 +57,14 @@ start() {
     setsid "$bin" server -ip=127.0.0.1 -ip.bind=127.0.0.1 -dir="$dir/data" \
       -master.port="${ports[0]}" -master.port.grpc="${ports[1]}" -master.volumeSizeLimitMB=1024 \
       -volume.port="${ports[2]}" -volume.port.grpc="${ports[3]}" -volume.max=32 \
-      -filer -filer.port="${ports[4]}" -filer.port.grpc="${ports[5]}" \
+      -filer -filer.port="${ports[4]}" -filer.port.grpc="${ports[5]}" -filer.localSocket="$dir/filer.sock" \
       -s3 -s3.port="$s3port" -s3.port.grpc="${ports[7]}" -s3.port.iceberg=0 -s3.port.lance=0 \
-      -s3.config="$dir/s3.json" </dev/null >"$dir/server.log" 2>&1 &
+      -s3.localSocket="$dir/s3.sock" -s3.config="$dir/s3.json" </dev/null >"$dir/server.log" 2>&1 &
     pid=$!
     echo "$dir $pid" > "$state"
+    # Its gRPC services also listen on /tmp/seaweedfs-<service>-grpc-<port>.sock
+    # (a path it does not let us choose): stop removes them.
+    echo "${ports[1]} ${ports[3]} ${ports[5]} ${ports[7]}" > "$dir/grpc-ports"
     for _ in $(seq 1 600); do
       kill -0 "$pid" 2>/dev/null || break
       # The bucket's creation is the readiness check: it needs the S3
@@ -76,6 +79,7 @@ start() {
     done
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
+    remove_sockets "$dir"
     echo "s3.sh: SeaweedFS did not start (attempt $attempt); its log:" >&2
     tail -20 "$dir/server.log" >&2 || true
     rm -rf "$dir/data" && mkdir "$dir/data"
@@ -83,6 +87,14 @@ start() {
   rm -rf "$dir" "$state"
   echo "s3.sh: SeaweedFS did not start" >&2
   exit 1
+}
+
+remove_sockets() {
+  local p
+  [ -f "$1/grpc-ports" ] || return 0
+  for p in $(cat "$1/grpc-ports"); do
+    rm -f /tmp/seaweedfs-{master,volume,filer,s3}-grpc-"$p".sock
+  done
 }
 
 stop() {
@@ -97,6 +109,7 @@ stop() {
     done
     kill -9 "$pid" 2>/dev/null || true
   fi
+  remove_sockets "$dir"
   rm -rf "$dir" "$state"
 }
 
