@@ -56,6 +56,13 @@ type Config struct {
 	// StoreURL selects the store when Store is nil (default
 	// sqlite://<DataDir>/agentd.db).
 	StoreURL string
+	// ArtifactsURL keeps artifact content (large outputs, images, files)
+	// in an S3-compatible object store instead of the store's database:
+	// s3://BUCKET/PREFIX?endpoint=http(s)://HOST:PORT&region=R&path-style=true,
+	// credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. The
+	// database keeps which session references what. Only with StoreURL
+	// (Store nil); "" keeps content in the database.
+	ArtifactsURL string
 	// ProfilesDir is a folder of agent profiles (YAML or JSON, one a file).
 	ProfilesDir string
 	// Profiles are added to those of ProfilesDir (they win on id clashes).
@@ -339,7 +346,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}()
 	w, err := wiring.New(ctx, wiring.Config{
 		Addr: cfg.Addr, DataDir: cfg.DataDir, WorkspacesDir: cfg.WorkspacesDir,
-		Store: cfg.Store, StoreURL: cfg.StoreURL, ProfilesDir: cfg.ProfilesDir, Profiles: cfg.Profiles,
+		Store: cfg.Store, StoreURL: cfg.StoreURL, ArtifactsURL: cfg.ArtifactsURL, ProfilesDir: cfg.ProfilesDir, Profiles: cfg.Profiles,
 		Sandbox: cfg.Sandbox, Sandboxes: cfg.Sandboxes, Architectures: cfg.Architectures,
 		RunAsUser: cfg.RunAsUser, RunAsUserPool: cfg.RunAsUserPool,
 		SandboxLimits: cfg.SandboxLimits, SandboxLimitMode: cfg.SandboxLimitMode,

@@ -14,13 +14,15 @@ import (
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/store/postgres"
 	"github.com/agentd/agentd/store/postgres/pgtest"
+	"github.com/agentd/agentd/store/s3blobs/s3test"
 	"github.com/agentd/agentd/store/sqlite"
 )
 
 // artifactStores are the stores the artifact benchmarks compare: SQLite
 // as a server opens it (synchronous NORMAL) and PostgreSQL (the test
-// server, synchronous_commit on).
-var artifactStores = []string{"sqlite", "postgres"}
+// server, synchronous_commit on), each also with the content in the test
+// S3 server's bucket (SeaweedFS on loopback: $AGENTD_TEST_S3).
+var artifactStores = []string{"sqlite", "postgres", "sqlite+s3", "postgres+s3"}
 
 // openArtifactStore opens a fresh store of kind with one session, "s".
 func openArtifactStore(tb testing.TB, kind string) (store.Store, store.ArtifactStore) {
@@ -33,6 +35,10 @@ func openArtifactStore(tb testing.TB, kind string) (store.Store, store.ArtifactS
 		st, err = sqlite.Open(ctx, tb.TempDir()+"/agentd.db", sqlite.WithLogger(quietLogger()))
 	case "postgres":
 		st, err = postgres.Open(ctx, pgtest.Schema(tb), postgres.WithLogger(quietLogger()))
+	case "sqlite+s3":
+		st, err = sqlite.Open(ctx, tb.TempDir()+"/agentd.db", sqlite.WithLogger(quietLogger()), sqlite.WithArtifactBlobs(s3test.Open(tb)))
+	case "postgres+s3":
+		st, err = postgres.Open(ctx, pgtest.Schema(tb), postgres.WithLogger(quietLogger()), postgres.WithArtifactBlobs(s3test.Open(tb)))
 	}
 	if err != nil {
 		tb.Fatal(err)

@@ -429,8 +429,8 @@ type OIDCInfo struct {
 
 // Health answers GET /health.
 type Health struct {
-	// Status is "ok", or "degraded" (HTTP 503) when the store does not
-	// answer or the bus is disconnected.
+	// Status is "ok", or "degraded" (HTTP 503) when the store or the
+	// artifacts' object store does not answer or the bus is disconnected.
 	Status  string `json:"status"`
 	Version string `json:"version,omitempty"`
 	// Node is the server's name in session leases (a fleet's nodes each
@@ -438,11 +438,16 @@ type Health struct {
 	Node  string           `json:"node,omitempty"`
 	Store *ComponentHealth `json:"store,omitempty"`
 	Bus   *ComponentHealth `json:"bus,omitempty"`
+	// Artifacts is where artifact content is kept: kind "store" (in the
+	// store's database), "s3" (an object store, url without credentials),
+	// or "none" (the store keeps no artifacts).
+	Artifacts *ComponentHealth `json:"artifacts,omitempty"`
 }
 
 // ComponentHealth is the state of a server's store or bus.
 type ComponentHealth struct {
-	// Kind: "sqlite", "postgres", "custom" (a store); "nats" or "none" (the bus).
+	// Kind: "sqlite", "postgres", "custom" (a store); "nats" or "none" (the
+	// bus); "store", "s3" or "none" (artifacts).
 	Kind string `json:"kind"`
 	// Status: "ok", "error", "disconnected", "off".
 	Status string `json:"status"`

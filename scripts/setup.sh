@@ -2,7 +2,8 @@
 # Installs what agentd's tests need on a fresh Debian machine: Debian
 # packages (bubblewrap, chromium, postgresql, nats-server, docker.io, mmdebstrap,
 # containerd, runc, containernetworking-plugins, busybox-static, systemd), the pinned agent CLIs and the UI's npm
-# packages (from their lockfiles), and the Go modules. Safe to run again.
+# packages (from their lockfiles), the Go modules, and the SeaweedFS server of
+# the artifact tests (built from its module). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -80,4 +81,10 @@ go mod download
 go run "$STATICCHECK" -version >/dev/null
 go run "$GOVULNCHECK" -version >/dev/null
 go run "$GREMLINS" --version >/dev/null
+# The SeaweedFS server whose S3 gateway the artifact tests use
+# (scripts/s3.sh), pinned in tools/seaweedfs: built once per version into
+# ~/.cache/agentd (about 9 min and 4.7 GB of module and build caches the
+# first time; later runs find the binary).
+log "SeaweedFS (scripts/s3-build.sh)"
+scripts/s3-build.sh >/dev/null
 log "done"

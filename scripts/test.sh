@@ -78,6 +78,14 @@ cleanups+=('scripts/nats.sh stop')
 # Without it the fleet tests fail instead of skipping.
 export AGENTD_REQUIRE_NATS=1
 
+step "S3 (scripts/s3.sh: a throwaway SeaweedFS server for the artifact object-store tests)"
+export S3STATE
+S3STATE=$(mktemp -u /tmp/agentd-test-s3-state.XXXXXX)
+eval "$(scripts/s3.sh start)"
+cleanups+=('scripts/s3.sh stop')
+# Without it the object-store tests fail instead of skipping.
+export AGENTD_REQUIRE_S3=1
+
 step "go vet"
 go vet ./...
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/agentd/agentd/conversation"
 )
@@ -117,4 +118,34 @@ func CheckArtifactRange(size, off, n int64) (int64, error) {
 // quota in force when it checks.
 type ArtifactQuotaSetter interface {
 	SetArtifactQuota(ArtifactQuota)
+}
+
+// ArtifactBlobs holds artifact content outside the database, one object
+// per SHA-256 (an S3 bucket: store/s3blobs). A SQL store given one
+// (sqlite.WithArtifactBlobs, postgres.WithArtifactBlobs) keeps there the
+// bytes it would otherwise keep in chunks, and keeps in the database all
+// the rest (which session references which content, sizes, names, reference
+// counts, quotas), so its transactions and purges stay what they are. The
+// store calls DeleteBlob only for content no row references any more, in
+// a way that excludes a concurrent put of the same content.
+//
+// All methods are safe for concurrent use.
+type ArtifactBlobs interface {
+	// HasBlob reports whether the content of sha is stored.
+	HasBlob(ctx context.Context, sha string) (bool, error)
+	// PutBlob stores size bytes read from r as the content of sha (the
+	// caller computed sha from them). Storing content that is already
+	// there stores it again, with the same bytes.
+	PutBlob(ctx context.Context, sha string, r io.Reader, size int64) error
+	// OpenBlob returns n bytes (n > 0) of the content from offset off,
+	// streamed, or an error matching ErrNotFound when it is not stored.
+	OpenBlob(ctx context.Context, sha string, off, n int64) (io.ReadCloser, error)
+	// DeleteBlob deletes the content of sha; deleting absent content is
+	// not an error.
+	DeleteBlob(ctx context.Context, sha string) error
+	// ListBlobs calls f with the SHA-256 of each stored content last
+	// written before the given time, until f returns an error.
+	ListBlobs(ctx context.Context, before time.Time, f func(sha string) error) error
+	// String describes where the content is, without credentials.
+	String() string
 }

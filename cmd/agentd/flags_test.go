@@ -51,6 +51,19 @@ func TestArtifactQuotaFlagsAndEnv(t *testing.T) {
 	}
 }
 
+func TestArtifactsFlagAndEnv(t *testing.T) {
+	if c := parse(t, "serve").Serve; c.Artifacts != "" {
+		t.Fatalf("default --artifacts %q, want none (in the store)", c.Artifacts)
+	}
+	if c := parse(t, "serve", "--artifacts", "s3://b/p?endpoint=http://127.0.0.1:9000").Serve; c.Artifacts != "s3://b/p?endpoint=http://127.0.0.1:9000" {
+		t.Fatalf("--artifacts parsed as %q", c.Artifacts)
+	}
+	t.Setenv("AGENTD_ARTIFACTS", "s3://env-bucket")
+	if c := parse(t, "serve").Serve; c.Artifacts != "s3://env-bucket" {
+		t.Fatalf("--artifacts from the environment: %q", c.Artifacts)
+	}
+}
+
 func TestParseOutputLimit(t *testing.T) {
 	for in, want := range map[string]int{"64KiB": 64 << 10, "1MiB": 1 << 20, "4096": 4096, "2k": 2048, "1 GiB": 1 << 30, "off": -1, "OFF": -1} {
 		if got, err := parseOutputLimit(in); err != nil || got != want {

@@ -99,6 +99,8 @@ type serveCmd struct {
 	MaxMessageBody       int64 `name:"max-message-body" help:"Largest message body (with its base64 images and files), in bytes." default:"25165824" env:"AGENTD_MAX_MESSAGE_BODY"`
 	ArtifactQuotaTotal   int64 `name:"artifact-quota-total" help:"Most bytes of distinct artifact content the store may hold (a fleet's servers share it: give each the same); 0 for no limit." default:"0" env:"AGENTD_ARTIFACT_QUOTA_TOTAL"`
 
+	Artifacts string `name:"artifacts" help:"Keep artifact content in an S3-compatible object store instead of the store's database: s3://BUCKET/PREFIX?endpoint=http://HOST:PORT&region=R&path-style=true (credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; a fleet's servers give the same). Empty: in the store." default:"" env:"AGENTD_ARTIFACTS"`
+
 	identityFlags `embed:""`
 	NATS          string        `name:"nats" help:"NATS server URL (nats://host:4222): join a fleet of servers sharing one PostgreSQL --store, any of which serves any session (docs/fleet.md)." env:"AGENTD_NATS"`
 	NATSPrefix    string        `name:"nats-prefix" help:"With --nats: the prefix of the fleet's NATS subjects; fleets sharing a NATS server need one each." default:"agentd" env:"AGENTD_NATS_PREFIX"`
@@ -125,7 +127,7 @@ func (c *serveCmd) Run(ctx context.Context, log *slog.Logger) error {
 		SandboxLimits:     sandbox.Limits{MemoryBytes: c.SandboxMemory, Pids: c.SandboxPids, CPUPercent: c.SandboxCPU},
 		PermissionTimeout: c.PermissionTimeout, MaxBody: c.MaxBody, DisableUI: c.NoUI, Logger: log, OutputLimit: outputLimit,
 		DisableModelProxy: !c.ModelProxy, ModelProxyAddr: c.ModelProxyAddr, SessionTokenBudget: c.SessionTokenBudget,
-		ArtifactQuotaSession: c.ArtifactQuotaSession, ArtifactQuotaTotal: c.ArtifactQuotaTotal,
+		ArtifactQuotaSession: c.ArtifactQuotaSession, ArtifactQuotaTotal: c.ArtifactQuotaTotal, ArtifactsURL: c.Artifacts,
 		MaxUploadBytes: c.MaxUpload, MaxImageBytes: c.MaxImage, MaxMessageBody: c.MaxMessageBody,
 		DockerImage: c.DockerImage, DockerUser: c.DockerUser, DockerExecutor: c.DockerExecutor, WarmPool: c.WarmPool,
 		Kubernetes: agentd.KubernetesConfig{

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,5 +113,27 @@ func TestRunUsesServeAddress(t *testing.T) {
 	_, errOut, code := agentd(t, []string{"AGENTD_ADDR=" + addr}, "run", "-a", "no-such-arch", "x")
 	if code != 1 || !strings.Contains(errOut, "the server refused it") || strings.Contains(errOut, "is agentd serve running") {
 		t.Fatalf("bad architecture: %d %s", code, errOut)
+	}
+}
+
+// A bad --artifacts URL, or an object store that does not answer, stops
+// serve at start with one clear line (never the credentials) and exit 1.
+func TestServeRefusesBadArtifacts(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	for _, tc := range []struct{ url, msg string }{
+		{"s3://Bad_Bucket", `agentd: artifacts URL: "Bad_Bucket" is not a valid bucket name`},
+		{"s3://key:hunter2@bucket", "agentd: artifacts URL: credentials do not go in the URL; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"},
+		{"gs://bucket", `agentd: artifacts URL: scheme "gs" is not s3`},
+		{"s3://agentd-test?endpoint=http://" + closed, "agentd: artifacts s3://agentd-test?endpoint=http://" + closed + "&path-style=true: bucket not reachable: "},
+	} {
+		out, errOut, code := agentd(t, []string{"AGENTD_ARTIFACTS=" + tc.url}, "serve", "--data-dir", t.TempDir(), "--addr", "127.0.0.1:0", "--no-ui")
+		if code != 1 || out != "" || !strings.Contains(errOut, tc.msg) || strings.Contains(errOut, "hunter2") {
+			t.Errorf("%s: exit %d\nstdout %q\nstderr %q", tc.url, code, out, errOut)
+		}
 	}
 }

@@ -25,9 +25,9 @@ func (c busCluster) Request(ctx context.Context, sessionID string, req []byte) (
 	return rep, err
 }
 
-// health answers GET /health: this node, its store and its bus. The
-// status is "degraded" when the store does not answer or the bus (in a
-// fleet) is disconnected.
+// health answers GET /health: this node, its store, its artifacts and
+// its bus. The status is "degraded" when the store or the artifacts'
+// object store does not answer or the bus (in a fleet) is disconnected.
 func (s *Server) health(ctx context.Context) restapi.Health {
 	h := restapi.Health{Status: "ok", Version: s.cfg.Version, Node: s.node}
 	st := &restapi.ComponentHealth{Kind: storeKind(s.store), Status: "ok"}
@@ -40,6 +40,10 @@ func (s *Server) health(ctx context.Context) restapi.Health {
 		cancel()
 	}
 	h.Store = st
+	h.Artifacts = s.artifactsHealth(ctx)
+	if h.Artifacts.Status == "error" {
+		h.Status = "degraded"
+	}
 	if s.bus == nil {
 		h.Bus = &restapi.ComponentHealth{Kind: "none", Status: "off"}
 		return h
@@ -51,6 +55,24 @@ func (s *Server) health(ctx context.Context) restapi.Health {
 		h.Status = "degraded"
 	}
 	return h
+}
+
+// artifactsHealth reports where artifact content is kept, and whether
+// the object store (if any) answers.
+func (s *Server) artifactsHealth(ctx context.Context) *restapi.ComponentHealth {
+	if s.blobs != nil {
+		h := &restapi.ComponentHealth{Kind: "s3", Status: "ok", URL: s.blobs.String()}
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if err := s.blobs.Ping(pctx); err != nil {
+			h.Status, h.Error = "error", err.Error()
+		}
+		return h
+	}
+	if _, ok := s.store.(store.ArtifactStore); ok {
+		return &restapi.ComponentHealth{Kind: "store", Status: "ok"}
+	}
+	return &restapi.ComponentHealth{Kind: "none", Status: "off"}
 }
 
 func storeKind(st store.Store) string {

@@ -32,6 +32,7 @@ import (
 	"github.com/agentd/agentd/sandbox"
 	"github.com/agentd/agentd/store"
 	"github.com/agentd/agentd/store/postgres"
+	"github.com/agentd/agentd/store/s3blobs"
 	"github.com/agentd/agentd/store/sqlite"
 	"github.com/agentd/agentd/web"
 )
@@ -46,8 +47,13 @@ type Config struct {
 	WorkspacesDir string
 	Store         store.Store
 	StoreURL      string
-	ProfilesDir   string
-	Profiles      []profile.Profile
+	// ArtifactsURL keeps artifact content in an S3-compatible object store
+	// (s3://BUCKET/PREFIX?endpoint=…, store/s3blobs) instead of the
+	// store's database; "" keeps it in the store. Only for a store opened
+	// by URL (Store nil).
+	ArtifactsURL string
+	ProfilesDir  string
+	Profiles     []profile.Profile
 
 	Sandbox          string
 	Sandboxes        map[string]sandbox.Provider
@@ -116,6 +122,7 @@ type Server struct {
 	log      *slog.Logger
 	store    store.Store
 	ownStore bool
+	blobs    *s3blobs.Blobs // nil: artifact content in the store's database
 	events   *eventlog.Log
 	sessions *session.Manager
 	bus      *bus.Bus // nil: not in a fleet
@@ -151,12 +158,28 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			undo[i]()
 		}
 	}()
+	if cfg.ArtifactsURL != "" {
+		if s.store != nil {
+			return nil, errors.New("artifacts URL: only for a store opened by URL (give your store the object store itself: sqlite.WithArtifactBlobs, postgres.WithArtifactBlobs)")
+		}
+		b, err := s3blobs.Open(ctx, cfg.ArtifactsURL)
+		if err != nil {
+			return nil, err
+		}
+		s.blobs = b
+		undo = append(undo, b.Close)
+		log.Info("artifact content kept in an object store", "artifacts", b.String())
+	}
 	if s.store == nil {
 		url := cfg.StoreURL
 		if url == "" {
 			url = "sqlite://" + filepath.Join(dataDir, "agentd.db")
 		}
-		st, err := OpenStore(ctx, url, log)
+		var blobs store.ArtifactBlobs
+		if s.blobs != nil {
+			blobs = s.blobs
+		}
+		st, err := openStore(ctx, url, blobs, log)
 		if err != nil {
 			return nil, err
 		}
@@ -359,6 +382,9 @@ func (s *Server) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("close store: %w", err))
 		}
 	}
+	if s.blobs != nil {
+		s.blobs.Close()
+	}
 	return errors.Join(errs...)
 }
 
@@ -390,15 +416,29 @@ func nodeID(dataDir string) (string, error) {
 // for the embedded SQLite store, postgres://… or postgresql://… for the
 // PostgreSQL store that several servers can share.
 func OpenStore(ctx context.Context, url string, log *slog.Logger) (store.Store, error) {
+	return openStore(ctx, url, nil, log)
+}
+
+// openStore is OpenStore keeping artifact content in blobs (nil: in the
+// store's database).
+func openStore(ctx context.Context, url string, blobs store.ArtifactBlobs, log *slog.Logger) (store.Store, error) {
 	switch {
 	case strings.HasPrefix(url, "sqlite:") || !strings.Contains(url, "://"):
-		st, err := sqlite.Open(ctx, url, sqlite.WithLogger(log))
+		opts := []sqlite.Option{sqlite.WithLogger(log)}
+		if blobs != nil {
+			opts = append(opts, sqlite.WithArtifactBlobs(blobs))
+		}
+		st, err := sqlite.Open(ctx, url, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 		return st, nil
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		st, err := postgres.Open(ctx, url, postgres.WithLogger(log))
+		opts := []postgres.Option{postgres.WithLogger(log)}
+		if blobs != nil {
+			opts = append(opts, postgres.WithArtifactBlobs(blobs))
+		}
+		st, err := postgres.Open(ctx, url, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
 		}

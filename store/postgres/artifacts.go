@@ -30,8 +30,10 @@ func (s *Store) SetArtifactQuota(q store.ArtifactQuota) { s.artifactQuota.Store(
 // serialise, so its quota holds) and, with a total quota, one for the
 // store (puts serialise store-wide). The content's row is
 // upserted with its reference count, and its chunks written only by the
-// transaction that inserted it.
-func (s *Store) PutArtifact(ctx context.Context, sessionID string, meta conversation.ArtifactRef, r io.Reader) (conversation.ArtifactRef, error) {
+// transaction that inserted it. With blobs (WithArtifactBlobs) the content
+// is uploaded before the transaction, which takes the content's advisory
+// lock and, when it inserts the row, checks the object is still there.
+func (s *Store) PutArtifact(ctx context.Context, sessionID string, meta conversation.ArtifactRef, r io.Reader) (_ conversation.ArtifactRef, err error) {
 	if err := checkCtx(ctx); err != nil {
 		return conversation.ArtifactRef{}, fmt.Errorf("put artifact of %q: %w", sessionID, err)
 	}
@@ -41,6 +43,19 @@ func (s *Store) PutArtifact(ctx context.Context, sessionID string, meta conversa
 	}
 	defer st.Close()
 	ref := conversation.ArtifactRef{SHA256: st.SHA256, Size: st.Size, ContentType: meta.ContentType, Name: meta.Name}
+	if s.blobs != nil {
+		// Uploaded before the transaction (which checks it is still there
+		// once it holds the content's lock); deleted again if the put
+		// fails and nothing references it.
+		if err := artifact.EnsureBlob(ctx, s.blobs, st); err != nil {
+			return conversation.ArtifactRef{}, fmt.Errorf("put artifact of %q: %w", sessionID, err)
+		}
+		defer func() {
+			if err != nil {
+				s.dropBlobs(ctx, []string{st.SHA256})
+			}
+		}()
+	}
 	// Statements run with wctx, so that the commit's outcome is known;
 	// ctx is checked between chunks and before the commit.
 	wctx, done := writeCtx(ctx)
@@ -70,6 +85,11 @@ func (s *Store) PutArtifact(ctx context.Context, sessionID string, meta conversa
 				return err
 			}
 		}
+		if s.blobs != nil {
+			if err := lockBlob(wctx, tx, st.SHA256); err != nil {
+				return err
+			}
+		}
 		var inserted bool
 		if err := tx.QueryRow(wctx, `INSERT INTO artifact_contents (sha256, size, refs) VALUES ($1, $2, 1)
 			ON CONFLICT (sha256) DO UPDATE SET refs = artifact_contents.refs + 1
@@ -93,7 +113,11 @@ func (s *Store) PutArtifact(ctx context.Context, sessionID string, meta conversa
 				return err
 			}
 		}
-		if inserted {
+		if inserted && s.blobs != nil {
+			if err := artifact.EnsureBlob(wctx, s.blobs, st); err != nil {
+				return err
+			}
+		} else if inserted {
 			if err := st.Chunks(func(idx int64, data []byte) error {
 				if err := ctx.Err(); err != nil {
 					return err
@@ -144,6 +168,9 @@ func (s *Store) OpenArtifact(ctx context.Context, sessionID, sha256 string, off,
 	n, err = store.CheckArtifactRange(ref.Size, off, n)
 	if err != nil {
 		return nil, fmt.Errorf("open artifact %s of %q: %w", sha256, sessionID, err)
+	}
+	if s.blobs != nil {
+		return artifact.OpenBlob(ctx, s.blobs, sha256, off, n)
 	}
 	return artifact.NewReader(ctx, off, n, func(ctx context.Context, idx, from, n int64) ([]byte, error) {
 		var data []byte

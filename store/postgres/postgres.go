@@ -45,6 +45,7 @@ type config struct {
 	maxConns int32
 
 	artifactQuota store.ArtifactQuota
+	artifactBlobs store.ArtifactBlobs
 }
 
 // Option configures Open.
@@ -65,6 +66,8 @@ type Store struct {
 	closeOnce sync.Once
 
 	artifactQuota atomic.Pointer[store.ArtifactQuota] // see WithArtifactQuota
+	blobs         store.ArtifactBlobs                 // nil: artifact content in chunks; see WithArtifactBlobs
+	log           *slog.Logger
 }
 
 // Open connects to the database named by url (postgres://… or
@@ -90,12 +93,13 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open postgres store: %w", redact(err))
 	}
-	s := &Store{pool: pool}
+	s := &Store{pool: pool, blobs: cfg.artifactBlobs, log: cfg.logger}
 	s.SetArtifactQuota(cfg.artifactQuota)
 	if err := s.migrate(ctx, cfg.logger); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres store: %w", err)
 	}
+	s.sweepBlobsAtOpen(ctx)
 	return s, nil
 }
 

@@ -180,7 +180,12 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	}
 	wctx, done := writeCtx(ctx)
 	defer done()
+	var shas []string // the content the session referenced, kept in blobs
 	err := pgx.BeginFunc(wctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		if shas, err = s.blobsOf(wctx, tx, id); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(wctx, `DELETE FROM sessions WHERE id = $1`, id)
 		if err != nil {
 			return err
@@ -194,5 +199,6 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("delete session %q: %w", id, withCtxErr(ctx, err))
 	}
+	s.dropBlobs(ctx, shas)
 	return nil
 }

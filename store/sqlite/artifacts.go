@@ -38,7 +38,8 @@ var testHookAfterPreWrite func()
 // in a last one, which checks everything again (session, reference, quota)
 // and writes any chunk that is missing (a concurrent delete of the same
 // content can take chunks written before it). A put that fails deletes the
-// chunks it wrote unless the content got its row.
+// chunks it wrote unless the content got its row. With blobs
+// (WithArtifactBlobs) no chunk is written: putBlobArtifact.
 func (s *Store) PutArtifact(ctx context.Context, sessionID string, meta conversation.ArtifactRef, r io.Reader) (conversation.ArtifactRef, error) {
 	if err := ctx.Err(); err != nil {
 		return conversation.ArtifactRef{}, fmt.Errorf("put artifact of %q: %w", sessionID, err)
@@ -49,6 +50,12 @@ func (s *Store) PutArtifact(ctx context.Context, sessionID string, meta conversa
 	}
 	defer st.Close()
 	ref := conversation.ArtifactRef{SHA256: st.SHA256, Size: st.Size, ContentType: meta.ContentType, Name: meta.Name}
+	if s.blobs != nil {
+		if err := s.putBlobArtifact(ctx, sessionID, meta, st); err != nil {
+			return conversation.ArtifactRef{}, fmt.Errorf("put artifact of %q: %w", sessionID, err)
+		}
+		return ref, nil
+	}
 	chunks := (st.Size + store.ArtifactChunkSize - 1) / store.ArtifactChunkSize
 	if chunks > chunksPerWrite {
 		done, err := s.preWriteChunks(ctx, sessionID, st)
@@ -231,6 +238,9 @@ func (s *Store) OpenArtifact(ctx context.Context, sessionID, sha256 string, off,
 	n, err = store.CheckArtifactRange(ref.Size, off, n)
 	if err != nil {
 		return nil, fmt.Errorf("open artifact %s of %q: %w", sha256, sessionID, err)
+	}
+	if s.blobs != nil {
+		return artifact.OpenBlob(ctx, s.blobs, sha256, off, n)
 	}
 	return artifact.NewReader(ctx, off, n, func(ctx context.Context, idx, from, n int64) ([]byte, error) {
 		var data []byte

@@ -155,7 +155,12 @@ func (s *Store) UpdateSession(ctx context.Context, sess store.Session, fences ..
 // DeleteSession removes the record and, by cascade in the same statement,
 // its events, transcripts, files and lease. store.ErrNotFound if absent.
 func (s *Store) DeleteSession(ctx context.Context, id string) error {
+	var shas []string // the content the session referenced, kept in blobs
 	err := s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		if shas, err = s.blobsOfLocked(ctx, tx, id); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, `DELETE FROM sessions WHERE id = ?`, id)
 		if err != nil {
 			return err
@@ -173,5 +178,6 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("delete session %q: %w", id, err)
 	}
+	s.dropBlobs(ctx, shas)
 	return nil
 }

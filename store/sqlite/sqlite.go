@@ -58,6 +58,7 @@ type config struct {
 	logger      *slog.Logger
 
 	artifactQuota store.ArtifactQuota
+	artifactBlobs store.ArtifactBlobs
 }
 
 // Option configures Open. Options override the DSN's query parameters.
@@ -101,6 +102,8 @@ type Store struct {
 	compactor *compactor    // nil until started
 
 	artifactQuota atomic.Pointer[store.ArtifactQuota] // see WithArtifactQuota
+	blobs         store.ArtifactBlobs                 // nil: artifact content in chunks; see WithArtifactBlobs
+	log           *slog.Logger
 
 	closeOnce sync.Once
 	closeErr  error
@@ -140,12 +143,13 @@ func Open(ctx context.Context, dataSource string, opts ...Option) (*Store, error
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
 
-	s := &Store{seqs: newStoredSeqs()}
+	s := &Store{seqs: newStoredSeqs(), blobs: cfg.artifactBlobs, log: cfg.logger}
 	s.SetArtifactQuota(cfg.artifactQuota)
 	if err := s.open(ctx, d.path, cfg); err != nil {
 		s.closeAll()
 		return nil, fmt.Errorf("open sqlite store %s: %w", dataSource, err)
 	}
+	s.sweepBlobsAtOpen(ctx)
 	return s, nil
 }
 

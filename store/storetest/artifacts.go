@@ -421,3 +421,11 @@ func RunArtifactQuota(t *testing.T, open func(t *testing.T, q store.ArtifactQuot
 		putArtifact(t, as, "s1", []byte("!"), "", "")
 	})
 }
+
+// RunArtifacts runs the artifact part of Run alone (the same subtests as
+// Run's "Artifacts"): for a store whose artifacts can be kept in several
+// ways, e.g. its content in an object store, each checked apart.
+func RunArtifacts(t *testing.T, open func(t *testing.T) store.Store) {
+	t.Helper()
+	harness{open: open}.artifacts(t)
+}

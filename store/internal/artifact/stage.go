@@ -210,3 +210,12 @@ func (r *reader) Close() error {
 	r.cur = nil
 	return nil
 }
+
+// Reader returns a new reader of the whole content, from its start (a
+// spooled file is read with ReadAt, so readers do not share an offset).
+func (s *Staged) Reader() io.Reader {
+	if s.file == nil {
+		return bytes.NewReader(s.small)
+	}
+	return io.NewSectionReader(s.file, 0, s.Size)
+}
