@@ -158,3 +158,35 @@ func TestBlobs(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// FuzzParseURL: any input is parsed or refused with an error, never a
+// panic; what parses has a bucket, carries no credentials, and its String
+// parses back to the same Config.
+func FuzzParseURL(f *testing.F) {
+	for _, s := range []string{
+		"s3://bucket", "s3://bucket/a/b/?region=eu-west-1",
+		"s3://my.bucket-1/p?endpoint=http://127.0.0.1:8333",
+		"s3://bkt?endpoint=https://s3.example:9000&path-style=false&region=r",
+		"s3://bkt/odd%3Fprefix%25?region=us-east-2", "s3://user:pw@bkt", "http://bkt",
+		"s3://bkt?endpoint=ftp://x", "s3://bkt//x", "s3://-bad", "s3://bkt?foo=1",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		c, err := s3blobs.ParseURL(raw)
+		if err != nil {
+			return
+		}
+		if c.Bucket == "" || c.Endpoint == "" {
+			t.Fatalf("ParseURL(%q) = %+v: no bucket or endpoint", raw, c)
+		}
+		s := c.String()
+		if strings.Contains(s, "@") && !strings.Contains(c.Prefix, "@") {
+			t.Fatalf("String() of %q holds an @: %q", raw, s)
+		}
+		again, err := s3blobs.ParseURL(s)
+		if err != nil || again != c {
+			t.Fatalf("ParseURL(%q) = %+v; its String %q parses to %+v, %v", raw, c, s, again, err)
+		}
+	})
+}
