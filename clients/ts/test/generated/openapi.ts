@@ -330,6 +330,7 @@ export interface FileVersion {
 }
 
 export interface Health {
+  artifacts?: ComponentHealth;
   bus?: ComponentHealth;
   node?: string;
   status: string;
