@@ -65,6 +65,8 @@ export interface TestHooks {
   conversation: Conversation | null;
   stats: typeof stats;
   connects: () => number;
+  /** Token refreshes done by this page (OIDC sign-ins). */
+  refreshes: () => number;
 }
 
 declare global {
