@@ -55,7 +55,7 @@ export function App() {
       if (!cred) return setAuth({ state: "need-key" });
       // A sign-in kept from an earlier visit may have expired meanwhile:
       // refresh it first rather than be refused.
-      if (cred.refreshToken && cred.expiresAt !== undefined && cred.expiresAt - Date.now() < 10_000) {
+      if (!fromUser && cred.refreshToken && cred.expiresAt !== undefined && cred.expiresAt - Date.now() < 10_000) {
         try {
           cred = { refreshToken: cred.refreshToken, ...(await refreshAtServer(cred.refreshToken)) };
         } catch (e) {
@@ -236,6 +236,9 @@ function Connected({ cred, onUnauthorized, onSignOut }: { cred: Credential | und
       stats,
       connects: () => socket.connects,
       refreshes: () => keeper?.refreshes ?? 0,
+      holdRefreshTimers: (held) => {
+        if (keeper) keeper.timersHeld = held;
+      },
     };
     const online = () => socket.reconnectNow();
     window.addEventListener("online", online);

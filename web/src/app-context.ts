@@ -67,6 +67,8 @@ export interface TestHooks {
   connects: () => number;
   /** Token refreshes done by this page (OIDC sign-ins). */
   refreshes: () => number;
+  /** Stops (true) or restarts the refresh timers, as a frozen tab would. */
+  holdRefreshTimers: (held: boolean) => void;
 }
 
 declare global {

@@ -203,6 +203,16 @@ describe("TokenKeeper", () => {
     expect(k.token).toBe("other");
   });
 
+  it("with its timers held (a frozen tab), refreshes only when a 401 asks", async () => {
+    const { k, clock, calls, expired } = setup({ ttl: 10_000 });
+    k.timersHeld = true;
+    await clock.advance(20_000);
+    expect(calls).toEqual([]);
+    expect(expired()).toBe(0);
+    expect(await k.afterUnauthorized("t0")).toBe("t1");
+    expect(calls).toEqual(["r0"]);
+  });
+
   it("does nothing for a token without expiry", async () => {
     const clock = new FakeClock();
     const k = new TokenKeeper({ token: "agd_x" }, { clock, refresh: () => Promise.reject(new Error("no")), onToken: () => {}, onExpired: () => {} });

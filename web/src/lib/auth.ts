@@ -92,6 +92,11 @@ export class TokenKeeper {
   private stopped = false;
   /** Refreshes done (for tests and the browser test hooks). */
   refreshes = 0;
+  /**
+   * Test hook: while true the timers do nothing, as in a tab the browser
+   * froze, so that only a 401 or a 4001 close can start a refresh.
+   */
+  timersHeld = false;
 
   constructor(initial: Credential, opts: KeeperOptions) {
     this.cred = initial;
@@ -213,7 +218,7 @@ export class TokenKeeper {
     this.expiryTimer = this.clock.setTimeout(
       () => {
         this.expiryTimer = null;
-        void this.expired();
+        if (!this.timersHeld) void this.expired();
       },
       Math.max(0, left),
     );
@@ -223,7 +228,7 @@ export class TokenKeeper {
     if (this.refreshTimer !== null) this.clock.clearTimeout(this.refreshTimer);
     this.refreshTimer = this.clock.setTimeout(() => {
       this.refreshTimer = null;
-      void this.refreshNow();
+      if (!this.timersHeld) void this.refreshNow();
     }, ms);
   }
 
