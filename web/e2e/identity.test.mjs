@@ -272,6 +272,45 @@ describe("web UI sign-in through an OpenID Connect provider", () => {
     });
   });
 
+  it("two tabs share the refreshes and sign out together", async (t) => {
+    await withOIDCServer({ idTokenTTL: "8s", scopes: OFFLINE }, async (server, op) => {
+      await withPage(t, browser, server, {}, async (page) => {
+        const refreshes = countRefreshes(page);
+        await signIn(page, server, op);
+        const other = await page.context().newPage();
+        const otherRefreshes = countRefreshes(other);
+        await other.goto(server.url + "/");
+        await other.getByTestId("current-user").waitFor();
+        const start = Date.now();
+        // Three token lifetimes; each tab alone would refresh about six times.
+        await new Promise((r) => setTimeout(r, 24_000));
+        const calls = refreshes.n + otherRefreshes.n;
+        // An 8 s token (7 to 8 s left as measured, in whole seconds) is
+        // refreshed after 3.15 s at the soonest; two tabs refreshing each
+        // on its own would make about twice this.
+        const periods = Math.ceil((Date.now() - start) / 3_150);
+        t.diagnostic(`refresh calls: ${refreshes.n} + ${otherRefreshes.n} in ${periods} periods`);
+        assert.ok(calls >= 3, `refreshed (${refreshes.n} + ${otherRefreshes.n})`);
+        assert.ok(calls <= periods + 1, `one refresh per period for both tabs, not one each (${refreshes.n} + ${otherRefreshes.n} in ${periods} periods)`);
+        assert.deepEqual([...new Set([...refreshes.statuses, ...otherRefreshes.statuses])], [200]);
+        for (const p of [page, other]) assert.equal(await p.getByTestId("current-user").innerText(), ERIN.name);
+        // Both use the newest token (the one stored), within a refresh.
+        await waitFor(
+          async () => {
+            const [a, b] = await Promise.all([page, other].map((p) => p.evaluate(() => localStorage.getItem("agentd.apiKey"))));
+            return a === b && (await api(server, a, "GET", "/api/me")).status === 200;
+          },
+          { what: "both tabs to hold a valid token" },
+        );
+        // Sign out in one tab: the other is signed out too.
+        await page.getByTestId("sign-out").click();
+        await other.getByTestId("api-key-form").waitFor({ timeout: 5_000 });
+        assert.match(await other.getByRole("alert").innerText(), /signed out in another tab/);
+        assert.equal(await kept(other), null);
+      });
+    });
+  });
+
   it("asks to sign in again, once, when the provider refuses the refresh", async (t) => {
     // Refresh tokens that expire (2 s) before the UI uses them (about 5 s
     // into a 10 s token): the refresh is refused, the token is used until

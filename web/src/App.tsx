@@ -54,8 +54,9 @@ export function App() {
       if (!required) return setAuth({ state: "ready", cred: undefined });
       if (!cred) return setAuth({ state: "need-key" });
       // A sign-in kept from an earlier visit may have expired meanwhile:
-      // refresh it first rather than be refused.
-      if (!fromUser && cred.refreshToken && cred.expiresAt !== undefined && cred.expiresAt - Date.now() < 10_000) {
+      // refresh it first rather than be refused (a live one is refreshed
+      // by the keeper, on its schedule).
+      if (!fromUser && cred.refreshToken && cred.expiresAt !== undefined && cred.expiresAt - Date.now() < 2_000) {
         try {
           cred = { refreshToken: cred.refreshToken, ...(await refreshAtServer(cred.refreshToken)) };
         } catch (e) {
@@ -104,6 +105,7 @@ export function App() {
 
 const REFUSED = "The server no longer accepts this sign-in (it expired or was revoked). Sign in again.";
 const EXPIRED = "Your sign-in expired. Sign in again.";
+const SIGNED_OUT = "You signed out in another tab.";
 // setTimeout's longest delay (about 24.8 days); later expiries need no timer yet.
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -242,9 +244,13 @@ function Connected({ cred, onUnauthorized, onSignOut }: { cred: Credential | und
     };
     const online = () => socket.reconnectNow();
     window.addEventListener("online", online);
-    // Another tab refreshed (or signed out): take its token.
+    // Another tab refreshed: take its token. Another tab signed out (or was
+    // refused): this one is signed out too.
     const storage = (e: StorageEvent) => {
-      if (isCredentialKey(e.key)) keeper?.adopt(loadCredential());
+      if (!cred || !isCredentialKey(e.key)) return;
+      const now = loadCredential();
+      if (!now) return unauthorized.current(SIGNED_OUT);
+      keeper?.adopt(now);
     };
     window.addEventListener("storage", storage);
     return () => {

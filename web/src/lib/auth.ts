@@ -339,7 +339,7 @@ export function clearCredential(s: Storage = localStorage): void {
 
 /** Whether a storage event concerns the credential. */
 export function isCredentialKey(key: string | null): boolean {
-  return key === TOKEN_KEY || key === REFRESH_KEY;
+  return key === null || key === TOKEN_KEY || key === REFRESH_KEY; // null: storage.clear()
 }
 
 /** Web Locks across this browser's tabs, when the browser has them. */
