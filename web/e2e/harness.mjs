@@ -361,18 +361,21 @@ async function testopBin() {
 
 /**
  * A real OpenID Connect provider on a loopback port, as its own process.
- * clients: {id: redirectUri}; users: [{username, password, subject, name}].
+ * clients: {id: redirectUri}; users: [{username, password, subject, name}];
+ * idTokenTTL and refreshTokenTTL ("0": never) are Go durations. It issues
+ * refresh tokens to sign-ins that ask for the offline_access scope.
  * stop() ends it (closing its stdin ends it too, if this process dies).
  */
 export class TestOP {
-  constructor({ clients, users, idTokenTTL = "1h" }) {
+  constructor({ clients, users, idTokenTTL = "1h", refreshTokenTTL = "0" }) {
     this.clients = clients;
     this.users = users;
     this.ttl = idTokenTTL;
+    this.refreshTTL = refreshTokenTTL;
     this.log = [];
   }
   async start() {
-    const args = ["--id-token-ttl", this.ttl];
+    const args = ["--id-token-ttl", this.ttl, "--refresh-token-ttl", this.refreshTTL];
     for (const [id, uri] of Object.entries(this.clients)) args.push("--client", `${id}=${uri}`);
     for (const u of this.users) args.push("--user", `${u.username}:${u.password}:${u.subject}:${u.name}`);
     const proc = spawn(await testopBin(), args, { stdio: ["pipe", "pipe", "pipe"] });

@@ -6,8 +6,18 @@ import { SessionList, useSessions } from "./SessionList";
 import { SessionView } from "./SessionView";
 import { ErrorBoundary } from "./ErrorBoundary";
 import { OidcSignIn, completeOidcSignIn, isOidcCallback } from "./SignIn";
-
-const KEY_STORAGE = "agentd.apiKey";
+import {
+  RefreshRefused,
+  TokenKeeper,
+  clearCredential,
+  isCredentialKey,
+  loadCredential,
+  refreshAtServer,
+  refreshingFetch,
+  saveCredential,
+  tabLock,
+  type Credential,
+} from "./lib/auth";
 
 // ---- routing: "/" and "/s/{id}", on the History API -------------------------
 // Not "/sessions/{id}": the server keeps GET /sessions/{id} as a legacy REST
@@ -32,49 +42,61 @@ function useSessionRoute(): string | null {
 
 // ---- auth gate --------------------------------------------------------------
 
-type Auth = { state: "checking" } | { state: "need-key"; error?: string } | { state: "ready"; key: string | undefined };
+type Auth = { state: "checking" } | { state: "need-key"; error?: string } | { state: "ready"; cred: Credential | undefined };
 
 export function App() {
   const [auth, setAuth] = useState<Auth>({ state: "checking" });
 
-  const check = useCallback(async (key: string | undefined, fromUser: boolean) => {
-    const probe = new AgentdClient(key ? { apiKey: key } : {});
+  const check = useCallback(async (given: Credential | undefined, fromUser: boolean) => {
+    let cred = given;
     try {
-      const { required } = await probe.auth();
-      if (!required) return setAuth({ state: "ready", key: undefined });
-      if (!key) return setAuth({ state: "need-key" });
-      await probe.listSessions(); // validates the key
-      localStorage.setItem(KEY_STORAGE, key);
-      setAuth({ state: "ready", key });
+      const { required } = await new AgentdClient({}).auth();
+      if (!required) return setAuth({ state: "ready", cred: undefined });
+      if (!cred) return setAuth({ state: "need-key" });
+      // A sign-in kept from an earlier visit may have expired meanwhile:
+      // refresh it first rather than be refused (a live one is refreshed
+      // by the keeper, on its schedule).
+      if (!fromUser && cred.refreshToken && cred.expiresAt !== undefined && cred.expiresAt - Date.now() < 2_000) {
+        try {
+          cred = { refreshToken: cred.refreshToken, ...(await refreshAtServer(cred.refreshToken)) };
+        } catch (e) {
+          if (!(e instanceof RefreshRefused)) throw e;
+          clearCredential();
+          return setAuth({ state: "need-key", error: EXPIRED });
+        }
+      }
+      await new AgentdClient({ apiKey: cred.token }).listSessions(); // validates the key
+      saveCredential(cred);
+      setAuth({ state: "ready", cred });
     } catch (e) {
       const msg = e instanceof Error ? e.message : String(e);
-      if (key && !fromUser) localStorage.removeItem(KEY_STORAGE);
-      setAuth({ state: "need-key", ...(fromUser || key ? { error: msg } : { error: `Cannot reach the server: ${msg}` }) });
+      if (cred && !fromUser) clearCredential();
+      setAuth({ state: "need-key", ...(fromUser || cred ? { error: msg } : { error: `Cannot reach the server: ${msg}` }) });
     }
   }, []);
 
   useEffect(() => {
     if (isOidcCallback()) {
       completeOidcSignIn().then(
-        (token) => check(token, true),
+        (cred) => check(cred, true),
         (e: unknown) => setAuth({ state: "need-key", error: e instanceof Error ? e.message : String(e) }),
       );
       return;
     }
-    void check(localStorage.getItem(KEY_STORAGE) ?? undefined, false);
+    void check(loadCredential() ?? undefined, false);
   }, [check]);
 
   if (auth.state === "checking") return <div className="center muted">Connecting…</div>;
-  if (auth.state === "need-key") return <KeyPrompt error={auth.error} onSubmit={(k) => void check(k, true)} />;
+  if (auth.state === "need-key") return <KeyPrompt error={auth.error} onSubmit={(k) => void check({ token: k }, true)} />;
   return (
     <Connected
-      apiKey={auth.key}
+      cred={auth.cred}
       onUnauthorized={(why) => {
-        localStorage.removeItem(KEY_STORAGE);
+        clearCredential();
         setAuth({ state: "need-key", error: why });
       }}
       onSignOut={() => {
-        localStorage.removeItem(KEY_STORAGE);
+        clearCredential(); // the refresh token too
         setAuth({ state: "need-key" });
       }}
     />
@@ -83,6 +105,7 @@ export function App() {
 
 const REFUSED = "The server no longer accepts this sign-in (it expired or was revoked). Sign in again.";
 const EXPIRED = "Your sign-in expired. Sign in again.";
+const SIGNED_OUT = "You signed out in another tab.";
 // setTimeout's longest delay (about 24.8 days); later expiries need no timer yet.
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -123,7 +146,7 @@ function KeyPrompt({ error, onSubmit }: { error?: string | undefined; onSubmit: 
 
 // ---- the app once connected -------------------------------------------------
 
-function Connected({ apiKey, onUnauthorized, onSignOut }: { apiKey: string | undefined; onUnauthorized: (why: string) => void; onSignOut: () => void }) {
+function Connected({ cred, onUnauthorized, onSignOut }: { cred: Credential | undefined; onUnauthorized: (why: string) => void; onSignOut: () => void }) {
   // The socket lives in an effect so that its cleanup (closing it) pairs
   // with its creation, also under StrictMode's double effects.
   const [app, setApp] = useState<AppT | null>(null);
@@ -131,46 +154,116 @@ function Connected({ apiKey, onUnauthorized, onSignOut }: { apiKey: string | und
   const unauthorized = useRef(onUnauthorized);
   unauthorized.current = onUnauthorized;
   useEffect(() => {
-    const client = new AgentdClient(apiKey ? { apiKey } : {});
-    // A credential that stops being valid (expired, revoked) closes the
-    // socket with 4001: ask to sign in again instead of retrying.
-    const socket = EventSocket.forClient(client, { onUnauthorized: () => unauthorized.current(REFUSED) });
-    setApp({ client, socket, unauthorized: () => unauthorized.current(REFUSED) });
-    // Who is signed in, and until when: at expiry the UI asks to sign in
-    // again rather than failing request by request.
-    let expiry: ReturnType<typeof setTimeout> | undefined;
     let live = true;
-    if (apiKey) {
+    // An OIDC sign-in (it expires) is kept alive by the keeper: refreshed
+    // before expiry and after a 401, swapped in place (REST calls read
+    // client.apiKey, the socket reconnects with it and resumes after its
+    // last seq). A pasted API token has no keeper.
+    let keeper: TokenKeeper | null = null;
+    const client = new AgentdClient(cred ? { apiKey: cred.token, fetch: refreshingFetch(() => keeper, (i, init) => fetch(i, init)) } : {});
+    const refused = () => {
+      const exp = keeper?.credential.expiresAt;
+      unauthorized.current(exp !== undefined && Date.now() >= exp - 5_000 ? EXPIRED : REFUSED);
+    };
+    let socketToken: string | undefined;
+    const newSocket = () =>
+      new EventSocket({
+        url: () => {
+          socketToken = client.apiKey;
+          return client.wsUrl("/api/ws");
+        },
+        // A credential that stops being valid (expired, revoked) closes the
+        // socket with 4001: refresh it if possible (a new socket, whose
+        // subscribers resume), else ask to sign in again.
+        onUnauthorized: () => {
+          if (!keeper?.canRefresh) return refused();
+          void keeper.afterUnauthorized(socketToken).then((t) => {
+            if (!live) return;
+            if (t === null) return refused();
+            socket = newSocket();
+            setApp({ client, socket, unauthorized: () => refused() });
+          });
+        },
+      });
+    let socket = newSocket();
+    if (cred && (cred.expiresAt !== undefined || cred.refreshToken)) {
+      keeper = new TokenKeeper(cred, {
+        refresh: (rt) => refreshAtServer(rt),
+        onToken: (c) => {
+          if (!live) return;
+          saveCredential(c);
+          client.apiKey = c.token;
+          // Reconnect with the new token now (the server closes a socket
+          // whose token expires); the socket resumes after its last seq.
+          if (socket.state !== "closed") {
+            socket.dropConnection();
+            socket.reconnectNow();
+          }
+          // Re-render what put the token in a URL (downloads).
+          setApp((a) => (a ? { ...a } : a));
+        },
+        onExpired: () => {
+          if (live) unauthorized.current(EXPIRED);
+        },
+        lock: tabLock(),
+        stored: loadCredential,
+      });
+      keeper.start();
+    }
+    setApp({ client, socket, unauthorized: () => refused() });
+    // Who is signed in, and, for a token the keeper does not watch (a
+    // pasted API token with an expiry), until when: at expiry the UI asks
+    // to sign in again rather than failing request by request.
+    let expiry: ReturnType<typeof setTimeout> | undefined;
+    if (cred) {
       client.me().then(
         (m) => {
           if (!live) return;
           setMe(m);
+          if (keeper) return;
           const left = m.expiresAt ? Date.parse(m.expiresAt) - Date.now() : NaN;
           if (left <= MAX_TIMER_MS) expiry = setTimeout(() => unauthorized.current(EXPIRED), Math.max(0, left));
         },
         (e: unknown) => {
-          if (live && e instanceof AgentdError && e.status === 401) unauthorized.current(REFUSED);
+          if (live && e instanceof AgentdError && e.status === 401) refused();
         },
       );
     }
     window.__agentd = {
-      socket,
+      get socket() {
+        return socket;
+      },
       dropConnection: () => socket.dropConnection(),
       conversation: null,
       stats,
       connects: () => socket.connects,
+      refreshes: () => keeper?.refreshes ?? 0,
+      holdRefreshTimers: (held) => {
+        if (keeper) keeper.timersHeld = held;
+      },
     };
     const online = () => socket.reconnectNow();
     window.addEventListener("online", online);
+    // Another tab refreshed: take its token. Another tab signed out (or was
+    // refused): this one is signed out too.
+    const storage = (e: StorageEvent) => {
+      if (!cred || !isCredentialKey(e.key)) return;
+      const now = loadCredential();
+      if (!now) return unauthorized.current(SIGNED_OUT);
+      keeper?.adopt(now);
+    };
+    window.addEventListener("storage", storage);
     return () => {
       live = false;
+      keeper?.stop();
       clearTimeout(expiry);
       window.removeEventListener("online", online);
+      window.removeEventListener("storage", storage);
       socket.close();
     };
-  }, [apiKey]);
+  }, [cred]);
   if (!app) return null;
-  return <Shell app={app} user={apiKey ? me : null} onSignOut={apiKey ? onSignOut : undefined} />;
+  return <Shell app={app} user={cred ? me : null} onSignOut={cred ? onSignOut : undefined} />;
 }
 
 function Shell({ app, user, onSignOut }: { app: AppT; user: Me | null; onSignOut: (() => void) | undefined }) {

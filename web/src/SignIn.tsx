@@ -2,8 +2,11 @@
 // authorization code flow with PKCE (S256). The browser goes to the
 // provider; it comes back to /auth/callback with a code, which the server
 // exchanges (POST /api/auth/oidc/token) for the bearer token the UI then
-// uses like a pasted API token.
+// uses like a pasted API token, with its expiry and, when the provider
+// gives one (the offline_access scope), a refresh token that lib/auth.ts
+// trades for a new token before it expires.
 import { useEffect, useState } from "react";
+import { credentialFrom, type Credential } from "./lib/auth";
 
 type OidcInfo = { issuer: string; clientId: string; authorizationEndpoint?: string; scopes: string[] };
 
@@ -56,19 +59,19 @@ export function isOidcCallback(): boolean {
 
 /**
  * Finishes a sign-in on /auth/callback: checks the state, has the server
- * exchange the code, and returns the bearer token (the URL is put back to
+ * exchange the code, and returns the credential (the URL is put back to
  * where the sign-in started).
  */
-export function completeOidcSignIn(): Promise<string> {
+export function completeOidcSignIn(): Promise<Credential> {
   // One exchange per page load, also under StrictMode's double effects
   // (the code can be used once).
   completing ??= exchange();
   return completing;
 }
 
-let completing: Promise<string> | undefined;
+let completing: Promise<Credential> | undefined;
 
-async function exchange(): Promise<string> {
+async function exchange(): Promise<Credential> {
   const params = new URLSearchParams(location.search);
   const pending = JSON.parse(sessionStorage.getItem(PENDING) ?? "null") as { state: string; verifier: string; back: string } | null;
   sessionStorage.removeItem(PENDING);
@@ -80,9 +83,9 @@ async function exchange(): Promise<string> {
     headers: { "Content-Type": "application/json" },
     body: JSON.stringify({ code: params.get("code"), codeVerifier: pending.verifier, redirectUri: redirectUri() }),
   });
-  const body = (await resp.json()) as { token?: string; error?: string };
+  const body = (await resp.json()) as { token?: string; expiresAt?: string; refreshToken?: string; error?: string };
   if (!resp.ok || !body.token) throw new Error(`sign-in failed: ${body.error ?? resp.statusText}`);
-  return body.token;
+  return credentialFrom({ ...body, token: body.token }, resp.headers.get("Date"));
 }
 
 /** A "Sign in with …" button, shown when the server has a provider. */

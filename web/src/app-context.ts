@@ -65,6 +65,10 @@ export interface TestHooks {
   conversation: Conversation | null;
   stats: typeof stats;
   connects: () => number;
+  /** Token refreshes done by this page (OIDC sign-ins). */
+  refreshes: () => number;
+  /** Stops (true) or restarts the refresh timers, as a frozen tab would. */
+  holdRefreshTimers: (held: boolean) => void;
 }
 
 declare global {

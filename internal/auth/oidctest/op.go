@@ -116,6 +116,14 @@ func (p *Provider) SetIDTokenLifetime(clientID string, d time.Duration) {
 	}
 }
 
+// SetRefreshTokenLifetime makes the refresh tokens issued from now on
+// expire after d (0, the default: never), as providers bound sessions.
+func (p *Provider) SetRefreshTokenLifetime(d time.Duration) {
+	p.st.mu.Lock()
+	defer p.st.mu.Unlock()
+	p.st.refreshTTL = d
+}
+
 // RotateKey makes a new signing key current; the old one stays in the
 // JWKS (as providers keep it while tokens it signed live).
 func (p *Provider) RotateKey() error { return p.st.rotate() }
@@ -237,12 +245,15 @@ type storage struct {
 	codes    map[string]string       // code → request id
 	refresh  map[string]*refreshToken
 	keys     []*signingKey // last is current
+	// refreshTTL bounds refresh tokens' lives (0: they never expire).
+	refreshTTL time.Duration
 }
 
 type refreshToken struct {
 	subject, clientID string
 	scopes, audience  []string
 	authTime          time.Time
+	expires           time.Time // zero: never
 }
 
 func newStorage() *storage {
@@ -360,6 +371,9 @@ func (s *storage) CreateAccessAndRefreshTokens(_ context.Context, req op.TokenRe
 	}
 	tok := oauthRandom()
 	s.mu.Lock()
+	if s.refreshTTL > 0 {
+		rt.expires = time.Now().Add(s.refreshTTL)
+	}
 	s.refresh[tok] = rt
 	s.mu.Unlock()
 	return oauthRandom(), tok, time.Now().Add(5 * time.Minute), nil
@@ -369,7 +383,7 @@ func (s *storage) TokenRequestByRefreshToken(_ context.Context, tok string) (op.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rt, ok := s.refresh[tok]
-	if !ok {
+	if !ok || (!rt.expires.IsZero() && time.Now().After(rt.expires)) {
 		return nil, op.ErrInvalidRefreshToken
 	}
 	return &refreshRequest{refreshToken: *rt}, nil

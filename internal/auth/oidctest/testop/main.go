@@ -5,7 +5,11 @@
 // test that started it).
 //
 //	testop --client agentd-web=http://127.0.0.1:8080/auth/callback \
-//	       --user erin:pw-erin:sub-erin:Erin\ Example [--id-token-ttl 1h]
+//	       --user erin:pw-erin:sub-erin:Erin\ Example [--id-token-ttl 1h] \
+//	       [--refresh-token-ttl 0]
+//
+// Refresh tokens are issued when the client asks for the offline_access
+// scope; they expire after --refresh-token-ttl (0: never).
 //
 // It is test support: nothing in the agentd binary imports it.
 package main
@@ -43,6 +47,7 @@ func run(args []string) error {
 	fs.Var(&clients, "client", "a public client: ID=REDIRECT_URI[,REDIRECT_URI…] (repeatable)")
 	fs.Var(&users, "user", "a user: USERNAME:PASSWORD:SUBJECT[:DISPLAY NAME] (repeatable)")
 	ttl := fs.Duration("id-token-ttl", time.Hour, "how long ID tokens live")
+	refreshTTL := fs.Duration("refresh-token-ttl", 0, "how long refresh tokens live (0: no limit)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -54,6 +59,7 @@ func run(args []string) error {
 		return err
 	}
 	defer p.Close()
+	p.SetRefreshTokenLifetime(*refreshTTL)
 	for _, c := range clients {
 		id, redirects, ok := strings.Cut(c, "=")
 		if !ok || id == "" || redirects == "" {
