@@ -219,6 +219,24 @@ func (v *jval) encode(buf []byte) []byte {
 	return append(buf, closing)
 }
 
+// encodedLen is the length of v.encode(nil), computed without encoding.
+func (v *jval) encodedLen() int {
+	switch v.kind {
+	case 's':
+		return encLen(v.s) + 2
+	case 'r':
+		return len(v.raw)
+	}
+	n := 2 + max(0, len(v.vals)-1) // brackets and commas
+	for i, e := range v.vals {
+		if v.kind == 'o' {
+			n += encLen(v.keys[i]) + 3 // quotes and colon
+		}
+		n += e.encodedLen()
+	}
+	return n
+}
+
 // strings appends v's string values (not keys), depth first.
 func (v *jval) strings(out []*jval) []*jval {
 	if v.kind == 's' {
@@ -342,7 +360,7 @@ func boundJSON(raw []byte, limit int) ([]byte, error) {
 				break
 			}
 			lens := make([]int, len(units))
-			total := len(v.encode(nil))
+			total := v.encodedLen()
 			for i, u := range units {
 				lens[i] = encLen(text(u))
 			}

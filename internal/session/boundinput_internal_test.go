@@ -245,3 +245,29 @@ func TestBounderInput(t *testing.T) {
 		t.Fatal("a permission request's input changed")
 	}
 }
+
+// BenchmarkBoundJSON: a Write tool's input with a 5 MB content, bounded to
+// the default limit.
+func BenchmarkBoundJSON(b *testing.B) {
+	in, _ := json.Marshal(map[string]string{"file_path": "/w/big.txt", "content": strings.Repeat("some line of a file <é>\n", 5<<20/24)})
+	b.SetBytes(int64(len(in)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := boundJSON(in, DefaultOutputLimit); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestEncodedLen: the length computed is the encoding's.
+func TestEncodedLen(t *testing.T) {
+	for _, in := range []string{`{"a":"x<>&\u2028\"\\\n\t\b\f\u0001é😀","b":[1,2.5e3,true,null,{}],"<k>":[]}`, `"\u00ff"`, `[]`} {
+		v, err := parseJSON([]byte(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if enc := v.encode(nil); len(enc) != v.encodedLen() {
+			t.Fatalf("%s: encoded %d bytes (%s), computed %d", in, len(enc), enc, v.encodedLen())
+		}
+	}
+}
