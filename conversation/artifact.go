@@ -21,6 +21,9 @@ type ArtifactRef struct {
 // first bytes, Tail the last ones, TotalBytes the full length, and
 // Artifact the full text once the block is complete (absent while it still
 // streams, or when the artifact could not be stored: see ArtifactError).
+// For a tool_use block's input (Field: "input") the input holds a bounded
+// JSON of the same shape, TotalBytes is the full input JSON's length, Tail
+// is empty and Artifact the full input JSON (application/json).
 type Truncation struct {
 	Field         string       `json:"field"`
 	TotalBytes    int64        `json:"totalBytes"`

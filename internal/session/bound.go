@@ -73,6 +73,9 @@ type bounder struct {
 	// known: the blocks the log holds that are not open (completed ones,
 	// which an upsert may take up again with the text they have).
 	known map[blockKey]struct{}
+	// inputs: the tool_use blocks whose input the log holds bounded
+	// (boundinput.go).
+	inputs map[blockKey]*inputState
 }
 
 type blockKey struct{ conv, id string }
@@ -96,7 +99,8 @@ type boundText struct {
 
 func newBounder(limit int, dir, sid string, arts store.ArtifactStore, log *slog.Logger) *bounder {
 	return &bounder{limit: limit, dir: dir, sid: sid, arts: arts, log: log, now: time.Now,
-		open: make(map[blockKey]*boundText), known: make(map[blockKey]struct{})}
+		open: make(map[blockKey]*boundText), known: make(map[blockKey]struct{}),
+		inputs: make(map[blockKey]*inputState)}
 }
 
 // textField names the field block:delta appends to for blocks of type t.
@@ -222,6 +226,17 @@ func (bd *bounder) upsertLocked(ctx context.Context, e conversation.Event) conve
 		bd.open[key] = &boundText{typ: b.Type}
 	} else if bt != nil {
 		bt.typ = b.Type
+	}
+	if b.Type == conversation.BlockToolUse && len(b.Input) > 0 {
+		if tr, ok := bd.inputLocked(ctx, key, &b); ok {
+			changed = true
+			// A truncated text (which no converter sends in a tool_use
+			// block) keeps truncated for itself; the input's bounded
+			// strings still carry their markers.
+			if tr != nil && b.Truncated == nil && (bt == nil || !bt.trunc) {
+				b.Truncated = tr
+			}
+		}
 	}
 	if done && bt != nil {
 		if bt.trunc {
@@ -393,8 +408,12 @@ func (bd *bounder) scanLocked(ctx context.Context) {
 		return
 	}
 	err := bd.scan(ctx, func(conv string, b conversation.Block) {
+		tr := textTruncation(b)
 		open := b.Status == conversation.StatusPending ||
-			(b.Truncated != nil && b.Truncated.Artifact == nil && b.Truncated.ArtifactError == "")
+			(tr != nil && tr.Artifact == nil && tr.ArtifactError == "")
+		if b.Type == conversation.BlockToolUse && b.Truncated != nil && b.Truncated.Field == inputField {
+			bd.seedInputLocked(blockKey{conv, b.ID}, b)
+		}
 		if open {
 			bd.seedLocked(ctx, blockKey{conv, b.ID}, b)
 		} else {
@@ -412,7 +431,7 @@ func (bd *bounder) seedLocked(ctx context.Context, key blockKey, b conversation.
 	bd.open[key] = bt
 	delete(bd.known, key)
 	text := *fieldText(&b)
-	tr := b.Truncated
+	tr := textTruncation(b)
 	if tr == nil {
 		bt.text = []byte(text)
 		bt.size = int64(len(text))
@@ -460,6 +479,15 @@ func (bd *bounder) seedLocked(ctx context.Context, key blockKey, b conversation.
 		bt.spoolErr = fmt.Errorf("the full text was lost with an earlier server: %v", err)
 	}
 	return bt
+}
+
+// textTruncation is b's truncation when it is its text's (not a tool_use
+// block's input's).
+func textTruncation(b conversation.Block) *conversation.Truncation {
+	if b.Truncated == nil || b.Truncated.Field != textField(b.Type) {
+		return nil
+	}
+	return b.Truncated
 }
 
 // respoolLocked fills a new spool of bt with the artifact of tr.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/agentd/agentd/agent"
@@ -58,7 +60,17 @@ var (
 	subText   = bigText("sub", 20_000)     // deltas in a subagent's conversation
 	openText  = strings.Repeat("€", 3_000) // deltas never completed: the turn's end completes it
 	shrunk    = "replaced"                 // an upsert replacing a truncated text with a short one
+	// writeInput is a Write tool's input with a 1 MB content.
+	writeInput = mustJSON(map[string]string{"file_path": "/w/big.txt", "content": bigText("write", 1<<20)})
 )
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
 
 func (r *emitRunner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, error) {
 	res := conversation.BlockToolResult
@@ -94,6 +106,18 @@ func (r *emitRunner) Turn(ctx context.Context, t agent.Turn) (agent.TurnResult, 
 			}
 		}
 		return agent.TurnResult{}, nil
+	case "write": // a tool call with a large input, streamed then complete
+		use := conversation.Block{ID: "toolu_W", Type: conversation.BlockToolUse, ToolName: "Write", ToolUseID: "toolu_W",
+			Status: conversation.StatusPending}
+		if err := r.h.Emit(ctx, conversation.Upsert(use)); err != nil {
+			return agent.TurnResult{}, err
+		}
+		use.Input, use.Status = writeInput, conversation.StatusComplete
+		return agent.TurnResult{}, r.h.Emit(ctx, conversation.Upsert(use))
+	case "perm": // its permission request, unanswered
+		_, err := r.h.RequestPermission(ctx, agent.PermissionRequest{ToolName: "Write", Input: writeInput,
+			ToolUseID: "toolu_P", Timeout: time.Millisecond})
+		return agent.TurnResult{}, err
 	case "shrink":
 		return agent.TurnResult{}, r.h.Emit(ctx,
 			conversation.Upsert(conversation.Block{ID: "x-result", Type: res, ToolUseID: "x", Status: conversation.StatusPending}),
@@ -271,5 +295,72 @@ func TestBoundedTextArtifactFails(t *testing.T) {
 	}
 	if state.Turns[0].Status != conversation.TurnCompleted {
 		t.Fatalf("turn %+v", state.Turns[0])
+	}
+}
+
+// TestBoundedToolInput: a tool_use block's input longer than the limit is
+// kept in the log and the state bounded (same keys, long strings cut), its
+// exact JSON stored as an artifact; a permission request carries the input
+// whole (a client may answer with an updatedInput derived from it).
+func TestBoundedToolInput(t *testing.T) {
+	st := memstore.New()
+	m, lg := startManager(t, session.Config{Store: st, OutputLimit: testLimit}, emitArch{})
+	ctx := context.Background()
+	rec, err := m.Create(ctx, session.CreateRequest{Architecture: "emit"}, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn(t, m, lg, rec.ID, "write")
+	if p := maxPayload(t, lg, rec.ID); p > testLimit+512 {
+		t.Fatalf("an event of %d bytes in the log: the limit is %d", p, testLimit)
+	}
+	_, state, err := m.State(ctx, rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b conversation.Block
+	for _, x := range state.Blocks {
+		if x.ID == "toolu_W" {
+			b = x
+		}
+	}
+	var in map[string]string
+	if len(b.Input) > testLimit || json.Unmarshal(b.Input, &in) != nil || len(in) != 2 || in["file_path"] != "/w/big.txt" ||
+		!strings.Contains(in["content"], " bytes omitted] …\n") || b.Status != conversation.StatusComplete {
+		t.Fatalf("bounded input (%d bytes): %.300s", len(b.Input), b.Input)
+	}
+	tr := b.Truncated
+	if tr == nil || tr.Field != "input" || tr.TotalBytes != int64(len(writeInput)) || tr.Tail != "" || tr.Artifact == nil ||
+		tr.Artifact.ContentType != "application/json" || tr.Artifact.Size != int64(len(writeInput)) {
+		t.Fatalf("truncated %+v", tr)
+	}
+	rc, err := st.OpenArtifact(ctx, rec.ID, tr.Artifact.SHA256, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(rc)
+	rc.Close()
+	if !bytes.Equal(got, writeInput) {
+		t.Fatalf("artifact of %d bytes differs from the input's %d", len(got), len(writeInput))
+	}
+	if raw, _ := json.Marshal(state); len(raw) > 4*testLimit {
+		t.Fatalf("a state of %d bytes", len(raw))
+	}
+
+	turn(t, m, lg, rec.ID, "perm")
+	evs, err := lg.Read(ctx, rec.ID, 0, 100_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req conversation.PermissionRequested
+	for _, e := range evs {
+		if e.Type == conversation.TypePermissionRequest {
+			if err := json.Unmarshal(e.Payload, &req); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !bytes.Equal(req.Input, writeInput) {
+		t.Fatalf("the permission request's input: %d bytes, want the %d of the tool's", len(req.Input), len(writeInput))
 	}
 }

@@ -1,6 +1,7 @@
 // A long output the server kept as head + tail (--output-limit; the whole
 // text an artifact): the UI shows the head, "… N bytes omitted …" and the
 // tail, and "Show all" loads the whole text from the artifact by ranges.
+// A tool input past the limit shows bounded, with a note loading it all.
 // Skips on a server without --output-limit.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -59,6 +60,32 @@ describe("truncated outputs", () => {
       const missing = counts.map((c, i) => (i > 0 && c !== 1 ? i : 0)).filter(Boolean);
       assert.deepEqual(missing.slice(0, 10), [], `every line once after Show all (got ${all.length} characters: ${all.slice(0, 80)} … ${all.slice(-80)})`);
       await waitFor(async () => (await page.getByTestId("truncated").count()) === 0, { what: "the cut view to go" });
+    });
+  });
+
+  it("shows a bounded tool input with a note, and loads the whole input", async (t) => {
+    if (why) return t.skip(why);
+    await withPage(t, browser, server, { width: 1280, height: 1000 }, async (page) => {
+      const id = await createShellSession(page, server, "long input");
+      const word = "0123456789".repeat(600); // a command of 6 KB: its input JSON is over 4 KiB
+      await send(page, `echo ${word} | wc -c`);
+      await waitIdle(page);
+      const note = page.getByTestId("input-truncated");
+      await note.waitFor({ timeout: 30_000 });
+      assert.match(await note.innerText(), /input truncated: \d+\.\d KB/);
+      const { blocks } = await server.api("GET", `/api/sessions/${id}`);
+      const use = blocks.find((b) => b.type === "tool_use");
+      assert.equal(use?.truncated?.field, "input");
+      assert.ok(use.truncated.artifact, "the block has its artifact");
+      assert.match(use.input.command, /bytes omitted/);
+      // The command ran whole: only the log's copy is bounded.
+      const res = blocks.find((b) => b.type === "tool_result");
+      assert.equal(res?.output.trim(), String(word.length + 1));
+      const cmd = page.getByTestId("tool-command").first();
+      assert.match(await cmd.innerText(), /bytes omitted/);
+      await page.getByTestId("show-all-input").click();
+      await waitFor(async () => (await note.count()) === 0, { what: "the note to go" });
+      assert.ok((await cmd.innerText()).includes(word), "the whole command after show all");
     });
   });
 });

@@ -3,7 +3,7 @@
 // whole text as an artifact (truncated). Artifacts are fetched with the
 // client's credentials (a header, not the URL) and shown from blob URLs.
 import { useContext, useEffect, useState, type ReactNode } from "react";
-import type { AnyBlock, ArtifactRef, Truncation } from "@agentd/client";
+import type { AnyBlock, ArtifactRef, Json, Truncation } from "@agentd/client";
 import { useApp } from "./app-context";
 import { SessionInfoContext } from "./blocks";
 
@@ -119,7 +119,7 @@ export function Attachments({ refs, label }: { refs: readonly ArtifactRef[] | un
 const utf8 = new TextEncoder();
 
 /** The truncation of the block's field, when the server cut it. */
-export function truncationOf(block: AnyBlock | undefined, field: "output" | "content"): Truncation | undefined {
+export function truncationOf(block: AnyBlock | undefined, field: "output" | "content" | "input"): Truncation | undefined {
   const t = block?.truncated;
   return t && t.field === field ? t : undefined;
 }
@@ -179,6 +179,62 @@ export function TruncatedText({
         )}
       </div>
       {render(truncation.tail, "tail")}
+    </div>
+  );
+}
+
+/**
+ * The truncation of a tool_use block's input when the server bounded it
+ * (long strings cut around "… [N bytes omitted] …"): undefined when the
+ * input is whole (a truncation without artifact or error says a short
+ * input replaced a bounded one).
+ */
+export function inputTruncationOf(block: AnyBlock | undefined): Truncation | undefined {
+  const t = truncationOf(block, "input");
+  return t && (t.artifact || t.artifactError) ? t : undefined;
+}
+
+/**
+ * The note under a tool input the server kept bounded: its full size and
+ * "show all", which loads the whole input (JSON) from its artifact and
+ * hands it to onFull.
+ */
+export function TruncatedInputNote({ truncation, onFull }: { truncation: Truncation; onFull: (input: Json) => void }) {
+  const info = useContext(SessionInfoContext);
+  const { client } = useApp();
+  const [progress, setProgress] = useState<number | null>(null);
+  const [err, setErr] = useState<string | null>(null);
+  const art = truncation.artifact;
+  const load = async () => {
+    if (!art) return;
+    setErr(null);
+    setProgress(0);
+    try {
+      const bytes = await client.fetchArtifact(info.sessionId, art, { chunkSize: 256 * 1024, onProgress: (n, total) => setProgress(total ? n / total : 1) });
+      onFull(JSON.parse(new TextDecoder().decode(bytes)) as Json);
+    } catch (e) {
+      setErr(e instanceof Error ? e.message : String(e));
+    } finally {
+      setProgress(null);
+    }
+  };
+  return (
+    <div className="omitted small" data-testid="input-truncated" role="note">
+      <span>input truncated: {fmtBytes(truncation.totalBytes)}</span>
+      {" — "}
+      {art ? (
+        <button type="button" className="linkish" data-testid="show-all-input" disabled={progress !== null} onClick={() => void load()}>
+          {progress !== null ? `Loading… ${Math.round(progress * 100)}%` : "show all"}
+        </button>
+      ) : (
+        <span className="muted">the whole input was not kept: {truncation.artifactError}</span>
+      )}
+      {err && (
+        <span className="error-text" role="alert">
+          {" "}
+          {err}
+        </span>
+      )}
     </div>
   );
 }

@@ -8,7 +8,7 @@ import { Markdown, CopyButton } from "./markdown";
 import { stats } from "./app-context";
 import { ansiNodes, stripAnsi } from "./lib/ansi";
 import { highlightLines, languageOf, useHighlighter } from "./lib/highlight";
-import { Attachments, TruncatedText, truncationOf } from "./Attachments";
+import { Attachments, TruncatedInputNote, TruncatedText, inputTruncationOf, truncationOf } from "./Attachments";
 
 const SHELL_TOOLS = new Set(["bash", "shell", "exec", "exec_command", "run_shell_command", "command", "local_shell"]);
 const OUTPUT_CAP = 256 * 1024; // characters of tool output shown before "show all"
@@ -365,9 +365,19 @@ function exitCodeOf(result: AnyBlock | undefined): number | null {
   return typeof v === "number" ? v : null;
 }
 
-const ToolUseView = memo(function ToolUseView({ block, result, sub, awaiting }: ToolProps) {
-  countRender(block.id);
+const ToolUseView = memo(function ToolUseView({ block: logged, result, sub, awaiting }: ToolProps) {
+  countRender(logged.id);
   const info = useContext(SessionInfoContext);
+  // An input the server bounded shows as it is, with a note loading the
+  // whole one from its artifact; once loaded, the view shows that.
+  const inputTrunc = inputTruncationOf(logged);
+  const [full, setFull] = useState<{ sha256: string; input: Json } | null>(null);
+  const fullInput = full && full.sha256 === inputTrunc?.artifact?.sha256 ? full.input : undefined;
+  const block = fullInput !== undefined ? ({ ...logged, input: fullInput } as AnyBlock) : logged;
+  const inputNote =
+    inputTrunc && fullInput === undefined ? (
+      <TruncatedInputNote truncation={inputTrunc} onFull={(input) => setFull({ sha256: inputTrunc.artifact?.sha256 ?? "", input })} />
+    ) : null;
   const cmd = commandOf(block);
   const edits = cmd === null ? editsOf(block.input) : null;
   const quiet = QUIET_TOOLS.has((block.toolName ?? "").toLowerCase());
@@ -419,11 +429,13 @@ const ToolUseView = memo(function ToolUseView({ block, result, sub, awaiting }: 
         {cmd !== null ? (
           <div className="shell">
             <ToolInput toolName={block.toolName} input={block.input} />
+            {inputNote}
             {result && <ResultOutput result={result} />}
           </div>
         ) : edits ? (
           <>
             <ToolInput toolName={block.toolName} input={block.input} notApplied={notApplied} />
+            {inputNote}
             {result && (result.isError || output.length > 0) && (
               <div className={notApplied ? "denied-reason" : ""}>
                 {notApplied ? (
@@ -440,6 +452,7 @@ const ToolUseView = memo(function ToolUseView({ block, result, sub, awaiting }: 
         ) : (
           <>
             <ToolInput toolName={block.toolName} input={block.input} inHeader />
+            {inputNote}
             {result && <ResultOutput result={result} />}
           </>
         )}

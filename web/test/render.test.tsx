@@ -336,6 +336,33 @@ describe("attachments and truncated outputs", () => {
     expect(html2).toContain("bytes omitted");
   });
 
+  it("shows a tool input the server bounded with a note loading the whole one", () => {
+    const content = "line 1\n… [5242880 bytes omitted] …\nline 99999\n";
+    const truncated = { field: "input", totalBytes: 5_347_737, tail: "", artifact: { sha256: sha, size: 5_347_737, contentType: "application/json" } };
+    const use = { id: "w1", type: "tool_use", toolName: "Write", toolUseId: "w1", input: { file_path: "/w/big.txt", content }, status: "complete", truncated } as AnyBlock;
+    const html = render(<ItemView item={buildItems([use], [], [])[0]!} />);
+    expect(html).toContain('data-testid="input-truncated"');
+    expect(html).toContain("input truncated: 5.1 MB");
+    expect(html).toContain('data-testid="show-all-input"');
+    expect(html).toContain("5242880 bytes omitted");
+    expect(html).toContain("big.txt");
+    // A shell command's input too; the note comes after the command.
+    const bash = { id: "b1", type: "tool_use", toolName: "Bash", toolUseId: "b1", input: { command: "echo " + content }, status: "complete", truncated } as AnyBlock;
+    const html2 = render(<ItemView item={buildItems([bash], [], [])[0]!} />);
+    expect(html2.indexOf('data-testid="tool-command"')).toBeLessThan(html2.indexOf('data-testid="input-truncated"'));
+    // Not kept: the note says why, without a button.
+    const lost = { ...use, truncated: { field: "input", totalBytes: 5_347_737, tail: "", artifactError: "quota exceeded" } } as AnyBlock;
+    const html3 = render(<ItemView item={buildItems([lost], [], [])[0]!} />);
+    expect(html3).toContain("the whole input was not kept: quota exceeded");
+    expect(html3).not.toContain('data-testid="show-all-input"');
+    // A short input replaced the bounded one (no artifact, no error): no note;
+    // nor for an output's truncation.
+    for (const t of [{ field: "input", totalBytes: 20, tail: "" }, { ...truncated, field: "output" }]) {
+      const whole = { ...use, input: { file_path: "/w/a", content: "x" }, truncated: t } as AnyBlock;
+      expect(render(<ItemView item={buildItems([whole], [], [])[0]!} />)).not.toContain("input-truncated");
+    }
+  });
+
   it("shows a user's images and files and opens a quiet tool whose result has images", () => {
     const user = { id: "q1-user", type: "user_message", content: "look", attachments: [{ sha256: sha, size: 10, contentType: "image/png" }, { sha256: sha, size: 3, name: "a.txt" }] } as AnyBlock;
     const html = render(<ItemView item={buildItems([user], [], [])[0]!} />);

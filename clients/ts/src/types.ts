@@ -56,6 +56,10 @@ export interface ArtifactRef {
  * ones, `totalBytes` its length (the bytes between are omitted); the whole
  * text is `artifact` once the block completes (`artifactError` when it
  * could not be stored). Fetch it, or a byte range of it, from the artifact.
+ * `field` "input": a tool_use block's input JSON was longer than the limit;
+ * `input` holds a bounded JSON of the same shape (long strings cut around
+ * "\n… [N bytes omitted] …\n"), `totalBytes` is the full JSON's length,
+ * `tail` is empty and `artifact` the full input (application/json).
  */
 export interface Truncation {
   field: string;
