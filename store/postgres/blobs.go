@@ -57,39 +57,25 @@ func (s *Store) guardBlob(ctx context.Context, sha string, f func() error) error
 	})
 }
 
+// blobKeeper is the store's handle on its blobs' deletions and sweeps.
+func (s *Store) blobKeeper() artifact.BlobKeeper {
+	return artifact.BlobKeeper{Blobs: s.blobs, Guard: s.guardBlob, Log: s.log, Name: "postgres store",
+		Unreferenced: func(ctx context.Context, sha string) (bool, error) {
+			var referenced bool
+			err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM artifact_contents WHERE sha256 = $1)`, sha).Scan(&referenced)
+			return !referenced, err
+		}}
+}
+
 // dropBlobs deletes from s.blobs the content of shas no row references
 // any more. Best effort, logged: what it leaves, a sweep deletes.
-func (s *Store) dropBlobs(ctx context.Context, shas []string) {
-	if s.blobs == nil || len(shas) == 0 {
-		return
-	}
-	if _, err := artifact.DropUnreferenced(ctx, s.blobs, s.guardBlob, shas); err != nil {
-		s.log.Warn("postgres store: unreferenced artifact content left in the object store (a start deletes it)", "err", err)
-	}
-}
+func (s *Store) dropBlobs(ctx context.Context, shas []string) { s.blobKeeper().Drop(ctx, shas) }
 
 // SweepArtifactBlobs deletes the content in the store's blobs written
 // before the given time that no row references, and returns how much it
 // deleted. Open runs it for content an hour old (artifact.SweepAge).
 func (s *Store) SweepArtifactBlobs(ctx context.Context, before time.Time) (int, error) {
-	if s.blobs == nil {
-		return 0, nil
-	}
-	return artifact.Sweep(ctx, s.blobs, s.guardBlob, before, func(ctx context.Context, sha string) (bool, error) {
-		var referenced bool
-		err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM artifact_contents WHERE sha256 = $1)`, sha).Scan(&referenced)
-		return !referenced, err
-	})
+	return s.blobKeeper().Sweep(ctx, before)
 }
 
-func (s *Store) sweepBlobsAtOpen(ctx context.Context) {
-	if s.blobs == nil {
-		return
-	}
-	n, err := s.SweepArtifactBlobs(ctx, time.Now().Add(-artifact.SweepAge))
-	if err != nil {
-		s.log.Warn("postgres store: sweep of unreferenced artifact content failed", "blobs", s.blobs.String(), "err", err)
-	} else if n > 0 {
-		s.log.Info("postgres store: deleted unreferenced artifact content", "blobs", s.blobs.String(), "objects", n)
-	}
-}
+func (s *Store) sweepBlobsAtOpen(ctx context.Context) { s.blobKeeper().SweepAtOpen(ctx) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -89,17 +90,41 @@ const SweepAge = time.Hour
 // content row of sha exists then.
 type Guarded func(ctx context.Context, sha string, f func() error) error
 
-// DropUnreferenced deletes from blobs the content of each sha that no row
-// references, each checked and deleted in guard. It returns the number
-// deleted and the first error (it goes on after one: what it leaves, the
-// next sweep deletes).
-func DropUnreferenced(ctx context.Context, blobs store.ArtifactBlobs, guard Guarded, shas []string) (int, error) {
+// BlobKeeper is what a SQL store given a store.ArtifactBlobs does with it
+// beyond puts and reads: delete content whose last reference went, and
+// sweep what a crash left. The store gives its critical section (Guard)
+// and its row check (Unreferenced).
+type BlobKeeper struct {
+	Blobs store.ArtifactBlobs
+	Guard Guarded
+	// Unreferenced reports, outside any critical section, whether no
+	// content row of sha exists (Guard checks again).
+	Unreferenced func(ctx context.Context, sha string) (bool, error)
+	Log          *slog.Logger
+	Name         string // the store in log lines: "sqlite store"
+}
+
+// Drop deletes the content of shas that no row references any more. Best
+// effort, logged: what it leaves, a sweep deletes.
+func (k BlobKeeper) Drop(ctx context.Context, shas []string) {
+	if k.Blobs == nil || len(shas) == 0 {
+		return
+	}
+	if _, err := k.drop(ctx, shas); err != nil {
+		k.Log.Warn(k.Name+": unreferenced artifact content left in the object store (the next start deletes it)", "err", err)
+	}
+}
+
+// drop deletes from the blobs the content of each sha that no row
+// references, each checked and deleted in Guard. It returns the number
+// deleted and the first error (it goes on after one).
+func (k BlobKeeper) drop(ctx context.Context, shas []string) (int, error) {
 	var first error
 	dropped := 0
 	for _, sha := range shas {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
-		err := guard(cctx, sha, func() error {
-			if err := blobs.DeleteBlob(cctx, sha); err != nil {
+		err := k.Guard(cctx, sha, func() error {
+			if err := k.Blobs.DeleteBlob(cctx, sha); err != nil {
 				return err
 			}
 			dropped++
@@ -113,15 +138,16 @@ func DropUnreferenced(ctx context.Context, blobs store.ArtifactBlobs, guard Guar
 	return dropped, first
 }
 
-// Sweep deletes from blobs the content stored before the given time that
-// no row references (what a crash between a commit and the deletion that
-// follows it left). unreferenced reports, outside any critical section,
-// whether a content row of sha is missing; guard checks again.
-func Sweep(ctx context.Context, blobs store.ArtifactBlobs, guard Guarded, before time.Time,
-	unreferenced func(ctx context.Context, sha string) (bool, error)) (int, error) {
+// Sweep deletes the content stored before the given time that no row
+// references (what a crash between a commit and the deletion that follows
+// it left), and returns how much it deleted.
+func (k BlobKeeper) Sweep(ctx context.Context, before time.Time) (int, error) {
+	if k.Blobs == nil {
+		return 0, nil
+	}
 	var orphans []string
-	if err := blobs.ListBlobs(ctx, before, func(sha string) error {
-		un, err := unreferenced(ctx, sha)
+	if err := k.Blobs.ListBlobs(ctx, before, func(sha string) error {
+		un, err := k.Unreferenced(ctx, sha)
 		if err == nil && un {
 			orphans = append(orphans, sha)
 		}
@@ -129,5 +155,18 @@ func Sweep(ctx context.Context, blobs store.ArtifactBlobs, guard Guarded, before
 	}); err != nil {
 		return 0, fmt.Errorf("sweep artifact content: %w", err)
 	}
-	return DropUnreferenced(ctx, blobs, guard, orphans)
+	return k.drop(ctx, orphans)
+}
+
+// SweepAtOpen sweeps content SweepAge old, logging what it did.
+func (k BlobKeeper) SweepAtOpen(ctx context.Context) {
+	if k.Blobs == nil {
+		return
+	}
+	n, err := k.Sweep(ctx, time.Now().Add(-SweepAge))
+	if err != nil {
+		k.Log.Warn(k.Name+": sweep of unreferenced artifact content failed", "blobs", k.Blobs.String(), "err", err)
+	} else if n > 0 {
+		k.Log.Info(k.Name+": deleted unreferenced artifact content", "blobs", k.Blobs.String(), "objects", n)
+	}
 }
