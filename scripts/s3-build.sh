@@ -11,19 +11,5 @@
 # once per machine and version. Prints the binary's path on its last line.
 # No binary is ever committed.
 set -euo pipefail
-
-mod=$(cd "$(dirname "$0")/.." && pwd)/tools/seaweedfs
-ver=$(awk '$1 == "require" && $2 == "github.com/seaweedfs/seaweedfs" { print $3; exit }' "$mod/go.mod")
-[[ -n $ver ]] || { echo "s3-build: version not found in $mod/go.mod" >&2; exit 1; }
-bin=${AGENTD_WEED_CACHE:-$HOME/.cache/agentd}/weed-$ver/weed
-if [[ -x $bin ]]; then
-  echo "$bin"
-  exit 0
-fi
-mkdir -p "$(dirname "$bin")"
-cd "$mod"
-t0=$SECONDS
-CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$bin.tmp" github.com/seaweedfs/seaweedfs/weed
-mv "$bin.tmp" "$bin"
-echo "s3-build: weed $ver in $((SECONDS - t0)) s" >&2
-echo "$bin"
+AGENTD_TOOL_CACHE=${AGENTD_WEED_CACHE:-${AGENTD_TOOL_CACHE:-$HOME/.cache/agentd}} \
+  exec "$(dirname "$0")/go-tool-build.sh" seaweedfs github.com/seaweedfs/seaweedfs github.com/seaweedfs/seaweedfs/weed weed
