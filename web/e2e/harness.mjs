@@ -27,15 +27,25 @@ export function agentdBin() {
   return bin;
 }
 
-export function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.on("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
+/**
+ * A loopback port free now, for a server started later on it. Picked at
+ * random below Linux's ephemeral range (32768 and up): a port listen(0)
+ * gave and then released could be handed again to the next listen(0) (the
+ * test OIDC provider's) or to an outgoing connection before the server
+ * binds it ("address already in use"); below the range only another
+ * explicit pick can take it.
+ */
+export async function freePort() {
+  for (let i = 0; ; i++) {
+    const port = 20000 + Math.floor(Math.random() * 12000);
+    const ok = await new Promise((resolve) => {
+      const s = createServer();
+      s.once("error", () => resolve(false));
+      s.listen(port, "127.0.0.1", () => s.close(() => resolve(true)));
     });
-  });
+    if (ok) return port;
+    if (i >= 100) throw new Error("no free loopback port found in 20000-31999");
+  }
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
