@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -69,20 +68,7 @@ func serveArtifactsInS3(t *testing.T, args ...string) {
 	path := p.URL + "/api/sessions/" + id + "/artifacts/" + sha
 	get := func(rng string) (int, []byte) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", path, nil)
-		if rng != "" {
-			req.Header.Set("Range", rng)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, body
+		return getRange(t, path, rng)
 	}
 	if code, body := get(""); code != 200 || !bytes.Equal(body, want.Bytes()) {
 		t.Fatalf("GET the artifact: %d, %d bytes; want 200 and the output's %d", code, len(body), want.Len())

@@ -58,20 +58,7 @@ func artifactsAcrossServers(t *testing.T, storeURL string) {
 	path := "/api/sessions/" + id + "/artifacts/" + ref.SHA256
 	get := func(base string, rng string) (int, []byte) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", base+path, nil)
-		if rng != "" {
-			req.Header.Set("Range", rng)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, body
+		return getRange(t, base+path, rng)
 	}
 	for name, srv := range map[string]*agentdtest.Server{"first": a, "second": b} {
 		if code, body := get(srv.URL, ""); code != 200 || !bytes.Equal(body, data) {
@@ -107,4 +94,24 @@ func artifactsAcrossServers(t *testing.T, storeURL string) {
 	if n, err := as.ArtifactUsage(ctx, ""); err != nil || n != 0 {
 		t.Errorf("the store holds %d bytes of artifacts after the purge, %v", n, err)
 	}
+}
+
+// getRange GETs url, with a Range header when rng is set, and returns the
+// status and the body.
+func getRange(t *testing.T, url, rng string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if rng != "" {
+		req.Header.Set("Range", rng)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, body
 }
