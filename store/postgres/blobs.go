@@ -16,7 +16,8 @@ import (
 // agrees on them. Content is deleted from b after the commit that dropped
 // its last reference, holding a transaction-scoped advisory lock on the
 // content that every put of it takes too, once no row is found; what a
-// crash leaves there, Open deletes when it is an hour old. Every server
+// crash leaves there, a sweep Open starts in the background deletes when
+// it is an hour old. Every server
 // sharing the database must be given the same b, and b must hold only
 // this database's content (its prefix is the database's).
 func WithArtifactBlobs(b store.ArtifactBlobs) Option {
@@ -73,9 +74,12 @@ func (s *Store) dropBlobs(ctx context.Context, shas []string) { s.blobKeeper().D
 
 // SweepArtifactBlobs deletes the content in the store's blobs written
 // before the given time that no row references, and returns how much it
-// deleted. Open runs it for content an hour old (artifact.SweepAge).
+// deleted. Open starts it in the background for content an hour old
+// (artifact.SweepAge).
 func (s *Store) SweepArtifactBlobs(ctx context.Context, before time.Time) (int, error) {
 	return s.blobKeeper().Sweep(ctx, before)
 }
 
-func (s *Store) sweepBlobsAtOpen(ctx context.Context) { s.blobKeeper().SweepAtOpen(ctx) }
+// sweepBlobsAtOpen starts the sweep of what a crash left in the blobs; it
+// runs in the background until done or Close.
+func (s *Store) sweepBlobsAtOpen() { s.stopSweep = s.blobKeeper().SweepInBackground() }

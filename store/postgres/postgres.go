@@ -67,6 +67,7 @@ type Store struct {
 
 	artifactQuota atomic.Pointer[store.ArtifactQuota] // see WithArtifactQuota
 	blobs         store.ArtifactBlobs                 // nil: artifact content in chunks; see WithArtifactBlobs
+	stopSweep     func()                              // ends the background sweep of blobs (nil: none)
 	log           *slog.Logger
 }
 
@@ -99,7 +100,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres store: %w", err)
 	}
-	s.sweepBlobsAtOpen(ctx)
+	s.sweepBlobsAtOpen()
 	return s, nil
 }
 
@@ -124,7 +125,12 @@ func (s *Store) migrate(ctx context.Context, log *slog.Logger) error {
 
 // Close closes the connection pool. It is safe to call more than once.
 func (s *Store) Close() error {
-	s.closeOnce.Do(s.pool.Close)
+	s.closeOnce.Do(func() {
+		if s.stopSweep != nil {
+			s.stopSweep()
+		}
+		s.pool.Close()
+	})
 	return nil
 }
 

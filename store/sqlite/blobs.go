@@ -123,9 +123,12 @@ func (s *Store) dropBlobs(ctx context.Context, shas []string) { s.blobKeeper().D
 
 // SweepArtifactBlobs deletes the content in the store's blobs written
 // before the given time that no row references, and returns how much it
-// deleted. Open runs it for content an hour old (artifact.SweepAge).
+// deleted. Open starts it in the background for content an hour old
+// (artifact.SweepAge).
 func (s *Store) SweepArtifactBlobs(ctx context.Context, before time.Time) (int, error) {
 	return s.blobKeeper().Sweep(ctx, before)
 }
 
-func (s *Store) sweepBlobsAtOpen(ctx context.Context) { s.blobKeeper().SweepAtOpen(ctx) }
+// sweepBlobsAtOpen starts the sweep of what a crash left in the blobs; it
+// runs in the background until done or Close.
+func (s *Store) sweepBlobsAtOpen() { s.stopSweep = s.blobKeeper().SweepInBackground() }

@@ -103,6 +103,7 @@ type Store struct {
 
 	artifactQuota atomic.Pointer[store.ArtifactQuota] // see WithArtifactQuota
 	blobs         store.ArtifactBlobs                 // nil: artifact content in chunks; see WithArtifactBlobs
+	stopSweep     func()                              // ends the background sweep of blobs (nil: none)
 	log           *slog.Logger
 
 	closeOnce sync.Once
@@ -149,7 +150,7 @@ func Open(ctx context.Context, dataSource string, opts ...Option) (*Store, error
 		s.closeAll()
 		return nil, fmt.Errorf("open sqlite store %s: %w", dataSource, err)
 	}
-	s.sweepBlobsAtOpen(ctx)
+	s.sweepBlobsAtOpen()
 	return s, nil
 }
 
@@ -300,7 +301,12 @@ func (s *Store) Path() string { return s.path }
 // Close closes the database. It is safe to call more than once; later calls
 // return the first call's result. Calls made after Close fail.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() { s.closeErr = s.closeAll() })
+	s.closeOnce.Do(func() {
+		if s.stopSweep != nil {
+			s.stopSweep()
+		}
+		s.closeErr = s.closeAll()
+	})
 	return s.closeErr
 }
 

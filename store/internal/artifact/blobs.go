@@ -158,13 +158,32 @@ func (k BlobKeeper) Sweep(ctx context.Context, before time.Time) (int, error) {
 	return k.drop(ctx, orphans)
 }
 
+// SweepInBackground runs SweepAtOpen in a goroutine, so that a store's
+// start does not wait on listing a large bucket; stop cancels it and waits
+// for it. Without blobs it starts nothing.
+func (k BlobKeeper) SweepInBackground() (stop func()) {
+	if k.Blobs == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		k.SweepAtOpen(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // SweepAtOpen sweeps content SweepAge old, logging what it did.
 func (k BlobKeeper) SweepAtOpen(ctx context.Context) {
 	if k.Blobs == nil {
 		return
 	}
 	n, err := k.Sweep(ctx, time.Now().Add(-SweepAge))
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		k.Log.Warn(k.Name+": sweep of unreferenced artifact content failed", "blobs", k.Blobs.String(), "err", err)
 	} else if n > 0 {
 		k.Log.Info(k.Name+": deleted unreferenced artifact content", "blobs", k.Blobs.String(), "objects", n)
