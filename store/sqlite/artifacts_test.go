@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/store"
+	"github.com/agentd/agentd/store/s3blobs/s3test"
 	"github.com/agentd/agentd/store/sqlite"
 	"github.com/agentd/agentd/store/storetest"
 )
@@ -163,21 +164,6 @@ func TestLargeArtifactPutInBatches(t *testing.T) {
 	}
 }
 
-// patternReader is n bytes, made as they are read.
-type patternReader struct{ left int64 }
-
-func (z *patternReader) Read(p []byte) (int, error) {
-	if z.left <= 0 {
-		return 0, io.EOF
-	}
-	n := min(int64(len(p)), z.left)
-	for i := range p[:n] {
-		p[i] = byte(z.left) + byte(i)
-	}
-	z.left -= n
-	return int(n), nil
-}
-
 // A put streams: a 64 MiB artifact makes the Go heap allocate a few MiB
 // in all (about one chunk per buffer), never the artifact's size.
 func TestArtifactPutMemoryBounded(t *testing.T) {
@@ -189,7 +175,7 @@ func TestArtifactPutMemoryBounded(t *testing.T) {
 	const size = 64 << 20
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	ref, err := s.PutArtifact(t.Context(), "s", conversation.ArtifactRef{}, &patternReader{left: size})
+	ref, err := s.PutArtifact(t.Context(), "s", conversation.ArtifactRef{}, s3test.PatternReader(size))
 	runtime.ReadMemStats(&after)
 	if err != nil || ref.Size != size {
 		t.Fatalf("PutArtifact: %+v, %v", ref, err)

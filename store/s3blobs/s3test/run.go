@@ -186,7 +186,7 @@ func RunStore(t *testing.T, open func(t *testing.T, b store.ArtifactBlobs, q sto
 		const size = 64 << 20
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		ref, err := s.(store.ArtifactStore).PutArtifact(t.Context(), "s", conversation.ArtifactRef{}, &patternReader{left: size})
+		ref, err := s.(store.ArtifactStore).PutArtifact(t.Context(), "s", conversation.ArtifactRef{}, PatternReader(size))
 		runtime.ReadMemStats(&after)
 		if err != nil || ref.Size != size {
 			t.Fatalf("PutArtifact: %+v, %v", ref, err)
@@ -239,6 +239,11 @@ func checkObjects(t *testing.T, b *s3blobs.Blobs, want map[string]int64) {
 		}
 	}
 }
+
+// PatternReader returns n bytes of a repeating pattern, made as they are
+// read: a large artifact's content without holding it (the stores' tests
+// of what a big put allocates).
+func PatternReader(n int64) io.Reader { return &patternReader{left: n} }
 
 // patternReader is n bytes, made as they are read.
 type patternReader struct{ left int64 }
