@@ -298,7 +298,10 @@ func (b *Bus) Request(ctx context.Context, session string, req []byte) ([]byte, 
 
 // Serve answers session's commands with handle until stop. Commands are
 // handled one at a time, in arrival order; handle's context ends at stop.
-// Serve returns once the NATS server knows of the subscription.
+// Serve returns once the NATS server knows of the subscription. Every
+// command the NATS server routed here before stop is handled and answered,
+// even after stop returns (with handle's context ended); stop does not
+// wait for them, so it may be called from a goroutine that handle waits on.
 func (b *Bus) Serve(session string, handle func(ctx context.Context, req []byte) []byte) (stop func(), err error) {
 	subj, err := b.subject("rq", session)
 	if err != nil {
@@ -321,7 +324,14 @@ func (b *Bus) Serve(session string, handle func(ctx context.Context, req []byte)
 	}
 	return func() {
 		cancel()
-		_ = sub.Unsubscribe()
+		// Drained, not dropped: a request the NATS server delivered
+		// before it had the unsubscription is still handled and answered
+		// (its sender would otherwise wait out its whole timeout for a
+		// reply that never comes). Drain returns at once; the pending
+		// requests are handled in the background.
+		if err := sub.Drain(); err != nil {
+			_ = sub.Unsubscribe()
+		}
 		// Once the server has the unsubscription, requests get "no
 		// responders" at once instead of going unanswered.
 		_ = b.nc.FlushTimeout(time.Second)
