@@ -29,6 +29,11 @@ const (
 	// (the fleet benchmark: they run on one node, the clients follow
 	// another).
 	clientSendURLEnv = "AGENTD_BENCH_CLIENT_SEND_URL"
+	// clientPairURLEnv, when set, is a second server whose stream of each
+	// session the process follows too (the fleet benchmark's
+	// clients=both: the node running the sessions), for the per-line
+	// difference between the two arrivals.
+	clientPairURLEnv = "AGENTD_BENCH_CLIENT_PAIR_URL"
 )
 
 // clientRound is one round asked of the client process.
@@ -39,10 +44,14 @@ type clientRound struct {
 
 // clientResult is its answer: every line's latency in nanoseconds (all
 // lines, and those after each command's first turnStartLines), and the
-// CPU the client process spent on the round.
+// CPU the client process spent on the round. With a pair server, Pair
+// holds every line's latency through it and Added each line's arrival
+// through the main server minus its arrival through the pair.
 type clientResult struct {
 	All    []time.Duration `json:"all"`
 	Steady []time.Duration `json:"steady"`
+	Pair   []time.Duration `json:"pair,omitempty"`
+	Added  []time.Duration `json:"added,omitempty"`
 	CPU    time.Duration   `json:"cpu"`
 	Err    string          `json:"err,omitempty"`
 }
@@ -71,8 +80,15 @@ func runClientProc(in io.Reader, out io.Writer) int {
 			return 2
 		}
 	}
+	var pair *client.Client
+	if u := os.Getenv(clientPairURLEnv); u != "" {
+		if pair, err = client.New(u); err != nil {
+			fmt.Fprintln(os.Stderr, "client:", err)
+			return 2
+		}
+	}
 	ctx := context.Background()
-	var fs []*follower
+	var fs, pfs []*follower
 	for _, id := range strings.Split(os.Getenv(clientSessionsEnv), ",") {
 		st, err := c.Session(ctx, id)
 		if err != nil {
@@ -80,9 +96,12 @@ func runClientProc(in io.Reader, out io.Writer) int {
 			return 1
 		}
 		fs = append(fs, &follower{id: id, stream: c.Stream(ctx, id, st.LastSeq)})
+		if pair != nil {
+			pfs = append(pfs, &follower{id: id, stream: pair.Stream(ctx, id, st.LastSeq)})
+		}
 	}
 	defer func() {
-		for _, f := range fs {
+		for _, f := range append(fs, pfs...) {
 			f.stream.Close()
 		}
 	}()
@@ -96,8 +115,8 @@ func runClientProc(in io.Reader, out io.Writer) int {
 			return 2
 		}
 		cpu0 := processCPU()
-		lat, err := latencyRound(send, fs, r.Command, r.Want)
-		res := clientResult{All: lat.all, Steady: lat.steady, CPU: processCPU() - cpu0}
+		lat, err := latencyRound(send, fs, pfs, r.Command, r.Want)
+		res := clientResult{All: lat.all, Steady: lat.steady, Pair: lat.pair, Added: lat.added, CPU: processCPU() - cpu0}
 		if err != nil {
 			res.Err = err.Error()
 		}
@@ -126,6 +145,13 @@ func startClientProc(tb testing.TB, url string, fs []*follower) *clientProc {
 // and sending their commands to sendURL ("": url).
 func startClientProcSend(tb testing.TB, url, sendURL string, fs []*follower) *clientProc {
 	tb.Helper()
+	return startClientProcPair(tb, url, sendURL, "", fs)
+}
+
+// startClientProcPair is startClientProcSend following each session on
+// pairURL too ("": not).
+func startClientProcPair(tb testing.TB, url, sendURL, pairURL string, fs []*follower) *clientProc {
+	tb.Helper()
 	ids := make([]string, len(fs))
 	for i, f := range fs {
 		ids[i] = f.id
@@ -133,6 +159,9 @@ func startClientProcSend(tb testing.TB, url, sendURL string, fs []*follower) *cl
 	env := []string{clientURLEnv + "=" + url, clientSessionsEnv + "=" + strings.Join(ids, ",")}
 	if sendURL != "" {
 		env = append(env, clientSendURLEnv+"="+sendURL)
+	}
+	if pairURL != "" {
+		env = append(env, clientPairURLEnv+"="+pairURL)
 	}
 	cmd, in, out := startChild(tb, env, 64<<20)
 	p := &clientProc{cmd: cmd, in: in, out: out}
@@ -211,5 +240,5 @@ func (p *clientProc) round(command string, want int) (lineLatencies, time.Durati
 	if res.Err != "" {
 		err = errors.New(res.Err)
 	}
-	return lineLatencies{all: res.All, steady: res.Steady}, res.CPU, err
+	return lineLatencies{all: res.All, steady: res.Steady, pair: res.Pair, added: res.Added}, res.CPU, err
 }

@@ -66,6 +66,9 @@ func fleetNodes(tb testing.TB, n int, args ...string) ([]*agentdtest.Process, []
 // BenchmarkFleetLatency: the time from a shell command writing a line on
 // node A to a WebSocket client holding it, the client connected to node B
 // (clients=othernode: the event crosses NATS) or to A (clients=samenode),
+// or one client of each session on each node (clients=both: the p50-ms…
+// figures are B's, the pair-… ones A's, and added-… the difference of the
+// two arrivals of each line: what crossing the nodes adds to it),
 // with 50 sessions streaming at once as in BenchmarkShellLatency
 // (cmd=stamper: 200 timestamped lines 10 ms apart per session, all 50
 // starting together; the 50 clients in a process of their own). The nodes
@@ -77,15 +80,18 @@ func fleetNodes(tb testing.TB, n int, args ...string) ([]*agentdtest.Process, []
 func BenchmarkFleetLatency(b *testing.B) {
 	command := roundCommand(b, "stamper")
 	for _, payload := range []string{"events", "notice"} {
-		for _, where := range []string{"othernode", "samenode"} {
+		for _, where := range []string{"othernode", "samenode", "both"} {
 			b.Run("payload="+payload+"/clients="+where, func(b *testing.B) {
 				nodes, cs := fleetNodes(b, 2, "--nats-payload", payload)
 				fs := latencySetup(b, cs[0], latencySessions)
-				streamURL := nodes[1].URL
-				if where == "samenode" {
+				streamURL, pairURL := nodes[1].URL, ""
+				switch where {
+				case "samenode":
 					streamURL = nodes[0].URL
+				case "both":
+					pairURL = nodes[0].URL
 				}
-				p := startClientProcSend(b, streamURL, nodes[0].URL, fs)
+				p := startClientProcPair(b, streamURL, nodes[0].URL, pairURL, fs)
 				hc := newHTTPClient(b)
 				a0, b0 := readNode(b, hc, nodes[0]), readNode(b, hc, nodes[1])
 				var all lineLatencies
@@ -99,6 +105,9 @@ func BenchmarkFleetLatency(b *testing.B) {
 				}
 				stopProfile()
 				reportLatency(b, all)
+				if where == "both" {
+					reportAdded(b, all)
+				}
 				reportNodes(b, a0, readNode(b, hc, nodes[0]), b0, readNode(b, hc, nodes[1]), len(all.all))
 			})
 		}
@@ -202,6 +211,21 @@ func reportNodes(b *testing.B, a0, a1, b0, b1 nodeStats, lines int) {
 	b.ReportMetric(d(a0, a1, "agentd_event_slow_consumers_total")+d(b0, b1, "agentd_event_slow_consumers_total"), "slow-cutoffs")
 }
 
+// reportAdded reports clients=both's figures: the latency through node A
+// (pair-…) and the cross-node added latency, B's arrival of each line
+// minus A's (added-…; negative when B's client got it first).
+func reportAdded(b *testing.B, l lineLatencies) {
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	p, a := Summarize(l.pair), Summarize(l.added)
+	b.ReportMetric(ms(p.P50), "pair-p50-ms")
+	b.ReportMetric(ms(p.P99), "pair-p99-ms")
+	b.ReportMetric(ms(a.P50), "added-p50-ms")
+	b.ReportMetric(ms(a.P95), "added-p95-ms")
+	b.ReportMetric(ms(a.P99), "added-p99-ms")
+	b.ReportMetric(ms(a.Max), "added-max-ms")
+	b.Logf("through A: %s; added by the cross to B, per line: %s", p, a)
+}
+
 // TestFleetLatencySmoke: a small cross-node round (2 sessions, 20 lines).
 func TestFleetLatencySmoke(t *testing.T) {
 	if testing.Short() {
@@ -216,6 +240,22 @@ func TestFleetLatencySmoke(t *testing.T) {
 	}
 	if len(lat.all) != 40 {
 		t.Fatalf("%d lines", len(lat.all))
+	}
+	// clients=both: each line through B and through A, and their
+	// difference.
+	fs = latencySetup(t, cs[0], 2)
+	p = startClientProcPair(t, nodes[1].URL, nodes[0].URL, nodes[0].URL, fs)
+	lat, _, err = p.round(stamperCommand(t, 20, 5*time.Millisecond), 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lat.all) != 40 || len(lat.pair) != 40 || len(lat.added) != 40 {
+		t.Fatalf("%d lines, %d through the pair, %d differences", len(lat.all), len(lat.pair), len(lat.added))
+	}
+	for i, d := range lat.added {
+		if d < -time.Minute || d > time.Minute {
+			t.Fatalf("line %d: implausible added latency %v", i, d)
+		}
 	}
 }
 

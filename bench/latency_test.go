@@ -171,6 +171,10 @@ const turnStartLines = 10
 // after each command's first turnStartLines (the steady stream).
 type lineLatencies struct {
 	all, steady []time.Duration
+	// With a pair stream of each session (latencyRound): every line's
+	// latency through it, and each line's arrival through the main
+	// stream minus its arrival through the pair.
+	pair, added []time.Duration
 }
 
 // add takes one command's latencies, in line order.
@@ -184,6 +188,8 @@ func (l *lineLatencies) add(lat []time.Duration) {
 func (l *lineLatencies) merge(o lineLatencies) {
 	l.all = append(l.all, o.all...)
 	l.steady = append(l.steady, o.steady...)
+	l.pair = append(l.pair, o.pair...)
+	l.added = append(l.added, o.added...)
 }
 
 // latencySetup creates n shell sessions, brings each environment up with
@@ -234,38 +240,52 @@ func latencySetup(tb testing.TB, c *client.Client, n int) []*follower {
 // latencyRound runs command in every session at once and returns, for
 // every output line, the time from the line's own timestamp to its
 // arrival at the WebSocket client.
-func latencyRound(c *client.Client, fs []*follower, command string, want int) (lineLatencies, error) {
+func latencyRound(c *client.Client, fs, pairs []*follower, command string, want int) (lineLatencies, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var mu sync.Mutex
 	var all lineLatencies
 	errs := make(chan error, len(fs))
-	for _, f := range fs {
+	for i, f := range fs {
 		go func() {
 			sent, err := c.Send(ctx, f.id, command)
 			if err != nil {
 				errs <- err
 				return
 			}
-			var p StampLines
-			var lat []time.Duration
-			err = f.untilTurnEnd(ctx, sent.QueryID, func(ev conversation.Event, recv time.Time) error {
-				if ev.Type != conversation.TypeBlockDelta {
-					return nil
-				}
-				var d conversation.BlockDelta
-				if err := json.Unmarshal(ev.Payload, &d); err != nil {
-					return err
-				}
-				var err error
-				lat, err = p.Feed(d.Delta, recv, lat)
-				return err
-			})
-			if err == nil && len(lat) != want {
-				err = fmt.Errorf("session %s: %d timestamped lines, want %d", f.id, len(lat), want)
+			var pair *follower
+			if pairs != nil {
+				pair = pairs[i]
+			}
+			// The pair stream is read at the same time, by a goroutine of
+			// its own: each arrival is timed when it happens.
+			type pairResult struct {
+				lat []time.Duration
+				err error
+			}
+			pairDone := make(chan pairResult, 1)
+			if pair != nil {
+				go func() {
+					lat, err := stampedLines(ctx, pair, sent.QueryID, want)
+					pairDone <- pairResult{lat, err}
+				}()
+			}
+			lat, err := stampedLines(ctx, f, sent.QueryID, want)
+			var pr pairResult
+			if pair != nil {
+				pr = <-pairDone
+				err = errors.Join(err, pr.err)
 			}
 			mu.Lock()
 			all.add(lat)
+			if pair != nil && err == nil {
+				all.pair = append(all.pair, pr.lat...)
+				for k := range lat {
+					// The same line (each stream carries every delta in seq
+					// order); its stamp cancels out.
+					all.added = append(all.added, lat[k]-pr.lat[k])
+				}
+			}
 			mu.Unlock()
 			errs <- err
 		}()
@@ -275,6 +295,29 @@ func latencyRound(c *client.Client, fs []*follower, command string, want int) (l
 		errList = append(errList, <-errs)
 	}
 	return all, errors.Join(errList...)
+}
+
+// stampedLines reads f's stream until query ends and returns the latency
+// of each timestamped line (StampLines) it carried, want of them.
+func stampedLines(ctx context.Context, f *follower, query string, want int) ([]time.Duration, error) {
+	var p StampLines
+	var lat []time.Duration
+	err := f.untilTurnEnd(ctx, query, func(ev conversation.Event, recv time.Time) error {
+		if ev.Type != conversation.TypeBlockDelta {
+			return nil
+		}
+		var d conversation.BlockDelta
+		if err := json.Unmarshal(ev.Payload, &d); err != nil {
+			return err
+		}
+		var err error
+		lat, err = p.Feed(d.Delta, recv, lat)
+		return err
+	})
+	if err == nil && len(lat) != want {
+		err = fmt.Errorf("session %s: %d timestamped lines, want %d", f.id, len(lat), want)
+	}
+	return lat, err
 }
 
 // directRound runs command n times at once with os/exec, reading stdout
@@ -415,7 +458,7 @@ func BenchmarkShellLatency(b *testing.B) {
 				srv, c, commits := startTimedServer(b, agentd.Config{})
 				fs := latencySetup(b, c, latencySessions)
 				round := func(command string) (lineLatencies, time.Duration, error) {
-					lat, err := latencyRound(c, fs, command, latencyLines)
+					lat, err := latencyRound(c, fs, nil, command, latencyLines)
 					return lat, 0, err
 				}
 				if clients == "process" {
@@ -472,7 +515,7 @@ func TestShellLatencySmoke(t *testing.T) {
 	fs := latencySetup(t, c, 3)
 	lines := turnStartLines + 5
 	command := stampCommand(lines, "0")
-	lat, err := latencyRound(c, fs, command, lines)
+	lat, err := latencyRound(c, fs, nil, command, lines)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,7 +528,7 @@ func TestShellLatencySmoke(t *testing.T) {
 		t.Fatalf("direct: %d lines (%d steady), %v", len(direct.all), len(direct.steady), err)
 	}
 	stamper := stamperCommand(t, 5, time.Millisecond)
-	lat, err = latencyRound(c, fs, stamper, 5)
+	lat, err = latencyRound(c, fs, nil, stamper, 5)
 	if err != nil || len(lat.all) != 15 || len(lat.steady) != 0 {
 		t.Fatalf("stamper through agentd: %d lines (%d steady), %v", len(lat.all), len(lat.steady), err)
 	}
@@ -493,11 +536,11 @@ func TestShellLatencySmoke(t *testing.T) {
 		t.Fatalf("stamper direct: %d lines, %v", len(direct.all), err)
 	}
 	// A command that prints fewer lines than expected is an error.
-	if _, err := latencyRound(c, fs[:1], stampCommand(2, "0"), 3); err == nil {
+	if _, err := latencyRound(c, fs[:1], nil, stampCommand(2, "0"), 3); err == nil {
 		t.Fatal("2 lines counted as 3")
 	}
 	// A command whose output is not timestamps is reported, not counted.
-	if _, err := latencyRound(c, fs[:1], "echo not-a-stamp", 1); !errors.Is(err, ErrBadStamp) {
+	if _, err := latencyRound(c, fs[:1], nil, "echo not-a-stamp", 1); !errors.Is(err, ErrBadStamp) {
 		t.Fatalf("garbage output: err = %v, want ErrBadStamp", err)
 	}
 	// The clients in a process of their own, the stampers starting together
