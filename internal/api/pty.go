@@ -8,18 +8,22 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/agentd/agentd/internal/auth"
 	"github.com/agentd/agentd/sandbox"
 )
 
 type ptyControl struct {
-	Type string `json:"type"`
-	Rows uint16 `json:"rows"`
-	Cols uint16 `json:"cols"`
+	Type  string `json:"type"`
+	Rows  uint16 `json:"rows"`
+	Cols  uint16 `json:"cols"`
+	Token string `json:"token"` // "auth": the refreshed credential (reauth.go)
 }
 
 // handlePTY attaches a WebSocket to a shell on a PTY in the session's
 // sandbox: binary frames carry terminal bytes both ways, a text frame
-// {"type":"resize"} resizes, and {"type":"exit","code"} ends the session.
+// {"type":"resize"} resizes, {"type":"auth","token"} renews the
+// connection's credential (answered {"type":"auth","ok"}), and
+// {"type":"exit","code"} ends the session.
 func (s *Server) handlePTY(w http.ResponseWriter, r *http.Request) {
 	if !checkOrigin(w, r) {
 		return
@@ -49,10 +53,11 @@ func (s *Server) handlePTY(w http.ResponseWriter, r *http.Request) {
 	defer c.CloseNow()
 	ctx, cancel := context.WithCancel(s.closeCtx)
 	defer cancel()
-	defer s.live.track(r.Context(), func() {
+	live, untrack := s.live.trackConn(r.Context(), func() {
 		c.Close(CloseUnauthorized, "credential no longer valid")
 		cancel()
-	})()
+	})
+	defer untrack()
 
 	env, err := sess.EnsureEnv(ctx, Principal(r.Context()))
 	if err != nil {
@@ -87,6 +92,11 @@ func (s *Server) handlePTY(w http.ResponseWriter, r *http.Request) {
 			var ctl ptyControl
 			if json.Unmarshal(data, &ctl) == nil && ctl.Type == "resize" && ctl.Rows > 0 && ctl.Cols > 0 {
 				_ = p.Resize(sandbox.WindowSize{Rows: ctl.Rows, Cols: ctl.Cols})
+			} else if ctl.Type == "auth" {
+				reply := s.renewConn(r.Context(), live, ctl.Token, sess.ID(), auth.ScopeSessionsWrite, auth.LevelControl)
+				if err := c.Write(ctx, websocket.MessageText, reply); err != nil {
+					return
+				}
 			} else if ctl.Type == "input" {
 				// Text input is accepted too, for clients that cannot send binary.
 				var in struct {

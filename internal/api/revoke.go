@@ -36,7 +36,7 @@ type liveConns struct {
 }
 
 type liveConn struct {
-	cred  string
+	cred  string // guarded by liveConns.mu (renew changes it)
 	close func()
 }
 
@@ -57,8 +57,15 @@ func (l *liveConns) init(s *Server) {
 // track registers a connection made by the request of ctx; closeConn ends
 // it (it must not block). Call the returned function when it ends.
 func (l *liveConns) track(ctx context.Context, closeConn func()) func() {
+	_, untrack := l.trackConn(ctx, closeConn)
+	return untrack
+}
+
+// trackConn is track, also returning the connection (nil when auth is
+// off) for renew.
+func (l *liveConns) trackConn(ctx context.Context, closeConn func()) (*liveConn, func()) {
 	if !l.s.cfg.Auth.Required() {
-		return func() {}
+		return nil, func() {}
 	}
 	c := &liveConn{cred: credentialOf(ctx), close: closeConn}
 	l.mu.Lock()
@@ -68,11 +75,22 @@ func (l *liveConns) track(ctx context.Context, closeConn func()) func() {
 		go l.run()
 	}
 	l.mu.Unlock()
-	return func() {
+	return c, func() {
 		l.mu.Lock()
 		delete(l.conns, c)
 		l.mu.Unlock()
 	}
+}
+
+// renew has c checked with cred from now on (a client that refreshed its
+// token over the open connection; the caller checked cred).
+func (l *liveConns) renew(c *liveConn, cred string) {
+	if c == nil {
+		return
+	}
+	l.mu.Lock()
+	c.cred = cred
+	l.mu.Unlock()
 }
 
 func (l *liveConns) run() {

@@ -242,6 +242,35 @@ describe("web UI sign-in through an OpenID Connect provider", () => {
     });
   });
 
+  it("keeps the terminal open across token expiries", async (t) => {
+    // The terminal cannot resume like an event stream: the UI hands it each
+    // refreshed token over the connection ({"type":"auth"}), so the server
+    // does not close it (4001) when the token it was opened with expires.
+    // The server checks open connections every 10 s.
+    await withOIDCServer({ idTokenTTL: "6s", scopes: OFFLINE }, async (server, op) => {
+      await withPage(t, browser, server, {}, async (page) => {
+        const refreshes = countRefreshes(page);
+        const first = await signIn(page, server, op);
+        const firstExpiry = Date.parse((await api(server, first, "GET", "/api/me")).body.expiresAt);
+        await createShellSession(page, server, "pty-refresh");
+        await page.getByTestId("tab-terminal").click();
+        await waitFor(async () => (await page.getByTestId("terminal-status").innerText()) === "connected", { what: "pty connected" });
+        const xterm = () => page.evaluate(() => document.querySelector(".xterm-rows")?.textContent ?? "");
+        await page.locator(".xterm").click();
+        await page.keyboard.type("echo before-$((6*7))\n");
+        await waitFor(async () => (await xterm()).includes("before-42"), { what: "the shell's output before the expiry" });
+        // Past the first token's expiry and a connection check after it.
+        await waitFor(async () => Date.now() > firstExpiry + 12_000, { timeout: 30_000, what: "the first token's expiry and a recheck" });
+        assert.equal((await api(server, first, "GET", "/api/me")).status, 401, "the token the terminal was opened with has expired");
+        assert.ok(refreshes.n >= 1, `refreshed (${refreshes.n})`);
+        assert.equal(await page.getByTestId("terminal-status").innerText(), "connected", "the terminal is still open");
+        await page.locator(".xterm").click();
+        await page.keyboard.type("echo after-$((6*7))\n");
+        await waitFor(async () => (await xterm()).includes("after-42"), { what: "the shell's output after the expiry" });
+      });
+    });
+  });
+
   it("refreshes when the server closes the socket of an expired token (a frozen tab)", async (t) => {
     // The refresh timers are held, as in a tab the browser froze: the token
     // expires, the server closes the socket with 4001, and the UI refreshes

@@ -12,6 +12,12 @@ export default function TerminalTab({ sessionId, visible }: { sessionId: string;
   const fitRef = useRef<FitAddon | null>(null);
   const [status, setStatus] = useState<"connecting" | "open" | "exited" | "closed">("connecting");
   const [gen, setGen] = useState(0);
+  const ptyRef = useRef<PtyConnection | null>(null);
+  // The token the terminal was opened (or last renewed) with: when the app
+  // refreshes its token, the open terminal is given the new one, else the
+  // server closes it (4001) as the old one expires.
+  const tokenRef = useRef<string | undefined>(undefined);
+  const token = client.apiKey;
 
   useEffect(() => {
     const el = host.current;
@@ -34,6 +40,7 @@ export default function TerminalTab({ sessionId, visible }: { sessionId: string;
     }
     setStatus("connecting");
     let pty: PtyConnection | null = null;
+    tokenRef.current = client.apiKey;
     pty = openPty(client, sessionId, {
       rows: term.rows,
       cols: term.cols,
@@ -47,7 +54,11 @@ export default function TerminalTab({ sessionId, visible }: { sessionId: string;
         term.write(`\r\n[process exited with code ${code}]\r\n`);
       },
       onClose: () => setStatus((s) => (s === "exited" ? s : "closed")),
+      onAuth: (r) => {
+        if (!r.ok) console.warn(`agentd terminal: the refreshed token was refused: ${r.code ?? ""} ${r.error ?? ""}`);
+      },
     });
+    ptyRef.current = pty;
     const d1 = term.onData((d) => pty?.write(d));
     const d2 = term.onBinary((d) => pty?.write(Uint8Array.from(d, (c) => c.charCodeAt(0) & 0xff)));
     const d3 = term.onResize(({ rows, cols }) => pty?.resize(rows, cols));
@@ -66,10 +77,17 @@ export default function TerminalTab({ sessionId, visible }: { sessionId: string;
       d2.dispose();
       d3.dispose();
       pty?.close();
+      ptyRef.current = null;
       term.dispose();
       fitRef.current = null;
     };
   }, [client, sessionId, gen]);
+
+  useEffect(() => {
+    if (token === undefined || token === tokenRef.current || !ptyRef.current) return;
+    tokenRef.current = token;
+    ptyRef.current.reauth(token);
+  }, [token]);
 
   useEffect(() => {
     if (!visible) return;

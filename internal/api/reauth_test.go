@@ -1,0 +1,136 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/agentd/agentd/internal/api"
+	"github.com/agentd/agentd/internal/auth"
+	"github.com/agentd/agentd/store"
+)
+
+// ptyControlReply reads c until a text frame (a control reply; terminal
+// bytes are binary) and decodes it.
+func ptyControlReply(ctx context.Context, t *testing.T, c *websocket.Conn) map[string]any {
+	t.Helper()
+	for {
+		typ, data, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("terminal: %v", err)
+		}
+		if typ != websocket.MessageText {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatalf("control frame %q: %v", data, err)
+		}
+		return m
+	}
+}
+
+// ptyUntil reads c's terminal bytes until they contain want.
+func ptyUntil(ctx context.Context, t *testing.T, c *websocket.Conn, want string) {
+	t.Helper()
+	var got strings.Builder
+	for !strings.Contains(got.String(), want) {
+		typ, data, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("terminal before %q (got %q): %v", want, got.String(), err)
+		}
+		if typ == websocket.MessageBinary {
+			got.Write(data)
+		}
+	}
+}
+
+// TestPTYRenewsItsCredential: a terminal whose token is replaced over the
+// connection ({"type":"auth"}) outlives the revocation of the token it was
+// opened with, and closes 4001 when the new one goes. Tokens of another
+// user, without the write scope, unknown or missing are refused with the
+// codes a request would get, and change nothing.
+func TestPTYRenewsItsCredential(t *testing.T) {
+	e := newIdentEnv(t, auth.Limits{})
+	a := e.create("alice")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := auth.Principal{UserID: rootUser, Role: store.RoleAdmin, Method: auth.MethodAPIKey}
+	fresh, err := e.svc.CreateToken(ctx, admin, auth.NewToken{UserID: "alice", Name: "refreshed", ExpiresIn: 3600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOnly, err := e.svc.CreateToken(ctx, admin, auth.NewToken{UserID: "alice", Name: "read", Scopes: []string{string(auth.ScopeSessionsRead)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ptyURL := "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/api/sessions/" + a + "/pty?access_token="
+	dial := func(token string) *websocket.Conn {
+		c, _, err := websocket.Dial(ctx, ptyURL+token, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.CloseNow() })
+		return c
+	}
+	renewed, canary := dial(e.tokens["alice"]), dial(e.tokens["alice"])
+	send := func(c *websocket.Conn, v any) {
+		t.Helper()
+		b, _ := json.Marshal(v)
+		if err := c.Write(ctx, websocket.MessageText, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name, token, code string
+	}{
+		{"no token", "", "BAD_REQUEST"},
+		{"unknown token", "agd_not-a-real-token-at-all-xxxxxxxxxxxxx", "UNAUTHORIZED"},
+		{"another user's", e.tokens["bob"], "FORBIDDEN"},
+		{"without sessions:write", readOnly.Token, "FORBIDDEN"},
+	} {
+		send(renewed, map[string]any{"type": "auth", "token": c.token})
+		if m := ptyControlReply(ctx, t, renewed); m["type"] != "auth" || m["ok"] != false || m["code"] != c.code || m["error"] == "" {
+			t.Fatalf("%s: %v, want ok false, code %s", c.name, m, c.code)
+		}
+	}
+	send(renewed, map[string]any{"type": "auth", "token": fresh.Token})
+	m := ptyControlReply(ctx, t, renewed)
+	if m["type"] != "auth" || m["ok"] != true {
+		t.Fatalf("renewed with alice's new token: %v", m)
+	}
+	if exp, _ := time.Parse(time.RFC3339, m["expiresAt"].(string)); time.Until(exp) < 59*time.Minute || time.Until(exp) > time.Hour {
+		t.Fatalf("expiresAt %v, want the new token's (in an hour)", m["expiresAt"])
+	}
+
+	// The first token goes: the canary, never renewed, closes 4001 (so the
+	// check has run); the renewed terminal still runs commands.
+	e.expect(rootUser, "DELETE", "/api/tokens/"+e.ids["alice"], "", 200, "")
+	for {
+		if _, _, err := canary.Read(ctx); err != nil {
+			if websocket.CloseStatus(err) != api.CloseUnauthorized {
+				t.Fatalf("the canary terminal ended with %v, want close %d", err, api.CloseUnauthorized)
+			}
+			break
+		}
+	}
+	if err := renewed.Write(ctx, websocket.MessageBinary, []byte("echo renewed-$((40+2))\n")); err != nil {
+		t.Fatalf("the renewed terminal after the first token's revocation: %v", err)
+	}
+	ptyUntil(ctx, t, renewed, "renewed-42")
+
+	// The new token goes too: now the renewed terminal closes 4001.
+	e.expect(rootUser, "DELETE", "/api/tokens/"+fresh.ID, "", 200, "")
+	for {
+		if _, _, err := renewed.Read(ctx); err != nil {
+			if websocket.CloseStatus(err) != api.CloseUnauthorized {
+				t.Fatalf("the renewed terminal ended with %v, want close %d", err, api.CloseUnauthorized)
+			}
+			break
+		}
+	}
+}
