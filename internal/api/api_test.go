@@ -34,6 +34,11 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		// The Socket.IO library keeps package-level timers and pools.
 		goleak.IgnoreAnyFunction("github.com/zishang520/socket.io/v3/pkg/queue.(*Queue).run"),
+		// Its timers (a closed connection's ping timeout) each run a
+		// goroutine until they fire, which the library does not always
+		// clear at close: seen once in 12 -race runs of the revocation
+		// tests.
+		goleak.IgnoreTopFunction("github.com/zishang520/socket.io/v3/pkg/utils.SetTimeout.func1"),
 		// Idle keep-alive connections of http.DefaultClient wind down after
 		// the test servers close.
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/agentd/agentd/conversation"
 	"github.com/agentd/agentd/internal/api"
 	"github.com/agentd/agentd/internal/auth"
 	"github.com/agentd/agentd/store"
@@ -129,6 +130,78 @@ func TestPTYRenewsItsCredential(t *testing.T) {
 		if _, _, err := renewed.Read(ctx); err != nil {
 			if websocket.CloseStatus(err) != api.CloseUnauthorized {
 				t.Fatalf("the renewed terminal ended with %v, want close %d", err, api.CloseUnauthorized)
+			}
+			break
+		}
+	}
+}
+
+// TestWSRenewsItsCredential: the same on /api/ws ({"op":"auth"}): the
+// renewed connection keeps its joins and their events past the
+// revocation of the token it was opened with.
+func TestWSRenewsItsCredential(t *testing.T) {
+	e := newIdentEnv(t, auth.Limits{})
+	a := e.create("alice")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := auth.Principal{UserID: rootUser, Role: store.RoleAdmin, Method: auth.MethodAPIKey}
+	fresh, err := e.svc.CreateToken(ctx, admin, auth.NewToken{UserID: "alice", Name: "refreshed", ExpiresIn: 3600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noRead, err := e.svc.CreateToken(ctx, admin, auth.NewToken{UserID: "alice", Name: "keys", Scopes: []string{string(auth.ScopeKeys)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed, canary := e.ws("alice"), e.ws("alice")
+	wsSendJSON(t, renewed, map[string]any{"op": "join", "sessionId": a, "id": "j"})
+	wsNext(t, renewed, ackOf("j"))
+	for i, c := range []struct {
+		name, token, code string
+	}{
+		{"no token", "", "BAD_REQUEST"},
+		{"unknown token", "agd_not-a-real-token-at-all-xxxxxxxxxxxxx", "UNAUTHORIZED"},
+		{"another user's", e.tokens["bob"], "FORBIDDEN"},
+		{"without sessions:read", noRead.Token, "FORBIDDEN"},
+	} {
+		id := "r" + string(rune('0'+i))
+		wsSendJSON(t, renewed, map[string]any{"op": "auth", "token": c.token, "id": id})
+		if m := wsNext(t, renewed, ackOf(id)); m["ok"] != false || errCode(m) != c.code {
+			t.Fatalf("%s: %v, want ok false, code %s", c.name, m, c.code)
+		}
+	}
+	wsSendJSON(t, renewed, map[string]any{"op": "auth", "token": fresh.Token, "id": "ok"})
+	m := wsNext(t, renewed, ackOf("ok"))
+	if m["ok"] != true {
+		t.Fatalf("renewed with alice's new token: %v", m)
+	}
+	if exp, _ := time.Parse(time.RFC3339, m["expiresAt"].(string)); time.Until(exp) < 59*time.Minute || time.Until(exp) > time.Hour {
+		t.Fatalf("expiresAt %v, want the new token's (in an hour)", m["expiresAt"])
+	}
+
+	e.expect(rootUser, "DELETE", "/api/tokens/"+e.ids["alice"], "", 200, "")
+	for {
+		if _, _, err := canary.Read(ctx); err != nil {
+			if websocket.CloseStatus(err) != api.CloseUnauthorized {
+				t.Fatalf("the canary ended with %v, want close %d", err, api.CloseUnauthorized)
+			}
+			break
+		}
+	}
+	// The renewed connection still streams its session's events.
+	e.tokens["alice"] = fresh.Token
+	e.expect("alice", "POST", "/api/sessions/"+a+"/messages", `{"content":"echo renewed"}`, 202, "")
+	wsNext(t, renewed, func(m map[string]any) bool {
+		ev, _ := m["event"].(map[string]any)
+		p, _ := json.Marshal(ev["payload"])
+		return m["op"] == "event" && ev["type"] == string(conversation.TypeBlockDelta) && strings.Contains(string(p), "renewed")
+	})
+
+	e.expect(rootUser, "DELETE", "/api/tokens/"+fresh.ID, "", 200, "")
+	for {
+		if _, _, err := renewed.Read(ctx); err != nil {
+			if websocket.CloseStatus(err) != api.CloseUnauthorized {
+				t.Fatalf("the renewed connection ended with %v, want close %d", err, api.CloseUnauthorized)
 			}
 			break
 		}

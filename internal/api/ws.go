@@ -49,6 +49,11 @@ type wsConn struct {
 	slowWhy  string        // written before slow is closed
 
 	who auth.Principal // the authenticated caller
+	// live is the connection's credential check (nil without auth), and
+	// reqCtx the context of the request that opened it (its principal),
+	// for renew.
+	live   *liveConn
+	reqCtx context.Context
 }
 
 // wsJoin is one joined stream: a session's events (sub) or the session list.
@@ -62,6 +67,7 @@ type clientFrame struct {
 	SessionID string          `json:"sessionId"`
 	After     json.RawMessage `json:"after"`
 	ID        json.RawMessage `json:"id,omitempty"`
+	Token     string          `json:"token,omitempty"` // "auth": the refreshed credential (reauth.go)
 }
 
 type ackFrame struct {
@@ -71,6 +77,8 @@ type ackFrame struct {
 	Error *apiError       `json:"error,omitempty"`
 	// LastSeq is the session's last seq at join time (informational).
 	LastSeq *int64 `json:"lastSeq,omitempty"`
+	// ExpiresAt is the new credential's expiry ("auth", when it has one).
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
 }
 
 type errorFrame struct {
@@ -105,11 +113,12 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	s.connWG.Add(1)
 	s.mu.Unlock()
 	s.wsGauge.Inc()
-	untrack := s.live.track(r.Context(), func() {
+	live, untrack := s.live.trackConn(r.Context(), func() {
 		c.Close(CloseUnauthorized, "credential no longer valid")
 		cancel()
 	})
 	defer untrack()
+	conn.live, conn.reqCtx = live, r.Context()
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, conn)
@@ -199,10 +208,23 @@ func (w *wsConn) readLoop(actor string) {
 			w.leave(f)
 		case "ping":
 			w.send(map[string]any{"op": "pong", "id": f.ID})
+		case "auth":
+			w.renew(f)
 		default:
-			w.sendError(f.ID, CodeUnknownOp, "unknown op "+strconvQuote(f.Op)+" (join, leave, ping)")
+			w.sendError(f.ID, CodeUnknownOp, "unknown op "+strconvQuote(f.Op)+" (join, leave, ping, auth)")
 		}
 	}
+}
+
+// renew answers {"op":"auth","token"}: from now on the connection is
+// checked against the new token (reauth.go), its joins going on.
+func (w *wsConn) renew(f clientFrame) {
+	ok, exp, e := w.s.renewConn(w.reqCtx, w.live, f.Token, "", auth.ScopeSessionsRead, auth.LevelRead)
+	if !ok {
+		w.ack(f.ID, e, nil)
+		return
+	}
+	_ = w.send(ackFrame{Op: "ack", ID: f.ID, OK: true, ExpiresAt: exp})
 }
 
 func (w *wsConn) join(f clientFrame) {

@@ -193,11 +193,17 @@ function Connected({ cred, onUnauthorized, onSignOut }: { cred: Credential | und
           if (!live) return;
           saveCredential(c);
           client.apiKey = c.token;
-          // Reconnect with the new token now (the server closes a socket
-          // whose token expires); the socket resumes after its last seq.
-          if (socket.state !== "closed") {
-            socket.dropConnection();
-            socket.reconnectNow();
+          // Hand the open socket the new token (the server closes a socket
+          // whose token expires); if it cannot take it (not connected, an
+          // older server), reconnect with it: the socket resumes after its
+          // last seq.
+          const s = socket;
+          if (s.state !== "closed") {
+            void s.renew(c.token).then((ok) => {
+              if (ok || !live || s !== socket || s.state === "closed") return;
+              s.dropConnection();
+              s.reconnectNow();
+            });
           }
           // Re-render what put the token in a URL (downloads).
           setApp((a) => (a ? { ...a } : a));

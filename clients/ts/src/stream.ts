@@ -117,6 +117,8 @@ export class EventSocket {
   private st: ConnectionState = "connecting";
   private readonly subs = new Map<string, Sub>();
   private readonly acks = new Map<string, Pending>();
+  /** renew calls waiting for their ack, by frame id. */
+  private readonly renewals = new Map<string, (ok: boolean) => void>();
   private nextId = 1;
   private attempt = 0;
   private retryTimer: ReturnType<typeof setTimeout> | null = null;
@@ -223,6 +225,27 @@ export class EventSocket {
     this.scheduleReconnect(immediately);
   }
 
+  /**
+   * Hands a refreshed token to the open connection ({"op":"auth"}): the
+   * server then keeps it open past the expiry of the token it was opened
+   * with, and its subscriptions go on without a reconnect. Resolves true
+   * when the server took it; false when not connected, when the server
+   * refused it, or when it does not know the op (an older server). A caller
+   * with a new token then reconnects (the connection closes 4001 at the old
+   * token's expiry otherwise).
+   */
+  renew(token: string): Promise<boolean> {
+    if (this.st !== "connected") return Promise.resolve(false);
+    const id = this.id();
+    return new Promise((resolve) => {
+      this.renewals.set(id, resolve);
+      if (!this.send({ op: "auth", token, id })) {
+        this.renewals.delete(id);
+        resolve(false);
+      }
+    });
+  }
+
   /** Skips the backoff wait and reconnects now (e.g. when the browser comes back online). */
   reconnectNow(): void {
     if (this.st === "closed" || this.st === "connected") return;
@@ -295,6 +318,9 @@ export class EventSocket {
     if (this.ws === ws) this.ws = null;
     this.stopPing();
     this.acks.clear();
+    const waiting = [...this.renewals.values()];
+    this.renewals.clear();
+    for (const r of waiting) r(false);
   }
 
   private scheduleReconnect(immediately: boolean): void {
@@ -384,6 +410,12 @@ export class EventSocket {
         this.onEvent(f.event as AgentEvent);
         return;
       case "ack": {
+        const renewed = this.renewals.get(String(f.id));
+        if (renewed) {
+          this.renewals.delete(String(f.id));
+          renewed(f.ok === true);
+          return;
+        }
         const p = this.acks.get(String(f.id));
         if (!p) return;
         this.acks.delete(String(f.id));
@@ -405,8 +437,17 @@ export class EventSocket {
         }
         return;
       }
+      case "error": {
+        // An older server that does not know "auth" answers it so.
+        const renewed = this.renewals.get(String(f.id));
+        if (renewed) {
+          this.renewals.delete(String(f.id));
+          renewed(false);
+        }
+        return;
+      }
       default:
-        return; // pong, error frames for our own malformed requests: nothing to do
+        return; // pong: nothing to do
     }
   }
 

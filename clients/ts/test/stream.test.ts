@@ -115,6 +115,36 @@ describe("EventSocket", () => {
     expect(FakeWS.all).toHaveLength(1);
   });
 
+  it("renews its credential over the open connection, keeping its subscriptions", async () => {
+    const s = socket();
+    const got: number[] = [];
+    s.subscribe("s1", { after: 0, onEvent: (e) => got.push(e.seq) });
+    expect(await s.renew("early")).toBe(false); // not connected yet
+    last().open();
+    last().ackAll();
+    const ws = last();
+    const renewals = () => ws.sent.filter((m) => m.op === "auth");
+    const ok = s.renew("fresh");
+    expect(renewals()).toEqual([{ op: "auth", token: "fresh", id: expect.any(String) }]);
+    ws.push({ op: "ack", id: renewals()[0]!.id, ok: true, expiresAt: "2026-11-26T08:00:00Z" });
+    expect(await ok).toBe(true);
+    ws.push({ op: "event", event: delta(1) });
+    expect(got).toEqual([1]);
+    // Refused, or unknown to an older server: false, the connection as it was.
+    const refused = s.renew("bob's");
+    ws.push({ op: "ack", id: renewals()[1]!.id, ok: false, error: { code: "FORBIDDEN", error: "another user" } });
+    expect(await refused).toBe(false);
+    const unknown = s.renew("t");
+    ws.push({ op: "error", id: renewals()[2]!.id, error: { code: "UNKNOWN_OP", error: "unknown op" } });
+    expect(await unknown).toBe(false);
+    // A connection lost before the ack: false.
+    const lost = s.renew("t2");
+    ws.drop();
+    expect(await lost).toBe(false);
+    expect(FakeWS.all.length).toBe(1); // renewing never reconnected by itself
+    s.close();
+  });
+
   it("backs off exponentially while the server is away, and resets after a good join", () => {
     const s = socket({ backoff: { initialMs: 100, factor: 2, maxMs: 1000, jitter: 0 } });
     s.subscribe("s1", { onEvent: () => {} });

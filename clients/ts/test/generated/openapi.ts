@@ -30,6 +30,7 @@ export interface AccessRecord {
 
 export interface AckFrame {
   error?: Error;
+  expiresAt?: string;
   id?: Json;
   lastSeq?: number;
   ok: boolean;
@@ -186,6 +187,7 @@ export interface ClientFrame {
   id?: Json;
   op: string;
   sessionId: string;
+  token?: string;
 }
 
 export interface CodeExchange {
