@@ -136,9 +136,9 @@ func TestPTYRenewsItsCredential(t *testing.T) {
 	}
 }
 
-// TestWSRenewsItsCredential: the same on /api/ws ({"op":"auth"}): the
-// renewed connection keeps its joins and their events past the
-// revocation of the token it was opened with.
+// TestWSRenewsItsCredential: the same on /api/ws ({"op":"auth"}) and
+// Socket.IO (the auth event): the renewed connection keeps its joins and
+// their events past the revocation of the token it was opened with.
 func TestWSRenewsItsCredential(t *testing.T) {
 	e := newIdentEnv(t, auth.Limits{})
 	a := e.create("alice")
@@ -156,6 +156,18 @@ func TestWSRenewsItsCredential(t *testing.T) {
 	renewed, canary := e.ws("alice"), e.ws("alice")
 	wsSendJSON(t, renewed, map[string]any{"op": "join", "sessionId": a, "id": "j"})
 	wsNext(t, renewed, ackOf("j"))
+	// Socket.IO: the auth event.
+	sio, refused := dialSIO(t, e.srv.URL, e.tokens["alice"])
+	if refused != "" {
+		t.Fatal(refused)
+	}
+	defer sio.close()
+	if ack := sio.call(1, "auth", map[string]any{"token": e.tokens["bob"]}); ack["ok"] != false || errCode(ack) != "FORBIDDEN" {
+		t.Fatalf("socket.io auth with bob's token: %v", ack)
+	}
+	if ack := sio.call(2, "auth", fresh.Token); ack["ok"] != true || ack["expiresAt"] == nil {
+		t.Fatalf("socket.io auth with alice's new token: %v", ack)
+	}
 	for i, c := range []struct {
 		name, token, code string
 	}{
@@ -188,7 +200,11 @@ func TestWSRenewsItsCredential(t *testing.T) {
 			break
 		}
 	}
-	// The renewed connection still streams its session's events.
+	// The renewed connections go on: Socket.IO still joins, the WebSocket
+	// still streams its session's events.
+	if ack := sio.call(3, "session:join", a); ack["ok"] != true {
+		t.Fatalf("socket.io join after the first token's revocation: %v", ack)
+	}
 	e.tokens["alice"] = fresh.Token
 	e.expect("alice", "POST", "/api/sessions/"+a+"/messages", `{"content":"echo renewed"}`, 202, "")
 	wsNext(t, renewed, func(m map[string]any) bool {
