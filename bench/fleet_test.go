@@ -215,14 +215,9 @@ func reportNodes(b *testing.B, a0, a1, b0, b1 nodeStats, lines int) {
 // (pair-…) and the cross-node added latency, B's arrival of each line
 // minus A's (added-…; negative when B's client got it first).
 func reportAdded(b *testing.B, l lineLatencies) {
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	p, a := Summarize(l.pair), Summarize(l.added)
-	b.ReportMetric(ms(p.P50), "pair-p50-ms")
-	b.ReportMetric(ms(p.P99), "pair-p99-ms")
-	b.ReportMetric(ms(a.P50), "added-p50-ms")
-	b.ReportMetric(ms(a.P95), "added-p95-ms")
-	b.ReportMetric(ms(a.P99), "added-p99-ms")
-	b.ReportMetric(ms(a.Max), "added-max-ms")
+	reportSummary(b, "pair-", p)
+	reportSummary(b, "added-", a)
 	b.Logf("through A: %s; added by the cross to B, per line: %s", p, a)
 }
 

@@ -377,17 +377,24 @@ func directRound(n int, command string, want int) (lineLatencies, error) {
 }
 
 func reportLatency(b *testing.B, l lineLatencies) {
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	s, st := Summarize(l.all), Summarize(l.steady)
-	b.ReportMetric(ms(s.P50), "p50-ms")
-	b.ReportMetric(ms(s.P95), "p95-ms")
-	b.ReportMetric(ms(s.P99), "p99-ms")
-	b.ReportMetric(ms(s.Max), "max-ms")
+	reportSummary(b, "", s)
 	b.ReportMetric(ms(st.P99), "steady-p99-ms")
 	b.ReportMetric(float64(s.N), "lines")
 	b.ReportMetric(load1(), "load1")
 	b.Logf("all lines: %s; after the first %d of each command: %s", s, turnStartLines, st)
 }
+
+// reportSummary reports s's p50, p95, p99 and max in milliseconds, their
+// names prefixed.
+func reportSummary(b *testing.B, prefix string, s Summary) {
+	b.ReportMetric(ms(s.P50), prefix+"p50-ms")
+	b.ReportMetric(ms(s.P95), prefix+"p95-ms")
+	b.ReportMetric(ms(s.P99), prefix+"p99-ms")
+	b.ReportMetric(ms(s.Max), prefix+"max-ms")
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 const (
 	latencySessions = 50

@@ -453,23 +453,9 @@ func TestRevokedTokenClosesConnections(t *testing.T) {
 	t0 := time.Now()
 	defer func() { t.Logf("connections closed within %v", time.Since(t0)) }()
 	// WebSocket: closed with 4001.
-	for {
-		if _, _, err := ws.Read(ctx); err != nil {
-			if websocket.CloseStatus(err) != api.CloseUnauthorized {
-				t.Fatalf("websocket ended with %v, want close %d", err, api.CloseUnauthorized)
-			}
-			break
-		}
-	}
+	waitUnauthorized(ctx, t, ws, "websocket")
 	// Terminal: closed with 4001.
-	for {
-		if _, _, err := pty.Read(ctx); err != nil {
-			if websocket.CloseStatus(err) != api.CloseUnauthorized {
-				t.Fatalf("terminal ended with %v, want close %d", err, api.CloseUnauthorized)
-			}
-			break
-		}
-	}
+	waitUnauthorized(ctx, t, pty, "terminal")
 	// SSE: an error event saying UNAUTHORIZED, then the end.
 	sc := bufio.NewScanner(sse.Body)
 	sawError := false

@@ -50,25 +50,55 @@ func ptyUntil(ctx context.Context, t *testing.T, c *websocket.Conn, want string)
 	}
 }
 
+// waitUnauthorized reads c until it is closed, which must be with 4001.
+func waitUnauthorized(ctx context.Context, t *testing.T, c *websocket.Conn, what string) {
+	t.Helper()
+	for {
+		if _, _, err := c.Read(ctx); err != nil {
+			if websocket.CloseStatus(err) != api.CloseUnauthorized {
+				t.Fatalf("%s ended with %v, want close %d", what, err, api.CloseUnauthorized)
+			}
+			return
+		}
+	}
+}
+
+// checkRenewedExpiry: a renewal's answer m gives the new token's expiry,
+// an hour from now (renewEnv's fresh token).
+func checkRenewedExpiry(t *testing.T, m map[string]any) {
+	t.Helper()
+	s, _ := m["expiresAt"].(string)
+	if exp, err := time.Parse(time.RFC3339, s); err != nil || time.Until(exp) < 59*time.Minute || time.Until(exp) > time.Hour {
+		t.Fatalf("expiresAt %v, want the new token's (in an hour)", m["expiresAt"])
+	}
+}
+
+// renewEnv is the renewal tests' server: alice's session a, and a second
+// token of alice's (fresh, expiring in an hour) and one with only scope.
+func renewEnv(t *testing.T, scope auth.Scope) (e *identEnv, a string, fresh, limited auth.CreatedToken) {
+	t.Helper()
+	e = newIdentEnv(t, auth.Limits{})
+	a = e.create("alice")
+	admin := auth.Principal{UserID: rootUser, Role: store.RoleAdmin, Method: auth.MethodAPIKey}
+	var err error
+	if fresh, err = e.svc.CreateToken(context.Background(), admin, auth.NewToken{UserID: "alice", Name: "refreshed", ExpiresIn: 3600}); err != nil {
+		t.Fatal(err)
+	}
+	if limited, err = e.svc.CreateToken(context.Background(), admin, auth.NewToken{UserID: "alice", Name: "limited", Scopes: []string{string(scope)}}); err != nil {
+		t.Fatal(err)
+	}
+	return e, a, fresh, limited
+}
+
 // TestPTYRenewsItsCredential: a terminal whose token is replaced over the
 // connection ({"type":"auth"}) outlives the revocation of the token it was
 // opened with, and closes 4001 when the new one goes. Tokens of another
 // user, without the write scope, unknown or missing are refused with the
 // codes a request would get, and change nothing.
 func TestPTYRenewsItsCredential(t *testing.T) {
-	e := newIdentEnv(t, auth.Limits{})
-	a := e.create("alice")
+	e, a, fresh, readOnly := renewEnv(t, auth.ScopeSessionsRead)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	admin := auth.Principal{UserID: rootUser, Role: store.RoleAdmin, Method: auth.MethodAPIKey}
-	fresh, err := e.svc.CreateToken(ctx, admin, auth.NewToken{UserID: "alice", Name: "refreshed", ExpiresIn: 3600})
-	if err != nil {
-		t.Fatal(err)
-	}
-	readOnly, err := e.svc.CreateToken(ctx, admin, auth.NewToken{UserID: "alice", Name: "read", Scopes: []string{string(auth.ScopeSessionsRead)}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ptyURL := "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/api/sessions/" + a + "/pty?access_token="
 	dial := func(token string) *websocket.Conn {
 		c, _, err := websocket.Dial(ctx, ptyURL+token, nil)
@@ -104,21 +134,12 @@ func TestPTYRenewsItsCredential(t *testing.T) {
 	if m["type"] != "auth" || m["ok"] != true {
 		t.Fatalf("renewed with alice's new token: %v", m)
 	}
-	if exp, _ := time.Parse(time.RFC3339, m["expiresAt"].(string)); time.Until(exp) < 59*time.Minute || time.Until(exp) > time.Hour {
-		t.Fatalf("expiresAt %v, want the new token's (in an hour)", m["expiresAt"])
-	}
+	checkRenewedExpiry(t, m)
 
 	// The first token goes: the canary, never renewed, closes 4001 (so the
 	// check has run); the renewed terminal still runs commands.
 	e.expect(rootUser, "DELETE", "/api/tokens/"+e.ids["alice"], "", 200, "")
-	for {
-		if _, _, err := canary.Read(ctx); err != nil {
-			if websocket.CloseStatus(err) != api.CloseUnauthorized {
-				t.Fatalf("the canary terminal ended with %v, want close %d", err, api.CloseUnauthorized)
-			}
-			break
-		}
-	}
+	waitUnauthorized(ctx, t, canary, "the canary terminal")
 	if err := renewed.Write(ctx, websocket.MessageBinary, []byte("echo renewed-$((40+2))\n")); err != nil {
 		t.Fatalf("the renewed terminal after the first token's revocation: %v", err)
 	}
@@ -126,33 +147,16 @@ func TestPTYRenewsItsCredential(t *testing.T) {
 
 	// The new token goes too: now the renewed terminal closes 4001.
 	e.expect(rootUser, "DELETE", "/api/tokens/"+fresh.ID, "", 200, "")
-	for {
-		if _, _, err := renewed.Read(ctx); err != nil {
-			if websocket.CloseStatus(err) != api.CloseUnauthorized {
-				t.Fatalf("the renewed terminal ended with %v, want close %d", err, api.CloseUnauthorized)
-			}
-			break
-		}
-	}
+	waitUnauthorized(ctx, t, renewed, "the renewed terminal")
 }
 
 // TestWSRenewsItsCredential: the same on /api/ws ({"op":"auth"}) and
 // Socket.IO (the auth event): the renewed connection keeps its joins and
 // their events past the revocation of the token it was opened with.
 func TestWSRenewsItsCredential(t *testing.T) {
-	e := newIdentEnv(t, auth.Limits{})
-	a := e.create("alice")
+	e, a, fresh, noRead := renewEnv(t, auth.ScopeKeys)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	admin := auth.Principal{UserID: rootUser, Role: store.RoleAdmin, Method: auth.MethodAPIKey}
-	fresh, err := e.svc.CreateToken(ctx, admin, auth.NewToken{UserID: "alice", Name: "refreshed", ExpiresIn: 3600})
-	if err != nil {
-		t.Fatal(err)
-	}
-	noRead, err := e.svc.CreateToken(ctx, admin, auth.NewToken{UserID: "alice", Name: "keys", Scopes: []string{string(auth.ScopeKeys)}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	renewed, canary := e.ws("alice"), e.ws("alice")
 	wsSendJSON(t, renewed, map[string]any{"op": "join", "sessionId": a, "id": "j"})
 	wsNext(t, renewed, ackOf("j"))
@@ -187,19 +191,10 @@ func TestWSRenewsItsCredential(t *testing.T) {
 	if m["ok"] != true {
 		t.Fatalf("renewed with alice's new token: %v", m)
 	}
-	if exp, _ := time.Parse(time.RFC3339, m["expiresAt"].(string)); time.Until(exp) < 59*time.Minute || time.Until(exp) > time.Hour {
-		t.Fatalf("expiresAt %v, want the new token's (in an hour)", m["expiresAt"])
-	}
+	checkRenewedExpiry(t, m)
 
 	e.expect(rootUser, "DELETE", "/api/tokens/"+e.ids["alice"], "", 200, "")
-	for {
-		if _, _, err := canary.Read(ctx); err != nil {
-			if websocket.CloseStatus(err) != api.CloseUnauthorized {
-				t.Fatalf("the canary ended with %v, want close %d", err, api.CloseUnauthorized)
-			}
-			break
-		}
-	}
+	waitUnauthorized(ctx, t, canary, "the canary")
 	// The renewed connections go on: Socket.IO still joins, the WebSocket
 	// still streams its session's events.
 	if ack := sio.call(3, "session:join", a); ack["ok"] != true {
@@ -214,12 +209,5 @@ func TestWSRenewsItsCredential(t *testing.T) {
 	})
 
 	e.expect(rootUser, "DELETE", "/api/tokens/"+fresh.ID, "", 200, "")
-	for {
-		if _, _, err := renewed.Read(ctx); err != nil {
-			if websocket.CloseStatus(err) != api.CloseUnauthorized {
-				t.Fatalf("the renewed connection ended with %v, want close %d", err, api.CloseUnauthorized)
-			}
-			break
-		}
-	}
+	waitUnauthorized(ctx, t, renewed, "the renewed connection")
 }
