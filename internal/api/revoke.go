@@ -133,11 +133,23 @@ func (l *liveConns) check() {
 		if err == nil || !(errors.Is(err, auth.ErrUnauthenticated) || errors.Is(err, auth.ErrForbidden)) {
 			continue // valid, or the store is unreachable: keep them
 		}
-		l.s.log.Info("closing connections whose credential is no longer valid", "count", len(cs), "err", err)
+		var gone []*liveConn
+		l.mu.Lock()
 		for _, c := range cs {
-			l.mu.Lock()
-			delete(l.conns, c)
-			l.mu.Unlock()
+			if c.cred != cred {
+				continue // renewed since the snapshot: checked next time
+			}
+			if _, open := l.conns[c]; open {
+				delete(l.conns, c)
+				gone = append(gone, c)
+			}
+		}
+		l.mu.Unlock()
+		if len(gone) == 0 {
+			continue
+		}
+		l.s.log.Info("closing connections whose credential is no longer valid", "count", len(gone), "err", err)
+		for _, c := range gone {
 			c.close()
 		}
 	}
