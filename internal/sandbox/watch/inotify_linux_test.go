@@ -17,6 +17,9 @@ import (
 	"github.com/agentd/agentd/sandbox"
 )
 
+// haveInotify: the watch tests run in inotify mode too.
+const haveInotify = true
+
 // inotifyFDs counts this process's open inotify descriptors.
 func inotifyFDs(t *testing.T) int {
 	t.Helper()
