@@ -194,7 +194,8 @@ func startChild(tb testing.TB, env []string, maxLine int) (*exec.Cmd, io.WriteCl
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	setDeathSignal(cmd.SysProcAttr, syscall.SIGKILL)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		tb.Fatal(err)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Release builds: static agentd binaries (CGO_ENABLED=0, -trimpath) with the
 # web UI embedded and the version and commit stamped (`agentd version`),
-# for linux/amd64 and linux/arm64, each in a tar.gz with the README, docs/deploy.md and the systemd unit; SHA-256
-# checksums of everything (SHA256SUMS) and a CycloneDX SBOM of the Go
-# module graph the binary was built from (agentd-<version>.cdx.json).
+# for linux/amd64, linux/arm64, darwin/amd64 and darwin/arm64, each in a
+# tar.gz with the README and docs/deploy.md (and, for Linux, the systemd
+# unit); SHA-256 checksums of everything (SHA256SUMS) and a CycloneDX SBOM
+# of the Go modules linked into the binaries built (agentd-<version>.cdx.json).
 #
 #   scripts/release.sh [--version V] [--out DIR] [--targets "linux/amd64 …"]
 #   scripts/release.sh --binary-only --os OS --arch ARCH [--version V] --out FILE
@@ -14,13 +15,16 @@
 # UI with npm from web/'s lockfile (as scripts/build.sh), the binaries
 # with the Go modules go.sum pins.
 #
-# No darwin (or Windows) build: the server's packages use Linux APIs
-# (inotify in internal/sandbox/watch, among others) without a fallback,
-# so the binary does not compile there; --targets darwin/arm64 says so.
+# The darwin (macOS) binaries are cross-compiled and never run here. They
+# hold the whole CLI (run, token, convert, mock-llm, version) and `agentd
+# serve` with the local sandbox (the default; file changes found by
+# polling, once a second, as there is no inotify) and the stores and
+# fleet options; the executor and bwrap sandboxes need Linux and say so
+# at start (docs/deploy.md has the details). No Windows build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-version="" out="" targets="linux/amd64 linux/arm64"
+version="" out="" targets="linux/amd64 linux/arm64 darwin/amd64 darwin/arm64"
 binary_only=0 os="" arch=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -30,7 +34,7 @@ while [ $# -gt 0 ]; do
   --binary-only) binary_only=1; shift ;;
   --os) os=$2; shift 2 ;;
   --arch) arch=$2; shift 2 ;;
-  -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
   *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -63,6 +67,8 @@ fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 t0=$(date +%s)
+# What each binary links (go version -m), for the SBOM.
+modinfo=$(mktemp)
 for target in $targets; do
   os=${target%/*} arch=${target#*/}
   name=agentd-$version-$os-$arch
@@ -70,6 +76,7 @@ for target in $targets; do
   t=$(date +%s)
   mkdir -p "$stage/$name"
   build "$os" "$arch" "$stage/$name/agentd"
+  go version -m "$stage/$name/agentd" >>"$modinfo"
   cp README.md "$stage/$name/"
   cp docs/deploy.md "$stage/$name/DEPLOY.md"
   if [ "$os" = linux ]; then
@@ -80,15 +87,15 @@ for target in $targets; do
   log "$name.tar.gz in $(( $(date +%s) - t ))s"
 done
 
-# The SBOM: the module graph linked into the binary (go version -m), the
-# same for every target up to the platform-specific modules, read from
-# the linux/amd64 build.
-sbom_bin=$(mktemp)
-build linux amd64 "$sbom_bin"
-go version -m "$sbom_bin" | awk -v version="$version" -v commit="$commit" -v now="$(date -u +%Y-%m-%dT%H:%M:%SZ)" '
+# The SBOM: the modules linked into any of the binaries built (go version
+# -m; the platforms differ by a few: prometheus/procfs is Linux's only).
+awk -v version="$version" -v commit="$commit" -v now="$(date -u +%Y-%m-%dT%H:%M:%SZ)" '
 function esc(s) { gsub(/\\/, "\\\\", s); gsub(/"/, "\\\"", s); return s }
 BEGIN { n = 0 }
 NR == 1 { gover = $2 }  # "<file>: go1.26.8"
+$1 == "dep" && ($2 in seen) { skip = 1; next }  # listed by an earlier binary
+$1 == "dep" { skip = 0; seen[$2] = 1 }
+$1 == "=>" && skip { next }
 $1 == "dep" || $1 == "=>" {
   if ($1 == "=>") { n--; }  # a replacement: its target replaces the entry
   path = $2; ver = $3; sum = $4
@@ -105,8 +112,8 @@ END {
     printf "}"
   }
   printf "\n  ]\n}\n"
-}' >"$out/agentd-$version.cdx.json"
-rm -f "$sbom_bin"
+}' "$modinfo" >"$out/agentd-$version.cdx.json"
+rm -f "$modinfo"
 
 (cd "$out" && rm -f SHA256SUMS && sha256sum -- *.tar.gz *.cdx.json >SHA256SUMS.tmp && mv SHA256SUMS.tmp SHA256SUMS)
 log "release $version in $out ($(( $(date +%s) - t0 ))s):"

@@ -6,13 +6,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // PodInit runs `agentd executor pod-init`: the init container of a
@@ -58,46 +55,6 @@ func PodInit(args []string) error {
 		}
 		if err := writeEtc(*etc, "/etc", *uid, *gid, *name, *home); err != nil {
 			return fmt.Errorf("pod-init: %w", err)
-		}
-	}
-	return nil
-}
-
-// networkOff sets every interface but loopback down and checks none is
-// left up.
-func networkOff() error {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return err
-	}
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("socket: %w", err)
-	}
-	defer unix.Close(fd)
-	for _, it := range ifs {
-		if it.Flags&net.FlagLoopback != 0 || it.Flags&net.FlagUp == 0 {
-			continue
-		}
-		ifr, err := unix.NewIfreq(it.Name)
-		if err != nil {
-			return err
-		}
-		if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-			return fmt.Errorf("flags of %s: %w", it.Name, err)
-		}
-		ifr.SetUint16(ifr.Uint16() &^ unix.IFF_UP)
-		if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-			return fmt.Errorf("take %s down: %w (the init container needs CAP_NET_ADMIN)", it.Name, err)
-		}
-	}
-	ifs, err = net.Interfaces()
-	if err != nil {
-		return err
-	}
-	for _, it := range ifs {
-		if it.Flags&net.FlagLoopback == 0 && it.Flags&net.FlagUp != 0 {
-			return fmt.Errorf("interface %s is still up", it.Name)
 		}
 	}
 	return nil

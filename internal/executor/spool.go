@@ -3,10 +3,7 @@ package executor
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
-
-	"golang.org/x/sys/unix"
 )
 
 // DefaultSpoolBytes is the default spool size per stream of each process.
@@ -49,11 +46,11 @@ func newSpool(dir string, capacity int64) (*spool, error) {
 
 // createFile makes the spool's nameless file.
 func createFile(dir string) (*os.File, error) {
-	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
-	if err == nil {
-		return os.NewFile(uintptr(fd), filepath.Join(dir, "spool")), nil
+	if f, err := openTmpfile(dir); err == nil {
+		return f, nil
 	}
-	// File systems without O_TMPFILE: a named file, unlinked at once.
+	// Without O_TMPFILE (file systems lacking it, systems other than
+	// Linux): a named file, unlinked at once.
 	f, err := os.CreateTemp(dir, "spool-*")
 	if err != nil {
 		return nil, fmt.Errorf("create spool: %w", err)

@@ -110,6 +110,9 @@ func (s *Server) builtinSandbox(name, dataDir string) (sandbox.Provider, error) 
 // bubblewrap namespaces).
 func (s *Server) executorSandbox(string) (sandbox.Provider, error) {
 	name := s.cfg.Sandbox
+	if err := hostIsolationSupported(name); err != nil {
+		return nil, err
+	}
 	mode, err := executor.ParseLimitMode(s.cfg.SandboxLimitMode)
 	if err != nil {
 		return nil, fmt.Errorf("%s sandbox: %w", name, err)

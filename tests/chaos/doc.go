@@ -12,5 +12,6 @@
 //
 // It is bounded (AGENTD_CHAOS_ROUNDS, AGENTD_CHAOS_DURATION), uses loopback
 // only and stops by itself; a failure prints the seed that replays the same
-// schedule (AGENTD_CHAOS_SEED). See docs/chaos.md.
+// schedule (AGENTD_CHAOS_SEED). See docs/chaos.md. It needs Linux (the
+// executor sandbox, cgroups, tmpfs mounts): its tests build only there.
 package chaos

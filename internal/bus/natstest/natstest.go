@@ -110,7 +110,8 @@ func StartServerOn(dir, port string) (*Server, error) {
 	defer logf.Close()
 	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", port, "--ports_file_dir", ports)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	setDeathSignal(cmd.SysProcAttr, syscall.SIGKILL)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("natstest: start nats-server: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -103,10 +104,18 @@ func newRawPair(t *testing.T, opts ConnOptions) (*Conn, *rawPeer, *testHandler) 
 	return c, &rawPeer{t: t, nc: b, r: bufio.NewReaderSize(b, 1<<20)}, h
 }
 
-// socketPair returns two connected Unix stream sockets.
+// socketPair returns two connected Unix stream sockets. Close-on-exec is
+// set under syscall.ForkLock, as the net package does, because macOS has
+// no SOCK_CLOEXEC.
 func socketPair(t testing.TB) (*net.UnixConn, *net.UnixConn) {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	syscall.ForkLock.RLock()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err == nil {
+		unix.CloseOnExec(fds[0])
+		unix.CloseOnExec(fds[1])
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		t.Fatal(err)
 	}

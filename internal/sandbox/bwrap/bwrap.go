@@ -449,14 +449,15 @@ func reachable(p string, uid, gid uint32) bool {
 		if err := syscall.Stat(path, &st); err != nil {
 			return false
 		}
-		perm := st.Mode & 0o7
+		mode := uint32(st.Mode) // uint16 on macOS
+		perm := mode & 0o7
 		switch {
 		case st.Uid == uid:
-			perm = st.Mode >> 6 & 0o7
+			perm = mode >> 6 & 0o7
 		case st.Gid == gid:
-			perm = st.Mode >> 3 & 0o7
+			perm = mode >> 3 & 0o7
 		}
-		if want&0o1 != 0 && st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		if want&0o1 != 0 && mode&syscall.S_IFMT != syscall.S_IFDIR {
 			want &^= 0o1 // a file need not be executable to be shown
 		}
 		return perm&want == want

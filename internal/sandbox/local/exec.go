@@ -43,7 +43,8 @@ var (
 //   - argv[0] is looked up in that PATH (not this process's), and a
 //     missing program is an error wrapping exec.ErrNotFound;
 //   - stdin is a pipe with Cmd.Stdin, else /dev/null;
-//   - it gets SIGKILL if the process that started it dies (Pdeathsig).
+//   - on Linux, it gets SIGKILL if the process that started it dies
+//     (Pdeathsig; macOS has no such signal).
 //
 // When the process exits, whatever is left in its process group (and, in
 // PTY mode, its session) is killed with SIGKILL: background jobs do not

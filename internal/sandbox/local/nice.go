@@ -8,18 +8,8 @@ import (
 )
 
 // MaxNice is the highest niceness Linux gives a process (the lowest CPU
-// priority).
+// priority); macOS takes it too.
 const MaxNice = 19
-
-// ownNice returns this process's niceness (-20…19). The raw getpriority
-// system call answers 20 - nice, so that it never looks like an error.
-func ownNice() (int, error) {
-	v, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
-	if err != nil {
-		return 0, fmt.Errorf("getpriority: %w", err)
-	}
-	return 20 - v, nil
-}
 
 // niceness is what the processes of an environment are reniced to.
 type niceness struct {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"strconv"
-	"syscall"
 )
 
 // procStat holds the fields of /proc/<pid>/stat this package uses.
@@ -91,11 +90,4 @@ func processes(keep func(procStat) bool) []procStat {
 		}
 	}
 	return out
-}
-
-// killSession sends sig to every process of session sid.
-func killSession(sid int, sig syscall.Signal) {
-	for _, st := range processes(func(st procStat) bool { return st.SID == sid }) {
-		_ = syscall.Kill(st.PID, sig)
-	}
 }

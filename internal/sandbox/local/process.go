@@ -72,7 +72,7 @@ func start(e *Environment, cmd *exec.Cmd, tag string, c sandbox.Cmd) (*process, 
 			}
 		}
 	}
-	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	attr := newSysProcAttr()
 	if c.PTY != nil {
 		master, tty, err := openPTY(*c.PTY)
 		if err != nil {
@@ -134,19 +134,6 @@ func start(e *Environment, cmd *exec.Cmd, tag string, c sandbox.Cmd) (*process, 
 		go p.pump(src, streams[i])
 	}
 	return p, nil
-}
-
-// pipeSize is what output pipes are grown to (the default is 64 KiB); an
-// unprivileged process may be capped by /proc/sys/fs/pipe-max-size, and a
-// failure only costs throughput.
-const pipeSize = 1 << 20
-
-func growPipe(f *os.File) {
-	if rc, err := f.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) {
-			_, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeSize)
-		})
-	}
 }
 
 // openPTY opens a terminal pair of the given size. The master is made
@@ -256,13 +243,7 @@ func (p *process) pump(src *os.File, stream sandbox.Stream) {
 func (p *process) wait() {
 	// Wait for the exit without reaping: the zombie keeps the pid (and so
 	// the group id) from being reused while the group is killed.
-	var info unix.Siginfo
-	for {
-		err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	waitExited(p.pid)
 	p.mu.Lock()
 	p.killLocked(sigKill)
 	p.gone = true

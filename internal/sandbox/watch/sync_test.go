@@ -43,7 +43,9 @@ func untilMarker(t *testing.T, ch <-chan sandbox.FileEvent, id string) []string 
 func TestSync(t *testing.T) {
 	all := modes(t)
 	// No temporary folder for the barrier: Sync compares the whole tree.
-	all["inotify-no-barrier"] = all["inotify"]
+	if haveInotify {
+		all["inotify-no-barrier"] = all["inotify"]
+	}
 	for name, opts := range all {
 		t.Run(name, func(t *testing.T) {
 			if name == "inotify-no-barrier" {
@@ -125,41 +127,5 @@ func TestSyncAfterClose(t *testing.T) {
 	w2, _ := start(t, t.TempDir(), Options{})
 	if err := w2.Sync(ctx, "m"); err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatalf("Sync with an ended context: %v", err)
-	}
-}
-
-// The barrier's folder removed from under it (a temporary files cleaner):
-// Sync still reports everything, and the next barrier makes a new folder.
-func TestSyncBarrierFolderRemoved(t *testing.T) {
-	root := t.TempDir()
-	w, ch := start(t, root, Options{Debounce: time.Hour, MaxDelay: time.Hour})
-	if err := w.Sync(t.Context(), "m0"); err != nil {
-		t.Fatal(err)
-	}
-	untilMarker(t, ch, "m0")
-	w.mu.Lock()
-	in := w.in
-	w.mu.Unlock()
-	in.mu.Lock()
-	dir := in.sync.dir
-	in.mu.Unlock()
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
-	}
-	for i, name := range []string{"a.txt", "b.txt"} {
-		write(t, root, name, name)
-		id := "m" + name
-		if err := w.Sync(t.Context(), id); err != nil {
-			t.Fatal(err)
-		}
-		if got := untilMarker(t, ch, id); !slices.Equal(got, []string{"created " + name}) {
-			t.Fatalf("sync %d after the folder went: %q", i+1, got)
-		}
-	}
-	in.mu.Lock()
-	sp := in.sync
-	in.mu.Unlock()
-	if sp == nil || sp.dir == dir {
-		t.Fatal("no new barrier folder")
 	}
 }

@@ -1,8 +1,9 @@
 // Package watch reports file changes under a folder: recursive (every
 // sub-folder is watched, new ones as they appear), debounced per path,
 // filtered by an ignore list, with a polling fallback when inotify can't be
-// used. Every watcher of the process shares one inotify instance and one
-// reader goroutine (inotify.go); an idle watcher has no goroutine. It knows
+// used (always, on systems other than Linux: inotify_other.go). Every
+// watcher of the process shares one inotify instance and one reader
+// goroutine (inotify_linux.go); an idle watcher has no goroutine. It knows
 // nothing of servers or sessions so that any sandbox backend,
 // and the executor process, can use it.
 package watch
@@ -151,11 +152,6 @@ type syncReq struct {
 
 // ErrClosed: the watcher was closed.
 var ErrClosed = errors.New("watch: closed")
-
-// maxInbox bounds a watcher's undelivered inotify events (its worker is
-// behind: a large tree being written). Beyond it they are dropped for one
-// rescan, as after a kernel queue overflow.
-const maxInbox = 4096
 
 // New starts watching root, an existing folder. Changes are reported from
 // the moment New returns; what exists then is the baseline, not reported.
@@ -359,25 +355,6 @@ func (w *Watcher) post(mark func()) {
 	}
 }
 
-// deliver queues an inotify event; called by the shared reader.
-func (w *Watcher) deliver(ev rawEvent) {
-	w.post(func() {
-		switch {
-		case ev.kind == kindRescan:
-			w.needRescan = true
-		case len(w.inbox) >= maxInbox:
-			// The worker is far behind: a rescan settles the lot.
-			w.inbox = nil
-			w.needRescan = true
-		case !w.needRescan:
-			w.inbox = append(w.inbox, ev)
-		}
-	})
-}
-
-// lose tells the watcher its inotify instance is gone.
-func (w *Watcher) lose(err error) { w.post(func() { w.lost = err }) }
-
 // work settles everything posted, until the inbox stays empty.
 func (w *Watcher) work() {
 	defer w.workers.Done()
@@ -458,7 +435,7 @@ func (w *Watcher) startPollingLocked(why error) {
 	if w.polling.Swap(true) {
 		return
 	}
-	if !w.opts.Poll {
+	if !w.opts.Poll && !errors.Is(why, errNoInotify) {
 		w.log.Warn("watch: falling back to polling", "err", why, "interval", w.opts.PollInterval)
 	}
 	if w.in != nil {

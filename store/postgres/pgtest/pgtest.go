@@ -189,7 +189,8 @@ func Start(parent string, settings ...string) (*Server, error) {
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	// Its own process group (a terminal's ^C is for the tests), and a fast
 	// shutdown should this process die without Stop.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGINT}
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+	setDeathSignal(s.cmd.SysProcAttr, syscall.SIGINT)
 	if err := s.cmd.Start(); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("start postgres: %w", err)

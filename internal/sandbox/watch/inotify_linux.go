@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,6 +33,11 @@ const watchMask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_MOVED_FROM | unix.
 // read(2), allocated once per instance, not per watcher.
 const readBuffer = 64 << 10
 
+// maxInbox bounds a watcher's undelivered inotify events (its worker is
+// behind: a large tree being written). Beyond it they are dropped for one
+// rescan, as after a kernel queue overflow.
+const maxInbox = 4096
+
 // inotifyInit opens an instance; tests replace it to simulate the
 // per-user instance limit.
 var inotifyInit = func() (int, error) { return unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK) }
@@ -42,35 +46,6 @@ var inotifyInit = func() (int, error) { return unix.InotifyInit1(unix.IN_CLOEXEC
 var shared struct {
 	mu sync.Mutex
 	in *inotify
-}
-
-// Counts of live watchers by mode, for Active.
-var activeInotify, activePolling atomic.Int64
-
-// Active reports how many watchers of this process are open, by mode:
-// using the shared inotify instance, or polling (requested, or inotify
-// unavailable). It is safe for concurrent use.
-func Active() (inotify, polling int) {
-	return int(activeInotify.Load()), int(activePolling.Load())
-}
-
-// kind says what a raw event is about; the Watcher settles the details by
-// looking at the file.
-type kind uint8
-
-const (
-	kindCreate kind = iota + 1 // created or moved in
-	kindRemove                 // deleted or moved away
-	kindChange                 // written or attributes changed
-	kindRescan                 // events were lost: compare the whole tree
-)
-
-// rawEvent is one inotify event routed to one watcher, its path relative to
-// that watcher's root.
-type rawEvent struct {
-	rel  string
-	kind kind
-	dir  bool
 }
 
 // watchRef is one watcher's interest in a kernel watch: the same folder may
@@ -306,6 +281,25 @@ func (in *inotify) removeAllLocked(w *Watcher) {
 		}
 	}
 }
+
+// deliver queues an inotify event; called by the shared reader.
+func (w *Watcher) deliver(ev rawEvent) {
+	w.post(func() {
+		switch {
+		case ev.kind == kindRescan:
+			w.needRescan = true
+		case len(w.inbox) >= maxInbox:
+			// The worker is far behind: a rescan settles the lot.
+			w.inbox = nil
+			w.needRescan = true
+		case !w.needRescan:
+			w.inbox = append(w.inbox, ev)
+		}
+	})
+}
+
+// lose tells the watcher its inotify instance is gone.
+func (w *Watcher) lose(err error) { w.post(func() { w.lost = err }) }
 
 // delivery is one event bound for one watcher, or (w nil) a barrier to
 // release once everything routed before it is delivered.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -15,6 +16,9 @@ import (
 
 	"github.com/agentd/agentd/sandbox"
 )
+
+// haveInotify: the watch tests run in inotify mode too.
+const haveInotify = true
 
 // inotifyFDs counts this process's open inotify descriptors.
 func inotifyFDs(t *testing.T) int {
@@ -435,4 +439,40 @@ func FuzzRoute(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The barrier's folder removed from under it (a temporary files cleaner):
+// Sync still reports everything, and the next barrier makes a new folder.
+func TestSyncBarrierFolderRemoved(t *testing.T) {
+	root := t.TempDir()
+	w, ch := start(t, root, Options{Debounce: time.Hour, MaxDelay: time.Hour})
+	if err := w.Sync(t.Context(), "m0"); err != nil {
+		t.Fatal(err)
+	}
+	untilMarker(t, ch, "m0")
+	w.mu.Lock()
+	in := w.in
+	w.mu.Unlock()
+	in.mu.Lock()
+	dir := in.sync.dir
+	in.mu.Unlock()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range []string{"a.txt", "b.txt"} {
+		write(t, root, name, name)
+		id := "m" + name
+		if err := w.Sync(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		if got := untilMarker(t, ch, id); !slices.Equal(got, []string{"created " + name}) {
+			t.Fatalf("sync %d after the folder went: %q", i+1, got)
+		}
+	}
+	in.mu.Lock()
+	sp := in.sync
+	in.mu.Unlock()
+	if sp == nil || sp.dir == dir {
+		t.Fatal("no new barrier folder")
+	}
 }
