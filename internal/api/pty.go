@@ -93,7 +93,7 @@ func (s *Server) handlePTY(w http.ResponseWriter, r *http.Request) {
 			if json.Unmarshal(data, &ctl) == nil && ctl.Type == "resize" && ctl.Rows > 0 && ctl.Cols > 0 {
 				_ = p.Resize(sandbox.WindowSize{Rows: ctl.Rows, Cols: ctl.Cols})
 			} else if ctl.Type == "auth" {
-				reply := ptyAuthReply(s.renewConn(r.Context(), live, ctl.Token, sess.ID(), auth.ScopeSessionsWrite, auth.LevelControl))
+				reply := ptyAuthReply(s.renewConn(ctx, PrincipalOf(r.Context()), live, ctl.Token, sess.ID(), auth.ScopeSessionsWrite, auth.LevelControl))
 				if err := c.Write(ctx, websocket.MessageText, reply); err != nil {
 					return
 				}

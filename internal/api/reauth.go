@@ -9,11 +9,12 @@ import (
 	"github.com/agentd/agentd/internal/auth"
 )
 
-// A long-lived connection (the terminal, the event WebSocket) outlives the
-// token it was opened with when that token expires: the client refreshes
-// it and sends the new one over the connection ({"type":"auth","token"} on
-// the terminal, {"op":"auth","token"} on /api/ws), and from then on the
-// connection is checked against the new one. Without it the connection
+// A long-lived connection (the terminal, the event WebSocket, Socket.IO)
+// outlives the token it was opened with when that token expires: the
+// client refreshes it and sends the new one over the connection
+// ({"type":"auth","token"} on the terminal, {"op":"auth","token"} on
+// /api/ws, the auth event on Socket.IO), and from then on the connection
+// is checked against the new one. Without it the connection
 // closes 4001 at the old token's expiry: an event stream then reconnects
 // and resumes (a replay), a terminal cannot resume at all.
 
@@ -68,12 +69,12 @@ func ptyAuthReply(ok bool, exp *time.Time, e *apiError) []byte {
 }
 
 // renewConn handles a token sent over connection c (nil: auth is off,
-// nothing to renew) opened by the request of ctx to replace its
-// credential; id is the session the connection is about ("": none). It
+// nothing to renew), opened by was, to replace its credential; id is the
+// session the connection is about ("": none). It
 // returns whether the token was taken, with its expiry, or the error. A
 // refused token changes nothing: the connection goes on with its
 // credential until that one fails.
-func (s *Server) renewConn(ctx context.Context, c *liveConn, token, id string, scope auth.Scope, need auth.Level) (bool, *time.Time, *apiError) {
+func (s *Server) renewConn(ctx context.Context, was auth.Principal, c *liveConn, token, id string, scope auth.Scope, need auth.Level) (bool, *time.Time, *apiError) {
 	if c == nil {
 		return true, nil, nil
 	}
@@ -81,7 +82,7 @@ func (s *Server) renewConn(ctx context.Context, c *liveConn, token, id string, s
 		return false, nil, &apiError{Code: CodeBadRequest, Error: "auth needs a token"}
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	p, err := s.reauthenticate(cctx, PrincipalOf(ctx), token, id, scope, need)
+	p, err := s.reauthenticate(cctx, was, token, id, scope, need)
 	cancel()
 	if err != nil {
 		if errors.Is(err, auth.ErrUnauthenticated) {

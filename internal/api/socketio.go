@@ -153,22 +153,21 @@ func (x *socketIO) serve(c *sio.Socket) {
 	ctx, cancel := context.WithCancel(x.s.closeCtx)
 	mode, _ := eventsMode(c.Handshake()) // checked by the middleware
 	conn := &sioConn{x: x, c: c, perType: mode == eventsPerType, ctx: ctx, cancel: cancel, joins: make(map[string]context.CancelFunc), who: p}
-	reqCtx := context.WithValue(context.WithValue(ctx, credentialKey{}, cred), principalKey{}, p)
-	live, untrack := x.s.live.trackConn(reqCtx, func() {
+	live, untrack := x.s.live.trackConn(context.WithValue(ctx, credentialKey{}, cred), func() {
 		_ = c.Emit("session:error", map[string]any{"code": CodeUnauthorized, "error": "credential no longer valid"})
 		c.Disconnect(true)
 		cancel()
 	})
 	c.On("session:join", func(args ...any) { conn.join(args) })
 	c.On("session:leave", func(args ...any) { conn.leave(args) })
-	c.On("auth", func(args ...any) { conn.renew(reqCtx, live, args) })
+	c.On("auth", func(args ...any) { conn.renew(live, args) })
 	c.On("disconnect", func(...any) { untrack(); cancel() })
 }
 
 // renew answers auth(token) or auth({token}): from then on the connection
 // is checked against the new token (reauth.go). Acknowledged {ok,
 // success, expiresAt?} or {ok: false, success: false, error}.
-func (conn *sioConn) renew(ctx context.Context, live *liveConn, args []any) {
+func (conn *sioConn) renew(live *liveConn, args []any) {
 	args, reply := splitAck(args)
 	var token string
 	if len(args) > 0 {
@@ -179,7 +178,7 @@ func (conn *sioConn) renew(ctx context.Context, live *liveConn, args []any) {
 			token, _ = v["token"].(string)
 		}
 	}
-	ok, exp, e := conn.x.s.renewConn(ctx, live, token, "", auth.ScopeSessionsRead, auth.LevelRead)
+	ok, exp, e := conn.x.s.renewConn(conn.ctx, conn.who, live, token, "", auth.ScopeSessionsRead, auth.LevelRead)
 	type authAck struct {
 		sioAck
 		ExpiresAt *time.Time `json:"expiresAt,omitempty"`

@@ -48,12 +48,8 @@ type wsConn struct {
 	slow     chan struct{} // closed when the client is to be cut off
 	slowWhy  string        // written before slow is closed
 
-	who auth.Principal // the authenticated caller
-	// live is the connection's credential check (nil without auth), and
-	// reqCtx the context of the request that opened it (its principal),
-	// for renew.
-	live   *liveConn
-	reqCtx context.Context
+	who  auth.Principal // the authenticated caller
+	live *liveConn      // the connection's credential check (nil without auth), for renew
 }
 
 // wsJoin is one joined stream: a session's events (sub) or the session list.
@@ -118,7 +114,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		cancel()
 	})
 	defer untrack()
-	conn.live, conn.reqCtx = live, r.Context()
+	conn.live = live
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, conn)
@@ -219,7 +215,7 @@ func (w *wsConn) readLoop(actor string) {
 // renew answers {"op":"auth","token"}: from now on the connection is
 // checked against the new token (reauth.go), its joins going on.
 func (w *wsConn) renew(f clientFrame) {
-	ok, exp, e := w.s.renewConn(w.reqCtx, w.live, f.Token, "", auth.ScopeSessionsRead, auth.LevelRead)
+	ok, exp, e := w.s.renewConn(w.ctx, w.who, w.live, f.Token, "", auth.ScopeSessionsRead, auth.LevelRead)
 	if !ok {
 		w.ack(f.ID, e, nil)
 		return
