@@ -11,6 +11,8 @@
 # AGENTD_TEST_NATS start a private server the same way where they can
 # (internal/bus/natstest).
 set -euo pipefail
+# shellcheck source=terminate.sh
+. "$(dirname "${BASH_SOURCE[0]}")/terminate.sh"
 
 state=${NATSSTATE:-/tmp/agentd-test-nats.state}
 
@@ -67,14 +69,7 @@ stop() {
   [ -f "$state" ] || return 0
   local dir pid
   read -r dir pid < "$state"
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.05
-    done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
+  terminate "$pid" 100
   rm -rf "$dir" "$state"
 }
 

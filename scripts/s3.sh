@@ -14,6 +14,8 @@
 # $S3STATE (default /tmp/agentd-test-s3.state), removed by stop. Go tests
 # that find no AGENTD_TEST_S3 skip (store/s3blobs/s3test).
 set -euo pipefail
+# shellcheck source=terminate.sh
+. "$(dirname "${BASH_SOURCE[0]}")/terminate.sh"
 
 state=${S3STATE:-/tmp/agentd-test-s3.state}
 bucket=agentd-test
@@ -101,14 +103,7 @@ stop() {
   [ -f "$state" ] || return 0
   local dir pid
   read -r dir pid < "$state"
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 200); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.05
-    done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
+  terminate "$pid" 200
   remove_sockets "$dir"
   rm -rf "$dir" "$state"
 }

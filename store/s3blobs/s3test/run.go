@@ -32,6 +32,20 @@ type Sweeper interface {
 // of unreferenced content. open returns a new, empty store
 // keeping its content in b, with quota q; RunStore closes it.
 func RunStore(t *testing.T, open func(t *testing.T, b store.ArtifactBlobs, q store.ArtifactQuota) store.Store, chunks func(t *testing.T, s store.Store) int) {
+	// fresh opens a new bucket and a store keeping its content there
+	// (closed when t ends), holding idle sessions ids.
+	fresh := func(t *testing.T, ids ...string) (*s3blobs.Blobs, store.Store) {
+		t.Helper()
+		b := Open(t)
+		s := open(t, b, store.ArtifactQuota{})
+		t.Cleanup(func() { _ = s.Close() })
+		for _, id := range ids {
+			if err := s.CreateSession(t.Context(), store.Session{ID: id, Status: "idle"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return b, s
+	}
 	t.Run("Conformance", func(t *testing.T) {
 		storetest.RunArtifacts(t, func(t *testing.T) store.Store { return open(t, Open(t), store.ArtifactQuota{}) })
 	})
@@ -39,16 +53,9 @@ func RunStore(t *testing.T, open func(t *testing.T, b store.ArtifactBlobs, q sto
 		storetest.RunArtifactQuota(t, func(t *testing.T, q store.ArtifactQuota) store.Store { return open(t, Open(t), q) })
 	})
 	t.Run("ContentInBucketAndPurge", func(t *testing.T) {
-		b := Open(t)
-		s := open(t, b, store.ArtifactQuota{})
-		t.Cleanup(func() { _ = s.Close() })
+		b, s := fresh(t, "s1", "s2")
 		as := s.(store.ArtifactStore)
 		ctx := t.Context()
-		for _, id := range []string{"s1", "s2"} {
-			if err := s.CreateSession(ctx, store.Session{ID: id, Status: "idle"}); err != nil {
-				t.Fatal(err)
-			}
-		}
 		shared := bytes.Repeat([]byte("shared by two sessions "), 3*store.ArtifactChunkSize/23)
 		only := []byte("s1 only")
 		put := func(id string, data []byte) conversation.ArtifactRef {
@@ -86,14 +93,9 @@ func RunStore(t *testing.T, open func(t *testing.T, b store.ArtifactBlobs, q sto
 		checkObjects(t, b, map[string]int64{})
 	})
 	t.Run("LargeRangeStreams", func(t *testing.T) {
-		b := Open(t)
-		s := open(t, b, store.ArtifactQuota{})
-		t.Cleanup(func() { _ = s.Close() })
+		b, s := fresh(t, "s")
 		as := s.(store.ArtifactStore)
 		ctx := t.Context()
-		if err := s.CreateSession(ctx, store.Session{ID: "s", Status: "idle"}); err != nil {
-			t.Fatal(err)
-		}
 		const size = 24 << 20 // a multipart upload (over 16 MiB)
 		data := make([]byte, size)
 		for i := range data {
@@ -131,9 +133,7 @@ func RunStore(t *testing.T, open func(t *testing.T, b store.ArtifactBlobs, q sto
 		// One session's delete drops the last reference to content while
 		// another puts it: the put's session reads it whole from the
 		// bucket, and once that session goes too no object is left.
-		b := Open(t)
-		s := open(t, b, store.ArtifactQuota{})
-		t.Cleanup(func() { _ = s.Close() })
+		b, s := fresh(t)
 		as := s.(store.ArtifactStore)
 		ctx := t.Context()
 		data := bytes.Repeat([]byte("raced "), store.ArtifactChunkSize/3)
@@ -177,12 +177,7 @@ func RunStore(t *testing.T, open func(t *testing.T, b store.ArtifactBlobs, q sto
 	t.Run("LargePutStreams", func(t *testing.T) {
 		// A 64 MiB put (staged to a file, then a multipart upload) makes
 		// the Go heap allocate a few MiB, never the artifact's size.
-		b := Open(t)
-		s := open(t, b, store.ArtifactQuota{})
-		t.Cleanup(func() { _ = s.Close() })
-		if err := s.CreateSession(t.Context(), store.Session{ID: "s", Status: "idle"}); err != nil {
-			t.Fatal(err)
-		}
+		b, s := fresh(t, "s")
 		const size = 64 << 20
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
@@ -197,14 +192,9 @@ func RunStore(t *testing.T, open func(t *testing.T, b store.ArtifactBlobs, q sto
 		checkObjects(t, b, map[string]int64{b.Key(ref.SHA256): size})
 	})
 	t.Run("SweepDeletesOnlyUnreferenced", func(t *testing.T) {
-		b := Open(t)
-		s := open(t, b, store.ArtifactQuota{})
-		t.Cleanup(func() { _ = s.Close() })
+		b, s := fresh(t, "s")
 		as := s.(store.ArtifactStore)
 		ctx := t.Context()
-		if err := s.CreateSession(ctx, store.Session{ID: "s", Status: "idle"}); err != nil {
-			t.Fatal(err)
-		}
 		kept, err := as.PutArtifact(ctx, "s", conversation.ArtifactRef{}, bytes.NewReader([]byte("referenced")))
 		if err != nil {
 			t.Fatal(err)
