@@ -187,7 +187,8 @@ describe("the web UI with agent CLIs (issue 14)", () => {
       await req.waitFor({ state: "detached", timeout: 30_000 });
       const done = page.getByTestId("conversation").getByText(/edit finished/);
       await done.waitFor({ timeout: 60_000 });
-      assert.match(await done.innerText(), /keep line two as it is/);
+      // The reply streams in: "edit finished" shows before the quoted message.
+      await waitFor(async () => /keep line two as it is/.test(await done.innerText()), { timeout: 30_000, what: "the reply quoting the deny message" });
       await waitIdle(page);
       // The denied Edit does not look applied.
       const edit = page.locator('[data-tool="Edit"]');
